@@ -1,0 +1,1 @@
+"""Cost models: seconds per pass."""

@@ -1,0 +1,4 @@
+"""`spsim trace ...` (filled in by the traces work)."""
+import typer
+
+app = typer.Typer(no_args_is_help=True)
