@@ -104,13 +104,16 @@ class DecodeSegment:
     """`n` consecutive pure-decode passes over the same `r` requests (no prefill, no admissions).
 
     Per pass i and request j: `kind[i, j]` is 1 (draft) or 2 (verify), `query[i, j]` the query
-    tokens (1 for a draft), `context[i, j]` the KV tokens before that pass. `budget`, `method` are
-    per request. A cost model returns the n pass times from this in one call.
+    tokens (1 for a draft), `context[i, j]` the KV tokens before that pass, `draft_pos[i, j]` the
+    provisional drafted tokens held before that pass (PassPlan.draft_pos for drafts; for a verify,
+    query - 1). `budget`, `method` are per request. A cost model returns the n pass times from this
+    in one call; entry i must equal `time()` of the equivalent one-pass plan.
     """
 
     kind: np.ndarray  # (n, r) int8
     query: np.ndarray  # (n, r) int64
     context: np.ndarray  # (n, r) int64
+    draft_pos: np.ndarray  # (n, r) int64
     budget: np.ndarray  # (r,) int64
     method: np.ndarray  # (r,) int64
 
@@ -125,6 +128,7 @@ class DecodeSegment:
         kind = np.concatenate([np.full(nd, 1, np.int8), np.full(nv, 2, np.int8)])[None, :]
         query = np.concatenate([np.ones(nd, I64), plan.verify_query])[None, :]
         ctx = np.concatenate([plan.draft_context, plan.verify_context])[None, :]
+        dpos = np.concatenate([plan.draft_pos, plan.verify_query - 1])[None, :]
         budget = np.concatenate([plan.draft_budget, np.zeros(nv, I64)])
         method = np.concatenate([plan.draft_method, np.zeros(nv, I64)])
-        return cls(kind, query, ctx, budget, method)
+        return cls(kind, query, ctx, dpos, budget, method)
