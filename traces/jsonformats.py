@@ -1,0 +1,184 @@
+"""Readers for JSON Lines traces: spsim's canonical format and Mooncake's.
+
+Canonical: optional header `{"spsim_trace": 1, "block_size": ..., "source_format": ...}`, then one
+object per request: `id`, `arrival_s`, `prompt_tokens`, `output_tokens`, optional `prefix_blocks`,
+`slo` {`ttft_s`, `tpot_s`}, `extra` {...}. Mooncake: `timestamp` (ms), `input_length`,
+`output_length`, `hash_ids` (512-token prefix blocks); ids are the source line numbers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from spsim.errors import InputError
+
+from .common import Columns, extra_column, finish, str_ids
+from .jsonl import int_list_problem, json_chunks, numbers
+from .rowcheck import RowChecker, count_checks, time_checks
+from .trace import SCHEMA_VERSION, Trace
+
+CANONICAL_FIELDS = ("id", "arrival_s", "prompt_tokens", "output_tokens", "prefix_blocks", "slo", "extra")
+MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+MOONCAKE_BLOCK = 512
+
+
+def _extra_columns(dicts: list[dict | None], keep: list[bool] | None = None) -> dict[str, np.ndarray]:
+    keys: dict[str, None] = {}
+    for d in dicts:
+        if d:
+            keys.update(dict.fromkeys(d))
+    out = {}
+    for k in keys:
+        vals = [None if d is None else d.get(k) for d in dicts]
+        present = np.array([d is not None and k in d for d in dicts], bool)
+        out[k] = extra_column(vals, present)
+    return out
+
+
+def _prefix(lists: list[list | None]) -> tuple[np.ndarray, np.ndarray]:
+    lens = np.fromiter((0 if x is None else len(x) for x in lists), np.int64, len(lists))
+    flat = np.fromiter((y for x in lists if x for y in x), np.int64, int(lens.sum()))
+    return lens, flat
+
+
+def read_mooncake(path: str, skip_invalid: bool = False) -> Trace:
+    checker = RowChecker(path, skip_invalid)
+    cols, base = Columns(), None
+    for lines, objs, line_errors in json_chunks(path):
+        good_lines, good = [], []
+        for ln, o in zip(lines, objs):
+            if "hash_ids" in o and (why := int_list_problem(o["hash_ids"])):
+                line_errors.append((ln, "hash_ids", why))
+            else:
+                good_lines.append(ln)
+                good.append(o)
+        lines = np.array(good_lines, np.int64)
+        t, t_miss, t_nan = numbers([o.get("timestamp") for o in good])
+        p, p_miss, p_nan = numbers([o.get("input_length") for o in good])
+        q, q_miss, q_nan = numbers([o.get("output_length") for o in good])
+        checks = (time_checks("timestamp", t, t_miss, t_nan, negative_ok=True)
+                  + count_checks("input_length", p, p_miss, p_nan) + count_checks("output_length", q, q_miss, q_nan))
+        if base is None and len(t):
+            ok = ~t_miss & ~t_nan & np.isfinite(t)
+            base = t[np.flatnonzero(ok)[0]] if ok.any() else None
+        rel = t - (base or 0.0)  # ms from the first row
+        keep = checker.apply(lines, checks, line_errors, rel, "timestamp")
+        rest = [{k: v for k, v in o.items() if k not in MOONCAKE_FIELDS} for o in good]
+        cols.add(keep, t=rel, line=lines, prompt=np.where(keep, p, 0).astype(np.int64),
+                 output=np.where(keep, q, 0).astype(np.int64),
+                 prefix=_prefix([o.get("hash_ids") for o in good]), extra=_extra_columns(rest))
+    if cols.rows == 0 and not checker.skipped:
+        raise InputError(path, None, None, "empty file (no requests)")
+    ms = cols.col("t")
+    meta = {"source_format": "mooncake", "block_size": MOONCAKE_BLOCK}
+    if len(ms):
+        meta["start_timestamp_ms"] = _num(base + ms[0])
+    return finish(cols, checker, (ms - (ms[0] if len(ms) else 0)) / 1000.0,
+                  str_ids(cols.col("line", np.int64)), meta)
+
+
+def _num(x: float):
+    return int(x) if float(x).is_integer() else float(x)
+
+
+def _row_problem(o: dict) -> tuple[str, str] | None:
+    """Structural problems of one canonical row (types the vectorised checks cannot see)."""
+    for k in o:
+        if k not in CANONICAL_FIELDS:
+            return k, f"unknown field (known: {', '.join(CANONICAL_FIELDS)})"
+    if "id" not in o or o["id"] is None:
+        return "id", "missing"
+    i = o["id"]
+    if isinstance(i, bool) or not isinstance(i, (str, int)):
+        return "id", "expected a string"
+    if i == "":
+        return "id", "empty"
+    if "prefix_blocks" in o and (why := int_list_problem(o["prefix_blocks"])):
+        return "prefix_blocks", why
+    slo = o.get("slo")
+    if slo is not None:
+        if not isinstance(slo, dict):
+            return "slo", "expected an object with ttft_s and/or tpot_s"
+        for k, v in slo.items():
+            if k not in ("ttft_s", "tpot_s"):
+                return f"slo.{k}", "unknown field (known: ttft_s, tpot_s)"
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                return f"slo.{k}", "not a number"
+            if v is not None and not (v >= 0 and v != float("inf")):
+                return f"slo.{k}", "must be a finite number >= 0"
+    if o.get("extra") is not None and not isinstance(o["extra"], dict):
+        return "extra", "expected an object"
+    return None
+
+
+def read_canonical(path: str, skip_invalid: bool = False) -> Trace:
+    checker = RowChecker(path, skip_invalid)
+    cols = Columns()
+    meta: dict = {}
+    header_skipped: Counter[str] = Counter()
+    any_prefix = any_slo = False
+    first = True
+    for lines, objs, line_errors in json_chunks(path):
+        if first and objs and "spsim_trace" in objs[0] and lines[0] == min([lines[0]] + [e[0] for e in line_errors]):
+            head = objs[0]
+            if head["spsim_trace"] != SCHEMA_VERSION:
+                raise InputError(path, lines[0], "spsim_trace",
+                                 f"unsupported schema version {head['spsim_trace']!r} (this spsim reads {SCHEMA_VERSION})")
+            meta = {k: v for k, v in head.items() if k not in ("spsim_trace", "skipped")}
+            header_skipped.update(head.get("skipped") or {})
+            lines, objs = lines[1:], objs[1:]
+        first = False
+        good_lines, good = [], []
+        for ln, o in zip(lines, objs):
+            if (why := _row_problem(o)) is not None:
+                line_errors.append((ln, *why))
+            else:
+                good_lines.append(ln)
+                good.append(o)
+        lines = np.array(good_lines, np.int64)
+        a, a_miss, a_nan = numbers([o.get("arrival_s") for o in good])
+        p, p_miss, p_nan = numbers([o.get("prompt_tokens") for o in good])
+        q, q_miss, q_nan = numbers([o.get("output_tokens") for o in good])
+        checks = (time_checks("arrival_s", a, a_miss, a_nan)
+                  + count_checks("prompt_tokens", p, p_miss, p_nan) + count_checks("output_tokens", q, q_miss, q_nan))
+        keep = checker.apply(lines, checks, line_errors, a, "arrival_s")
+        slos = [o.get("slo") or {} for o in good]
+        any_prefix |= any("prefix_blocks" in o for o in good)
+        any_slo |= any(s for s in slos)
+        ids = [str(o["id"]) for o in good]
+        cols.add(keep, t=a, line=lines, prompt=np.where(keep, p, 0).astype(np.int64),
+                 output=np.where(keep, q, 0).astype(np.int64),
+                 id=np.array(ids, dtype=str) if ids else np.empty(0, "U1"),
+                 ttft=np.array([np.nan if s.get("ttft_s") is None else s["ttft_s"] for s in slos], np.float64),
+                 tpot=np.array([np.nan if s.get("tpot_s") is None else s["tpot_s"] for s in slos], np.float64),
+                 prefix=_prefix([o.get("prefix_blocks") for o in good]),
+                 extra=_extra_columns([o.get("extra") for o in good]))
+    if cols.rows == 0 and not checker.skipped and not header_skipped:
+        raise InputError(path, None, None, "empty file (no requests)")
+    ids = cols.col("id")
+    keep = _unique_ids(path, checker, ids, cols.col("line", np.int64))
+    checker.skipped.update(header_skipped)
+    meta.setdefault("source_format", "canonical")
+    if not any_prefix and "block_size" not in meta:
+        cols.prefix_lens.clear()
+    t = finish(cols, checker, cols.col("t"), ids,
+               meta, (cols.col("ttft"), cols.col("tpot")) if any_slo else None)
+    return t if keep is None else t.take(np.flatnonzero(keep))
+
+
+def _unique_ids(path: str, checker: RowChecker, ids: np.ndarray, lines: np.ndarray) -> np.ndarray | None:
+    """Ids must be unique: error at the first repeat, or (skipping) keep each id's first row."""
+    if len(ids) == 0:
+        return None
+    _, first = np.unique(ids, return_index=True)
+    if len(first) == len(ids):
+        return None
+    keep = np.zeros(len(ids), bool)
+    keep[first] = True
+    dup = np.flatnonzero(~keep)
+    if not checker.skip_invalid:
+        raise InputError(path, int(lines[dup[0]]), "id", f"duplicate id {str(ids[dup[0]])!r}")
+    checker.skipped["id: duplicate"] += len(dup)
+    return keep

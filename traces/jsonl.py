@@ -1,0 +1,89 @@
+"""JSON Lines input, chunked: each non-blank line is parsed on its own so errors name their line."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import numpy as np
+
+from spsim.errors import InputError
+
+from .common import CHUNK_ROWS, open_text
+
+
+def json_chunks(path: str, chunk_rows: int = CHUNK_ROWS) -> Iterator[tuple[list[int], list[dict], list[tuple]]]:
+    """Per chunk: (line numbers, parsed objects, malformed lines as (line, field, problem))."""
+    lines, objs, errors = [], [], []
+    seen_any = False
+    with open_text(path) as f:
+        lineno = 0
+        try:
+            for raw in f:
+                lineno += 1
+                if not raw.strip():
+                    continue
+                seen_any = True
+                try:
+                    obj = json.loads(raw)
+                except ValueError as e:
+                    errors.append((lineno, None, f"malformed JSON: {e.msg} at column {e.colno}"))
+                    continue
+                if not isinstance(obj, dict):
+                    errors.append((lineno, None, f"malformed line: expected a JSON object, found {type(obj).__name__}"))
+                    continue
+                lines.append(lineno)
+                objs.append(obj)
+                if len(objs) >= chunk_rows:
+                    yield lines, objs, errors
+                    lines, objs, errors = [], [], []
+        except UnicodeDecodeError:
+            raise InputError(path, lineno + 1, None, "not UTF-8 text") from None
+    if not seen_any:
+        raise InputError(path, None, None, "empty file")
+    if objs or errors:
+        yield lines, objs, errors
+
+
+def first_object(path: str) -> dict | None:
+    """The first non-blank line as a JSON object, or None (for format detection)."""
+    with open_text(path) as f:
+        try:
+            for raw in f:
+                if raw.strip():
+                    try:
+                        obj = json.loads(raw)
+                    except ValueError:
+                        return None
+                    return obj if isinstance(obj, dict) else None
+        except UnicodeDecodeError:
+            return None
+    return None
+
+
+def numbers(values: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """JSON values -> (float64, missing, not-a-number). Strings and booleans are not numbers."""
+    n = len(values)
+    v = np.zeros(n)
+    missing = np.zeros(n, bool)
+    nan = np.zeros(n, bool)
+    for i, x in enumerate(values):
+        if x is None:
+            missing[i] = True
+        elif isinstance(x, (int, float)) and not isinstance(x, bool):
+            v[i] = x
+        else:
+            nan[i] = True
+    return v, missing, nan
+
+
+def int_list_problem(x) -> str | None:
+    """Why `x` is not a list of non-negative ints (None when it is)."""
+    if not isinstance(x, list):
+        return f"expected a list of integers, found {type(x).__name__}"
+    for y in x:
+        if not isinstance(y, int) or isinstance(y, bool):
+            return f"expected a list of integers, found {json.dumps(y)}"
+        if y < 0:
+            return "negative block id"
+    return None
