@@ -1,0 +1,270 @@
+"""One Triton attention launch for a mixed pass: decode, verify, sparse draft and prefill chunks.
+
+Every request has `q_len` query tokens (1 for decode and draft, k+1 for verify, the chunk for
+prefill) whose own K/V are already in the cache, at the tail of each of its rows' page lists; query
+i sits at list position `kv_len - q_len + i` and sees list positions up to it (causal tail). A
+sparse draft is just a request whose rows list the selected pages.
+
+Work is cut on the host into items `(request, kv_head, first query, token range)`:
+- the tile's BLOCK_M rows are (query, head-in-group) pairs, `row = query * G + head`, so the
+  group's heads share each K/V tile: every page is read once per KV head, not once per query head;
+- long rows are split into token ranges (split-KV) so a small batch still fills the GPU; splits
+  write fp32 partials (acc, max, sum) and a merge kernel combines them. Verify gets the same
+  treatment as decode: it is only a taller tile.
+All lengths come from device arrays, so new lengths, batch sizes or page counts never recompile;
+the constexprs are the model/cache shape and the tile height.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from .interpret import INTERPRET as _INTERPRET  # under it, half-precision dots are unreliable: fp32
+from .pages import PageLists
+
+WORK_FIELDS = 6  # req, kv_head, first query, token lo, token hi, partial slot (-1: write output)
+MERGE_FIELDS = 5  # req, kv_head, first query, first slot, number of slots
+
+
+@triton.jit
+def _attn_fwd(Q, K, V, O, PO, PM, PL, PSCORE, WORK, ROW_START, ROW_COUNT, ROW_LAST, INDICES,
+              Q_START, Q_LEN, scale_log2,
+              stride_qt, stride_qh, stride_kp, stride_kh, stride_kt, stride_ot, stride_oh,
+              stride_score,
+              HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, PS: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr,
+              WRITE_SCORES: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)
+    w = WORK + pid * 6
+    req = tl.load(w + 0)
+    hkv = tl.load(w + 1)
+    qb = tl.load(w + 2)
+    tok_lo = tl.load(w + 3)
+    tok_hi = tl.load(w + 4)
+    slot = tl.load(w + 5)
+    row = req * HKV + hkv
+    start = tl.load(ROW_START + row).to(tl.int64)
+    count = tl.load(ROW_COUNT + row)
+    last = tl.load(ROW_LAST + row)
+    kv_len = tl.where(count > 0, (count - 1) * PS + last, 0)
+    q0 = tl.load(Q_START + req)
+    ql = tl.load(Q_LEN + req)
+
+    QB: tl.constexpr = BLOCK_M // G  # queries per tile
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+    qi = qb + offs_m // G
+    hq = hkv * G + offs_m % G
+    row_ok = (offs_m < QB * G) & (qi < ql)
+    q_pos = kv_len - ql + qi  # list position of each row's query token
+    q_ptr = Q + (q0 + qi).to(tl.int64)[:, None] * stride_qt + hq[:, None] * stride_qh + offs_d[None, :]
+    q = tl.load(q_ptr, mask=row_ok[:, None], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+
+    # Finite initial max: a row that sees no key keeps m = -1e30, p = exp2(-inf) = 0, l = 0 (no NaN).
+    m_i = tl.full([BLOCK_M], -1.0e30, tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    kv_base = hkv.to(tl.int64) * stride_kh
+    for t in range(tok_lo, tok_hi, BLOCK_N):
+        offs_n = t + offs_n0
+        n_ok = offs_n < kv_len
+        page = tl.load(INDICES + start + offs_n // PS, mask=n_ok, other=0).to(tl.int64)
+        kv_off = kv_base + page * stride_kp + (offs_n % PS).to(tl.int64) * stride_kt
+        k = tl.load(K + kv_off[:, None] + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+        v = tl.load(V + kv_off[:, None] + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+        if UPCAST:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        s = tl.dot(q, tl.trans(k)) * scale_log2
+        ok = n_ok[None, :] & (offs_n[None, :] <= q_pos[:, None]) & row_ok[:, None]
+        s = tl.where(ok, s, float("-inf"))
+        if WRITE_SCORES:
+            # Largest logit on each page over the tile's rows: what the SparseSpec-L selector ranks.
+            pmax = tl.max(tl.reshape(tl.max(s, axis=0), [BLOCK_N // PS, PS]), axis=1)
+            pidx = t // PS + tl.arange(0, BLOCK_N // PS)
+            tl.store(PSCORE + row * stride_score + pidx, pmax, mask=pidx < count)
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+
+    if slot < 0:
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        o_ptr = O + (q0 + qi).to(tl.int64)[:, None] * stride_ot + hq[:, None] * stride_oh + offs_d[None, :]
+        tl.store(o_ptr, out.to(O.dtype.element_ty), mask=row_ok[:, None])
+    else:
+        ps = slot.to(tl.int64) * BLOCK_M + offs_m
+        tl.store(PO + ps[:, None] * D + offs_d[None, :], acc, mask=row_ok[:, None])
+        tl.store(PM + ps, m_i, mask=row_ok)
+        tl.store(PL + ps, l_i, mask=row_ok)
+
+
+@triton.jit
+def _attn_merge(O, PO, PM, PL, MERGE, Q_START, Q_LEN, stride_ot, stride_oh,
+                G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)
+    w = MERGE + pid * 5
+    req = tl.load(w + 0)
+    hkv = tl.load(w + 1)
+    qb = tl.load(w + 2)
+    slot0 = tl.load(w + 3).to(tl.int64)
+    nslot = tl.load(w + 4)
+    q0 = tl.load(Q_START + req)
+    ql = tl.load(Q_LEN + req)
+    QB: tl.constexpr = BLOCK_M // G
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+    qi = qb + offs_m // G
+    hq = hkv * G + offs_m % G
+    row_ok = (offs_m < QB * G) & (qi < ql)
+    m_tot = tl.full([BLOCK_M], -1.0e30, tl.float32)
+    l_tot = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    for s in range(0, nslot):
+        ps = (slot0 + s) * BLOCK_M + offs_m
+        m = tl.load(PM + ps, mask=row_ok, other=-1.0e30)
+        l = tl.load(PL + ps, mask=row_ok, other=0.0)
+        o = tl.load(PO + ps[:, None] * D + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+        m_new = tl.maximum(m_tot, m)
+        a = tl.exp2(m_tot - m_new)
+        b = tl.exp2(m - m_new)
+        l_tot = l_tot * a + l * b
+        acc = acc * a[:, None] + o * b[:, None]
+        m_tot = m_new
+    out = acc / tl.where(l_tot > 0, l_tot, 1.0)[:, None]
+    o_ptr = O + (q0 + qi).to(tl.int64)[:, None] * stride_ot + hq[:, None] * stride_oh + offs_d[None, :]
+    tl.store(o_ptr, out.to(O.dtype.element_ty), mask=row_ok[:, None])
+
+
+@dataclass
+class AttentionPlan:
+    """Host-built work list for one launch; reusable while lengths stay the same (CUDA graphs)."""
+
+    work: torch.Tensor  # (items, 6) int32
+    merge: torch.Tensor  # (merges, 5) int32
+    q_start: torch.Tensor  # (requests,) int32
+    q_len: torch.Tensor  # (requests,) int32
+    lists: PageLists
+    num_q_heads: int
+    num_slots: int
+    block_m: int
+    block_n: int
+    tokens_per_split: int
+
+    @property
+    def group(self) -> int:
+        return self.num_q_heads // self.lists.num_kv_heads
+
+
+def choose_block_m(q_len: np.ndarray, group: int) -> int:
+    """Tile height: fits the tallest short request (decode/draft/verify) whole, 16..128 rows."""
+    short = np.minimum(np.asarray(q_len, dtype=np.int64), max(1, 128 // group))
+    need = int(short.max(initial=1)) * group
+    return int(min(max(16, triton.next_power_of_2(need)), max(128, triton.next_power_of_2(group))))
+
+
+def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 132,
+                   waves: float = 4.0, min_split_blocks: int = 4, block_m: int | None = None,
+                   block_n: int | None = None, tokens_per_split: int | None = None) -> AttentionPlan:
+    """Cut the pass into work items.
+
+    Split size: the KV blocks of all (row, query block) units over `num_sms * waves` items, at
+    least `min_split_blocks` blocks per split (shorter splits cost more in partials and merge than
+    the parallelism gains). Prefill query blocks stop at their last query's causal bound.
+    """
+    device = lists.count.device
+    q_len = np.asarray(q_len, dtype=np.int64)
+    n_req = len(q_len)
+    hkv, ps = lists.num_kv_heads, lists.page_size
+    g = num_q_heads // hkv
+    assert g * hkv == num_q_heads and lists.num_rows == n_req * hkv
+    bm = block_m or choose_block_m(q_len, g)
+    bn = block_n or max(ps, 64)
+    assert bn % ps == 0 and bm >= g
+    qb_size = bm // g
+    kv_len = lists.kv_len_np.reshape(n_req, hkv)
+    assert (q_len.reshape(-1, 1) <= kv_len).all(), "a request's query tokens must already be in its KV rows"
+
+    # units: (request, head, query block)
+    nqb = np.maximum(1, -(-q_len // qb_size))
+    u_req = np.repeat(np.arange(n_req), nqb * hkv)
+    u_head = np.concatenate([np.repeat(np.arange(hkv), k) for k in nqb]) if n_req else np.zeros(0, np.int64)
+    u_qb = np.concatenate([np.tile(np.arange(k) * qb_size, hkv) for k in nqb]) if n_req else np.zeros(0, np.int64)
+    u_kv = kv_len[u_req, u_head]
+    q_last = np.minimum(u_qb + qb_size, q_len[u_req])  # one past the block's last query
+    u_end = np.clip(u_kv - q_len[u_req] + q_last, 0, u_kv)  # causal bound of the block
+    u_blocks = -(-u_end // bn)
+    if tokens_per_split is None:
+        target = max(1, int(num_sms * waves))
+        split_blocks = max(min_split_blocks, -(-int(u_blocks.sum()) // target))
+        tokens_per_split = split_blocks * bn
+    assert tokens_per_split % bn == 0
+    split_blocks = tokens_per_split // bn
+    u_splits = np.maximum(1, -(-u_blocks // split_blocks))
+
+    # items: one per (unit, split); single-split units write the output directly
+    w_unit = np.repeat(np.arange(len(u_splits)), u_splits)
+    w_split = np.arange(len(w_unit)) - np.repeat(np.cumsum(u_splits) - u_splits, u_splits)
+    lo = w_split * tokens_per_split
+    hi = np.minimum(lo + tokens_per_split, u_blocks[w_unit] * bn)
+    multi = u_splits[w_unit] > 1
+    slot = np.where(multi, np.cumsum(multi) - 1, -1)
+    work = np.stack([u_req[w_unit], u_head[w_unit], u_qb[w_unit], lo, hi, slot], 1)
+    mu = np.nonzero(u_splits > 1)[0]
+    first_slot = np.cumsum(np.where(u_splits > 1, u_splits, 0)) - u_splits
+    merge = np.stack([u_req[mu], u_head[mu], u_qb[mu], first_slot[mu], u_splits[mu]], 1)
+    q_start = np.concatenate([[0], np.cumsum(q_len)[:-1]]) if n_req else np.zeros(0, np.int64)
+    t = lambda a: torch.as_tensor(np.ascontiguousarray(a, dtype=np.int32), device=device)  # noqa: E731
+    return AttentionPlan(t(work).reshape(-1, WORK_FIELDS), t(merge).reshape(-1, MERGE_FIELDS),
+                         t(q_start), t(q_len), lists, num_q_heads, int(multi.sum()), bm, bn,
+                         tokens_per_split)
+
+
+def mixed_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan: AttentionPlan,
+                    out: torch.Tensor | None = None, sm_scale: float | None = None,
+                    page_scores: torch.Tensor | None = None, num_warps: int | None = None,
+                    num_stages: int = 2) -> torch.Tensor:
+    """Attention for every request of a pass in one launch (plus one merge launch if any split).
+
+    q, out: `[total query tokens, num_q_heads, head_dim]` (requests' tokens back to back).
+    k_cache, v_cache: `[num_pages, num_kv_heads, page_size, head_dim]`.
+    page_scores (optional, fp32 `[rows, >= max pages]`): filled with each listed page's largest
+    scaled logit over the row's query heads and tokens (for `selection.select_from_scores`).
+    """
+    n_tok, hq, d = q.shape
+    _, hkv, ps, d2 = k_cache.shape
+    assert d == d2 and hq == plan.num_q_heads and hkv == plan.lists.num_kv_heads and ps == plan.lists.page_size
+    assert k_cache.stride() == v_cache.stride() and k_cache.stride(3) == 1 and q.stride(2) == 1
+    out = torch.empty_like(q) if out is None else out
+    sm_scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(d)
+    bm, bn = plan.block_m, plan.block_n
+    po = q.new_empty((max(plan.num_slots, 1) * bm, d), dtype=torch.float32)
+    pm = q.new_empty((max(plan.num_slots, 1) * bm,), dtype=torch.float32)
+    pl = torch.empty_like(pm)
+    scores = page_scores if page_scores is not None else pm
+    n_items = plan.work.shape[0]
+    nw = num_warps or (8 if bm >= 128 else 4)
+    if n_items:
+        _attn_fwd[(n_items,)](
+            q, k_cache, v_cache, out, po, pm, pl, scores, plan.work, plan.lists.start, plan.lists.count,
+            plan.lists.last_len, plan.lists.indices, plan.q_start, plan.q_len, sm_scale * 1.4426950408889634,
+            q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            out.stride(0), out.stride(1), scores.stride(0) if page_scores is not None else 0,
+            HKV=hkv, G=plan.group, D=d, PS=ps, BLOCK_M=bm, BLOCK_N=bn, UPCAST=_INTERPRET,
+            WRITE_SCORES=page_scores is not None, num_warps=nw, num_stages=num_stages)
+    if plan.merge.shape[0]:
+        _attn_merge[(plan.merge.shape[0],)](
+            out, po, pm, pl, plan.merge, plan.q_start, plan.q_len, out.stride(0), out.stride(1),
+            G=plan.group, D=d, BLOCK_M=bm, num_warps=4)
+    return out

@@ -1,0 +1,32 @@
+"""TRITON_INTERPRET=1 (CPU tests) support shared by the kernel modules.
+
+Read once, when a kernel module is imported: triton decides per `@triton.jit` at decoration time
+whether a function is compiled or interpreted, so the variable must be set before these modules load.
+"""
+
+from __future__ import annotations
+
+import os
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _numpy2_index_fix() -> None:
+    """Triton 3.6's interpreter turns a loaded scalar (a 1-element array) into a loop bound with
+    `int(array)`, which numpy >= 2.4 refuses; take the element instead. Interpreter only."""
+    from triton.runtime import interpreter as it
+
+    if getattr(it._patch_lang_tensor, "_spsim_fixed", False):
+        return
+    orig = it._patch_lang_tensor
+
+    def patched(tensor, scope):
+        orig(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    patched._spsim_fixed = True
+    it._patch_lang_tensor = patched
+
+
+if INTERPRET:
+    _numpy2_index_fix()
