@@ -1,0 +1,94 @@
+"""What a speculation policy sees and decides.
+
+Each pass the batcher hands the policy a read-only, array-shaped view of the decode requests that
+need a decision and the policy answers, per request, a *target*: the number of drafted tokens at
+which that request verifies. `target <= drafted` means verify now; `target == drafted + 1` means
+draft one more; `target == 0` is plain autoregressive decoding (speculation off).
+
+A policy with `plans_ahead = True` promises its targets hold until that request's next
+verification with drafts, or until the replica's batch changes (an admission or a finish): the
+batcher asks again only then, which lets the simulator advance many passes between events. A
+policy with `plans_ahead = False` is asked for every decode request every pass.
+
+A policy is one dataclass: its fields are its spec parameters (`fixed-k:k=8`), validated in
+`__post_init__`. Add one by writing the class and decorating it with `@register`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from spsim.cost import CostModel
+from spsim.plan import DraftMethod
+
+
+@dataclass
+class DecodeView:
+    """Decode requests needing a decision this pass (parallel arrays, one entry per request)."""
+
+    ids: np.ndarray  # int64 request ids
+    context: np.ndarray  # KV tokens (prompt + committed)
+    drafted: np.ndarray  # provisional drafts held since the last verification
+    remaining: np.ndarray  # output tokens still to emit
+    committed: np.ndarray  # output tokens emitted so far (the next draft's output position)
+    budget: np.ndarray  # sparse draft budget (tokens)
+    method: np.ndarray  # DraftMethod codes
+    last_entropy: np.ndarray  # entropy of each request's latest draft (NaN if none)
+    sum_entropy: np.ndarray  # sum of entropies of the drafts held
+    num_decode: int  # decode requests in the batch (including those not in this view)
+    prefill_tokens: int  # prefill tokens in this pass (0: prefill is planned after decode)
+    max_draft: int  # the batcher forces a verify at this many drafts
+
+
+@dataclass
+class PolicyContext:
+    """What a policy is bound to once, before the run."""
+
+    cost: CostModel
+    max_draft: int
+    draft_method: int
+    draft_budget: int
+    acceptance: object | None = None  # only for policies with `oracle = True`
+
+
+class Policy:
+    name: ClassVar[str] = ""
+    synchronous: ClassVar[bool] = False  # never mixes drafting and verifying requests in one pass
+    plans_ahead: ClassVar[bool] = True
+    needs_entropy: ClassVar[bool] = False
+    oracle: ClassVar[bool] = False  # may read the simulator's latent acceptance
+    speculative: ClassVar[bool] = True
+    default_draft_method: ClassVar[DraftMethod] = DraftMethod.VERIFY_REFRESH
+    description: ClassVar[str] = ""
+
+    def bind(self, ctx: PolicyContext) -> None:
+        self.ctx = ctx
+
+    def on_admit(self, rid: int) -> None:
+        pass
+
+    def on_finish(self, rid: int) -> None:
+        pass
+
+    def on_verify(self, ids: np.ndarray, drafted: np.ndarray, accepted: np.ndarray) -> None:
+        """Outcome of verifications with drafts (parallel arrays)."""
+
+    def targets(self, view: DecodeView) -> np.ndarray:
+        raise NotImplementedError
+
+    @property
+    def spec(self) -> str:
+        from dataclasses import fields
+
+        params = ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+        return f"{self.name}:{params}" if params else self.name
+
+
+def expected_tokens(alpha: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Tokens a verification emits after k drafts when each is accepted with prob alpha
+    independently: accepted prefix plus the target token, sum_{i=0..k} alpha^i."""
+    alpha = np.clip(alpha, 0.0, 0.999999)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)

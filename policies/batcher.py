@@ -1,0 +1,442 @@
+"""The batcher: one per replica. Builds each pass (a PassPlan) and applies its outcome.
+
+A pass is built in this order (DESIGN.md): admit waiting requests FCFS while KV pages and the
+batch size allow; ask the policy, for every decode request, verify now or draft one more; fill the
+rest of the token budget with prefill chunks. The batcher, not the policy, forces a verify when a
+draft would pass the request's remaining output tokens, reaches `max_draft`, or (for synchronous
+policies) when any other request verifies.
+
+Memory: a request holds pages for its tokens in the KV cache plus provisional drafted tokens, less
+prompt blocks shared through the prefix cache. When a decode step cannot get a page, the most
+recently admitted request is preempted and later recomputed (vLLM's recompute policy). Requests
+that can never fit, or exceed the model's context window, are rejected at arrival with a reason.
+
+`segment()` is the fast path: when every request is decoding under a policy that plans ahead, the
+next passes are known until the first verification whose outcome is random, a completion, a page
+shortage or a horizon (the next arrival): it returns them as one DecodeSegment, and
+`apply_segment()` gives exactly the state that many single passes would.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from spsim.plan import DecodeSegment, Outcome, PassPlan
+
+from .base import DecodeView, Policy
+from .kv import KVPool
+from .request import Phase, RequestTable
+
+I64 = np.int64
+# plain ints: IntEnum attribute access is slow in per-pass code
+WAITING, PREFILL, DECODE, DONE, REJECTED = (int(p) for p in (Phase.WAITING, Phase.PREFILL, Phase.DECODE,
+                                                             Phase.DONE, Phase.REJECTED))
+
+
+@dataclass
+class BatcherConfig:
+    capacity_pages: int
+    max_context: int
+    max_batch: int = 256
+    token_budget: int = 8192
+    page_size: int = 16
+    draft_method: int = 1
+    draft_budget: int = 2048
+    max_draft: int = 16
+    prefix_cache: bool = True
+    block_size: int | None = None
+
+
+@dataclass
+class SegmentPlan:
+    rids: np.ndarray
+    seg: DecodeSegment
+    ar_like: np.ndarray  # bool per request: verifies every pass with no drafts
+    verify_at: np.ndarray  # pass index of each speculative request's verification (or n)
+
+
+class Batcher:
+    def __init__(self, cfg: BatcherConfig, table: RequestTable, policy: Policy,
+                 prefix_indptr: np.ndarray | None = None, prefix_ids: np.ndarray | None = None):
+        self.cfg = cfg
+        self.t = table
+        self.policy = policy
+        self.pool = KVPool(cfg.capacity_pages, cfg.page_size, cfg.block_size,
+                           cfg.prefix_cache and prefix_indptr is not None)
+        self.prefix_indptr, self.prefix_ids = prefix_indptr, prefix_ids
+        self.waiting: deque[int] = deque()
+        self.running: list[int] = []  # admission order
+        self.prefilling: list[int] = []  # running requests still in prefill, admission order
+        self.itl: list[np.ndarray] = []  # emission gaps, one array per pass or segment
+        self.dirty = True  # batch composition changed: plans-ahead targets must be re-asked
+        self.passes = 0
+        self.finished = 0
+        self.on_done = None  # callable(rid, now) when a request finishes or is rejected
+
+    # ---------------------------------------------------------------- arrivals and admission
+    @property
+    def outstanding(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def enqueue(self, rid: int, now: float) -> None:
+        t, cfg = self.t, self.cfg
+        t.replica[rid] = 0
+        if t.prompt[rid] + t.output[rid] > cfg.max_context:
+            return self._reject(rid, 1, now)
+        worst = self.pool.pages_for(t.prompt[rid] + t.output[rid] + cfg.max_draft)
+        if worst > cfg.capacity_pages:
+            return self._reject(rid, 2, now)
+        t.phase[rid] = WAITING
+        t.prefill_target[rid] = t.prompt[rid]
+        self.waiting.append(rid)
+
+    def _reject(self, rid: int, reason: int, now: float = 0.0) -> None:
+        self.t.phase[rid] = REJECTED
+        self.t.reject[rid] = reason
+        if self.on_done:
+            self.on_done(rid, now)
+
+    def _blocks(self, rid: int) -> np.ndarray:
+        return self.prefix_ids[self.prefix_indptr[rid]:self.prefix_indptr[rid + 1]]
+
+    def _admit(self, now: float) -> None:
+        t, cfg, pool = self.t, self.cfg, self.pool
+        cache = pool.cache
+        while self.waiting and len(self.running) < cfg.max_batch:
+            rid = self.waiting[0]
+            target = int(t.prefill_target[rid])
+            hits = 0
+            if cache is not None:
+                blocks = self._blocks(rid)[: int(t.prompt[rid]) // cfg.block_size]
+                hits = cache.match(blocks)
+                if hits * cfg.block_size >= target:  # keep one token to compute logits from
+                    hits -= 1
+                blocks = blocks[:hits]
+                cache.acquire(blocks, count_stats=False)
+            shared = hits * (cfg.block_size or 0)
+            need = pool.pages_for(target - shared)
+            if not pool.reserve(need):
+                if cache is not None:
+                    cache.release(blocks)
+                break
+            if cache is not None:
+                cache.lookups += 1
+                cache.hit_blocks += hits
+                cache.queried_blocks += int(t.prompt[rid]) // cfg.block_size
+            self.waiting.popleft()
+            self.running.append(rid)
+            self.prefilling.append(rid)
+            t.phase[rid] = PREFILL
+            t.pages[rid] = need
+            t.shared_tokens[rid] = shared
+            t.cached_blocks[rid] = hits
+            t.prefilled[rid] = shared
+            t.ctx[rid] = shared
+            if np.isnan(t.t_admit[rid]):
+                t.t_admit[rid] = now
+                t.hit_tokens[rid] = shared
+            self.policy.on_admit(rid)
+
+    def _release(self, rid: int) -> None:
+        t = self.t
+        self.pool.private -= int(t.pages[rid])
+        t.pages[rid] = 0
+        if self.pool.cache is not None and t.cached_blocks[rid]:
+            self.pool.cache.release(self._blocks(rid)[: int(t.cached_blocks[rid])])
+        t.cached_blocks[rid] = 0
+        t.shared_tokens[rid] = 0
+
+    def _preempt(self, rid: int) -> None:
+        t = self.t
+        self._release(rid)
+        self.running.remove(rid)
+        if t.phase[rid] == PREFILL:
+            self.prefilling.remove(rid)
+        self.waiting.appendleft(rid)
+        t.phase[rid] = WAITING
+        t.prefill_target[rid] = t.prompt[rid] + t.committed[rid]  # recompute what it had
+        t.prefilled[rid] = t.ctx[rid] = t.drafted[rid] = 0
+        t.target[rid] = -1
+        t.preemptions[rid] += 1
+        self.dirty = True
+
+    def _finish(self, rid: int, now: float) -> None:
+        t = self.t
+        self._release(rid)
+        self.running.remove(rid)
+        t.phase[rid] = DONE
+        t.t_finish[rid] = now
+        self.policy.on_finish(rid)
+        self.finished += 1
+        self.dirty = True
+        if self.on_done:
+            self.on_done(rid, now)
+
+    # ---------------------------------------------------------------- planning
+    def _decoding(self) -> np.ndarray:
+        run = np.fromiter(self.running, I64, len(self.running))
+        return run[self.t.phase[run] == DECODE]
+
+    def _ask_policy(self, dec: np.ndarray) -> None:
+        t, pol = self.t, self.policy
+        if pol.plans_ahead and not self.dirty:
+            ask = dec[t.target[dec] < 0]
+        else:
+            ask = dec
+        self.dirty = False
+        if len(ask) == 0:
+            return
+        cfg = self.cfg
+        view = DecodeView(
+            ids=ask, context=t.ctx[ask], drafted=t.drafted[ask], remaining=t.output[ask] - t.committed[ask],
+            budget=np.full(len(ask), cfg.draft_budget, I64), method=np.full(len(ask), cfg.draft_method, I64),
+            last_entropy=t.last_entropy[ask], sum_entropy=t.sum_entropy[ask], num_decode=len(dec),
+            prefill_tokens=0, max_draft=cfg.max_draft, committed=t.committed[ask])
+        t.target[ask] = np.asarray(pol.targets(view), I64)
+
+    def _effective_target(self, dec: np.ndarray) -> np.ndarray:
+        t = self.t
+        return np.minimum(np.minimum(t.target[dec], t.output[dec] - t.committed[dec] - 1), self.cfg.max_draft)
+
+    def _grow_pages(self, dec: np.ndarray) -> np.ndarray:
+        """Reserve one more token's page for each decode request, preempting if short."""
+        t, pool = self.t, self.pool
+        while len(dec):
+            need = -(-(t.ctx[dec] + t.drafted[dec] + 1 - t.shared_tokens[dec]) // self.cfg.page_size)
+            delta = need - t.pages[dec]
+            if pool.reserve(int(delta.sum())):
+                t.pages[dec] = need
+                return dec
+            victim = self.running[-1]
+            self._preempt(victim)
+            dec = dec[dec != victim]
+        return dec
+
+    def plan(self, now: float) -> PassPlan:
+        t, cfg = self.t, self.cfg
+        self._admit(now)
+        dec = self._decoding()
+        dec = self._grow_pages(dec)
+        plan = PassPlan()
+        used = 0
+        if len(dec):
+            self._ask_policy(dec)
+            verify = t.drafted[dec] >= self._effective_target(dec)
+            if self.policy.synchronous and verify.any():
+                verify[:] = True
+            d, v = dec[~verify], dec[verify]
+            plan.draft_ids = d
+            plan.draft_context = t.ctx[d]
+            plan.draft_budget = np.full(len(d), cfg.draft_budget, I64)
+            plan.draft_method = np.full(len(d), cfg.draft_method, I64)
+            plan.draft_pos = t.drafted[d]
+            plan.verify_ids = v
+            plan.verify_query = t.drafted[v] + 1
+            plan.verify_context = t.ctx[v]
+            self._last_decode = (dec, verify)
+            used = len(d) + int(plan.verify_query.sum())
+        else:
+            self._last_decode = None
+        left = cfg.token_budget - used
+        ids, toks, ctxs = [], [], []
+        for rid in self.prefilling:
+            if left <= 0:
+                break
+            chunk = min(int(t.prefill_target[rid] - t.prefilled[rid]), left)
+            ids.append(rid)
+            toks.append(chunk)
+            ctxs.append(int(t.prefilled[rid]))
+            left -= chunk
+        if ids:
+            plan.prefill_ids = np.asarray(ids, I64)
+            plan.prefill_tokens = np.asarray(toks, I64)
+            plan.prefill_context = np.asarray(ctxs, I64)
+        return plan
+
+    def decode_segment(self, plan: PassPlan) -> DecodeSegment:
+        """A decode-only plan as a one-pass segment with its requests in running order, the same
+        column order `segment()` uses, so both paths price passes identically."""
+        dec, verify = self._last_decode
+        t, cfg = self.t, self.cfg
+        d = t.drafted[dec]
+        return DecodeSegment(np.where(verify, 2, 1).astype(np.int8)[None, :],
+                             np.where(verify, d + 1, 1)[None, :], t.ctx[dec][None, :], d[None, :],
+                             np.full(len(dec), cfg.draft_budget, I64), np.full(len(dec), cfg.draft_method, I64))
+
+    # ---------------------------------------------------------------- outcomes
+    def apply(self, plan: PassPlan, out: Outcome, t_end: float) -> None:
+        t = self.t
+        self.passes += 1
+        for rid, tok in zip(plan.prefill_ids.tolist(), plan.prefill_tokens.tolist()):
+            t.prefilled[rid] += tok
+            t.ctx[rid] = t.prefilled[rid]
+            if t.prefilled[rid] == t.prefill_target[rid]:
+                self._prefill_done(rid, t_end)
+        d = plan.draft_ids
+        if len(d):
+            t.drafted[d] += 1
+            t.drafts[d] += 1
+            ent = out.draft_entropy
+            t.last_entropy[d] = ent
+            t.sum_entropy[d] += np.nan_to_num(ent)
+        v = plan.verify_ids
+        if len(v):
+            self._verified(v, plan.verify_query - 1, np.asarray(out.accepted, I64), t_end)
+
+    def _prefill_done(self, rid: int, now: float) -> None:
+        t, cfg, cache = self.t, self.cfg, self.pool.cache
+        t.phase[rid] = DECODE
+        self.prefilling.remove(rid)
+        t.committed[rid] += 1  # the prefill pass samples the next token
+        t.target[rid] = -1
+        if np.isnan(t.t_first[rid]):
+            t.t_first[rid] = now
+        else:  # a recomputed request resumes: the gap counts as one inter-token latency
+            self.itl.append(np.array([now - t.t_last_emit[rid]]))
+        t.t_last_emit[rid] = now
+        if cache is not None:  # publish this prompt's full blocks for later requests
+            full = self._blocks(rid)[: int(t.prompt[rid]) // cfg.block_size]
+            have = int(t.cached_blocks[rid])
+            for b in full[have:].tolist():
+                if b in cache.refs:
+                    if cache.refs[b] == 0:
+                        cache.lru.pop(b, None)
+                    cache.refs[b] += 1
+                else:
+                    cache.refs[b] = 1
+            t.cached_blocks[rid] = len(full)
+            t.shared_tokens[rid] = len(full) * cfg.block_size
+            need = self.pool.pages_for(t.ctx[rid] - t.shared_tokens[rid])
+            self.pool.private += need - int(t.pages[rid])
+            t.pages[rid] = need
+        self.dirty = True
+        if t.committed[rid] >= t.output[rid]:
+            self._finish(rid, now)
+
+    def _verified(self, v: np.ndarray, drafted: np.ndarray, accepted: np.ndarray, now: float) -> None:
+        t = self.t
+        emitted = accepted + 1
+        t.committed[v] += emitted
+        t.ctx[v] += emitted
+        t.drafted[v] = 0
+        t.sum_entropy[v] = 0.0
+        t.last_entropy[v] = np.nan
+        t.verifies[v] += 1
+        t.accepted[v] += accepted
+        need = -(-(t.ctx[v] - t.shared_tokens[v]) // self.cfg.page_size)
+        self.pool.private += int((need - t.pages[v]).sum())
+        t.pages[v] = need
+        self.itl.append(now - t.t_last_emit[v])
+        t.t_last_emit[v] = now
+        spec = drafted > 0
+        if spec.any():
+            sv = v[spec]
+            t.spec_verifies[sv] += 1
+            t.target[sv] = -1
+            self.policy.on_verify(sv, drafted[spec], accepted[spec])
+        done = t.committed[v] >= t.output[v]
+        if done.any():
+            for rid in v[done].tolist():
+                self._finish(rid, now)
+
+    # ---------------------------------------------------------------- fast path
+    def segment(self, max_passes: int) -> SegmentPlan | None:
+        """The next passes as one segment, or None when the step path must plan (prefill, policy
+        asked every pass, nothing decoding, or the first pass already needs a random outcome and
+        a page decision). Call right after `plan()` would admit, i.e. via `plan_or_segment`."""
+        t, cfg = self.t, self.cfg
+        if not self.policy.plans_ahead or not self.running:
+            return None
+        if self.prefilling:
+            return None
+        run = np.fromiter(self.running, I64, len(self.running))
+        self._ask_policy(run)
+        eff = self._effective_target(run)
+        d = t.drafted[run]
+        ar_like = (eff <= 0) & (d == 0)
+        wait = np.maximum(eff - d, 0)  # passes of drafting before the verify
+        n = max_passes
+        if (~ar_like).any():
+            n = min(n, int(wait[~ar_like].min()) + 1)
+        if ar_like.any():
+            n = min(n, int((t.output[run] - t.committed[run])[ar_like].min()))
+        # pages: before pass i a request holds ctx + drafted + i tokens and needs room for one more
+        i = np.arange(n, dtype=I64)[:, None]
+        base = t.ctx[run] + d - t.shared_tokens[run] + 1
+        need = -(-(base[None, :] + i) // cfg.page_size)
+        extra = (need - t.pages[run][None, :]).sum(axis=1)
+        fits = extra <= self.pool.free()
+        n = int(np.argmin(fits)) if not fits.all() else n
+        if n < 2:
+            return None
+        i = i[:n]
+        r = len(run)
+        is_verify = ar_like[None, :] | (i == wait[None, :])
+        kind = np.where(is_verify, DecodeSegment.VERIFY, DecodeSegment.DRAFT).astype(np.int8)
+        dpos = np.where(ar_like[None, :], 0, d[None, :] + i)
+        query = np.where(is_verify, dpos + 1, 1)
+        ctx = t.ctx[run][None, :] + np.where(ar_like[None, :], i, 0)
+        seg = DecodeSegment(kind, query.astype(I64), ctx.astype(I64), dpos.astype(I64),
+                            np.full(r, cfg.draft_budget, I64), np.full(r, cfg.draft_method, I64))
+        return SegmentPlan(run, seg, ar_like, np.where(ar_like, n, wait))
+
+    def apply_segment(self, sp: SegmentPlan, n: int, ends: np.ndarray, accepted: np.ndarray) -> None:
+        """Apply the first `n` passes of a segment. `ends[i]` is when pass i ended; `accepted` the
+        outcome of the speculative verifications in pass n-1 (aligned with `last_verify_ids`)."""
+        t = self.t
+        run, ar = sp.rids, sp.ar_like
+        self.passes += n
+        # AR-like requests: one token per pass, each pass an emission
+        a = run[ar]
+        if len(a):
+            t.committed[a] += n
+            t.ctx[a] += n
+            t.verifies[a] += n
+            gaps = np.empty((n, len(a)))
+            gaps[0] = ends[0] - t.t_last_emit[a]
+            if n > 1:
+                gaps[1:] = np.diff(ends[:n])[:, None]
+            self.itl.append(gaps.ravel())
+            t.t_last_emit[a] = ends[n - 1]
+        # speculative requests: drafts through pass n-1, verifying there if scheduled
+        s = ~ar
+        if s.any():
+            sr = run[s]
+            ver = sp.verify_at[s] == n - 1
+            drafted_passes = np.where(ver, n - 1, n)
+            t.drafted[sr] += drafted_passes
+            t.drafts[sr] += drafted_passes
+        self._settle_pages(sp, n)
+        if s.any():
+            vr = sr[ver]
+            if len(vr):
+                self._verified(vr, t.drafted[vr].copy(), np.asarray(accepted, I64), ends[n - 1])
+        if len(a):
+            done = t.committed[a] >= t.output[a]
+            for rid in a[done].tolist():
+                self._finish(rid, ends[n - 1])
+
+    def last_verify_ids(self, sp: SegmentPlan, n: int) -> np.ndarray:
+        s = ~sp.ar_like
+        return sp.rids[s][sp.verify_at[s] == n - 1]
+
+    def _settle_pages(self, sp: SegmentPlan, n: int) -> None:
+        """Pages after n passes: the step path reserves, before each pass, room for one more
+        token (ctx + drafted + 1); verifications then release rejected drafts (in _verified)."""
+        t = self.t
+        run = sp.rids
+        s = ~sp.ar_like
+        ver = np.zeros(len(run), bool)
+        ver[s] = sp.verify_at[s] == n - 1
+        # tokens held before pass n-1, plus the one reserved for it
+        held_before_last = np.where(sp.ar_like, t.ctx[run] - 1, t.ctx[run] + t.drafted[run] - np.where(ver, 0, 1))
+        need = -(-(held_before_last + 1 - t.shared_tokens[run]) // self.cfg.page_size)
+        self.pool.private += int((need - t.pages[run]).sum())
+        self.pool.peak = max(self.pool.peak, self.pool.used)
+        t.pages[run] = need

@@ -1,0 +1,93 @@
+"""One model replica: a SimPy process that runs passes back to back while it has work.
+
+Each loop takes one step (one pass) or, on the fast path, one segment of many decode passes that
+end at the first random outcome, completion, page shortage or the horizon (the next instant an
+external event could change this replica's inputs). Either way it is one SimPy event. Pass times
+are added on a replica-local clock so both paths give bit-identical timestamps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import simpy
+
+from spsim.policies.batcher import Batcher
+from spsim.plan import DecodeSegment
+
+from .executor import SimExecutor
+
+CATEGORIES = ("prefill", "mixed", "draft", "verify")
+
+
+class Replica:
+    def __init__(self, env: simpy.Environment, index: int, batcher: Batcher, executor: SimExecutor,
+                 horizon, fast: bool = True, max_segment: int = 4096):
+        self.env = env
+        self.index = index
+        self.batcher = batcher
+        self.ex = executor
+        self.horizon = horizon  # callable(replica) -> earliest time an external event may arrive
+        self.fast = fast
+        self.max_segment = max_segment
+        self.clock = 0.0
+        self.busy_until = 0.0
+        self.wake: simpy.Event | None = None
+        self.cat_ns = dict.fromkeys(CATEGORIES, 0)  # integer ns: sums independent of order
+        self.cat_passes = dict.fromkeys(CATEGORIES, 0)
+        self.segments = 0
+        self.proc = env.process(self.run())
+
+    def notify(self) -> None:
+        if self.wake is not None and not self.wake.triggered:
+            self.wake.succeed()
+
+    def run(self):
+        env, b = self.env, self.batcher
+        while True:
+            if not b.has_work():
+                self.wake = env.event()
+                yield self.wake
+                self.wake = None
+                continue
+            now = self.clock = max(self.clock, env.now)
+            b._admit(now)
+            sp = b.segment(self.max_segment) if self.fast else None
+            if sp is not None:
+                yield from self._run_segment(sp, now)
+                continue
+            plan = b.plan(now)
+            if plan.is_empty():
+                raise RuntimeError("batcher produced an empty pass with work pending")  # a bug, not input
+            seg = b.decode_segment(plan) if not len(plan.prefill_ids) else None
+            out = self.ex.execute(plan, seg)
+            end = now + out.elapsed_s
+            self.busy_until = end
+            cat = plan.category
+            self.cat_ns[cat] += int(np.rint(out.elapsed_s * 1e9))
+            self.cat_passes[cat] += 1
+            yield env.timeout(end - env.now)
+            self.clock = end
+            b.apply(plan, out, end)
+
+    def _run_segment(self, sp, now: float):
+        times = self.ex.cost.segment_times(sp.seg)
+        ends = np.cumsum(np.concatenate(([now], times)))[1:]  # sequential sums, as the step path
+        starts = np.concatenate(([now], ends[:-1]))
+        h = self.horizon(self)
+        n = max(1, int(np.count_nonzero(starts < h)))
+        self.segments += 1
+        vids = self.batcher.last_verify_ids(sp, n)
+        accepted = self.ex.verify(vids, self.batcher.t.drafted[vids] + n - 1) if len(vids) else np.zeros(0, np.int64)
+        kinds = sp.seg.kind[:n]
+        has_d = (kinds == DecodeSegment.DRAFT).any(axis=1)
+        has_v = (kinds == DecodeSegment.VERIFY).any(axis=1)
+        tn = np.rint(times[:n] * 1e9).astype(np.int64)
+        for cat, mask in (("mixed", has_d & has_v), ("draft", has_d & ~has_v), ("verify", has_v & ~has_d)):
+            if mask.any():
+                self.cat_ns[cat] += int(tn[mask].sum())
+                self.cat_passes[cat] += int(mask.sum())
+        end = float(ends[n - 1])
+        self.busy_until = end
+        yield self.env.timeout(end - self.env.now)
+        self.clock = end
+        self.batcher.apply_segment(sp, n, ends, accepted)
