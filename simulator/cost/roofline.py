@@ -1,0 +1,255 @@
+"""Analytic roofline cost model: seconds per forward pass from its per-request composition.
+
+pass = host overhead + per-layer fixed cost (launches, norms, rope)
+     + smoothmax(weights / bandwidth, GEMM and LM-head flops / flop rate)      (read once per pass)
+     + sampling (one vocab-sized read per logits row) + TP all-reduces (2 per layer)
+     + sum over requests of its attention, priced from its own KV length:
+         per layer: hypot(KV pages read / bandwidth, attention flops / flop rate)
+                    + a fixed cost per request and per KV split (page tables, split merge).
+
+smoothmax(a, b) = (a^p + b^p)^(1/p): p -> inf is the hard roofline max; the fitted p (~1.75) makes
+the knee gradual, as measured for the GEMMs. Attention uses p = 2 (np.hypot, one vector op): we
+have no measurement of our attention kernels to fit it to. Because KV is read in whole pages and
+every request pays fixed costs per split, a batch of mixed lengths costs more than its mean predicts. Attention of a request with `q` query tokens per KV head packs the
+GQA group: `q * group` rows, padded to MMA tiles of 16 rows, re-reading the KV once per 128-row
+query tile (so a verify of up to 32 tokens reads it once, a long prefill chunk several times).
+
+Draft-KV methods (spsim.plan.DraftMethod):
+  STATIC, VERIFY_REFRESH: every layer reads min(budget, context) + draft_pos + 1 tokens.
+  VERIFY_REFRESH: Quest page scoring (per-page min/max keys, 2/page_size of the keys, every layer)
+      once per draft run, charged to its first draft (draft_pos == 0): the verify group of a plan
+      does not say which method its next drafts use, and a run of k = 0 never needs the scores.
+  STEP_REFRESH: one designated layer attends to the full context + drafts instead of the budget,
+      and the page scoring runs every step.
+All per-pass terms are vectorised: `time(plan)` over the plan's requests, `segment_times(seg)`
+over (passes, requests) with the same formulas (equal to float rounding).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+from spsim.errors import SpsimError
+from spsim.hardware import GPU, get_gpu
+from spsim.memory import check_tp, kv_budget_bytes, kv_heads_per_gpu
+from spsim.models import ModelConfig, dtype_bytes, get_model
+from spsim.plan import DecodeSegment, DraftMethod, PassPlan
+
+# Per-pass times measured on this project's H200 for an 8B shape (DESIGN.md), tokens -> seconds.
+# 1-64 tokens all took 4.1 ms. The fitted constants below reproduce these (see fit_error()).
+H200_8B_PASS_S = {1: 4.1e-3, 16: 4.1e-3, 32: 4.1e-3, 64: 4.1e-3, 128: 5.7e-3, 256: 7.1e-3, 512: 12.4e-3}
+
+
+@dataclass(frozen=True)
+class RooflineParams:
+    # Fitted to H200_8B_PASS_S by benchmarks/cost_model_check.py (least squares, relative error):
+    layer_fixed_s: float = 15.461e-6  # per layer per pass: launches, norms, rope, residuals
+    gemm_eff: float = 0.8996  # fraction of the GPU's achievable GEMM rate the pass's GEMMs reach
+    smooth_p: float = 1.7464  # smoothmax exponent between memory and compute time
+    # Assumptions (not fitted; documented in docs/cost_model.md):
+    host_overhead_s: float = 100e-6  # scheduler + input preparation per pass, not overlapped
+    attn_flops_eff: float = 0.5  # attention kernels reach half the GEMM rate (softmax, small tiles)
+    attn_req_s: float = 0.2e-6  # per request per layer: page-table walk, launch share
+    attn_split_s: float = 0.1e-6  # per KV split per layer: the merge of split partial results
+    split_tokens: int = 2048  # KV tokens per split
+    mma_rows: int = 16  # query rows padded to this (mma.sync m16)
+    q_tile_rows: int = 128  # query rows per tile; the KV is re-read once per tile
+    sample_bytes_per_logit: int = 12  # fp32 logits written, read by softmax, read by the sampler
+
+
+class RooflineCostModel:
+    """Implements spsim.cost.CostModel from model shapes, GPU datasheet figures and efficiency factors."""
+
+    name = "roofline"
+
+    def __init__(self, model: ModelConfig | str = "llama-3.1-8b", gpu: GPU | str = "h200", tp: int = 1,
+                 weight_dtype: str = "bf16", kv_dtype: str = "bf16", page_size: int = 16,
+                 params: RooflineParams | None = None, check_memory: bool = True):
+        self.model, self.gpu = get_model(model), get_gpu(gpu)
+        check_tp(self.model, tp)
+        if not isinstance(page_size, int) or page_size < 1:
+            raise SpsimError(f"page size must be a positive integer, got {page_size!r}")
+        wb, kb = dtype_bytes(weight_dtype), dtype_bytes(kv_dtype)  # validates the names
+        self.tp, self.weight_dtype, self.kv_dtype, self.page_size = tp, weight_dtype, kv_dtype, page_size
+        self.p = params or RooflineParams()
+        if check_memory:  # raises SpsimError when the weights do not fit (e.g. 70B at tp=1 on 80 GB)
+            kv_budget_bytes(self.model, self.gpu, weight_dtype, tp)
+        m, g, P = self.model, self.gpu, self.p
+        bw = g.bw
+        self.L = m.layers
+        hkv = kv_heads_per_gpu(m, tp)
+        self.group = (m.q_heads // tp) // hkv  # query heads sharing one KV head on a GPU
+        # Linear part, per GPU.
+        self.weights_s = m.pass_weight_bytes(weight_dtype) / tp / bw
+        rate = g.flops(weight_dtype) * P.gemm_eff
+        self.token_flop_s = 2 * m.layers * m.layer_linear_params / tp / rate
+        self.logit_flop_s = 2 * m.lm_head_params / tp / rate
+        self.sample_s = m.vocab * P.sample_bytes_per_logit / bw  # per logits row
+        self.fixed_s = m.layers * P.layer_fixed_s
+        if tp > 1:  # ring all-reduce of the hidden state, twice per layer
+            link = g.nvlink_bw * g.nvlink_eff
+            self.comm_fixed_s = 2 * m.layers * g.allreduce_latency_s
+            self.comm_token_s = 2 * m.layers * 2 * (tp - 1) / tp * m.hidden * 2 / link
+        else:
+            self.comm_fixed_s = self.comm_token_s = 0.0
+        # Attention, per layer per GPU.
+        self.page_read_s = page_size * 2 * hkv * m.head_dim * kb / bw  # K and V of one page
+        self.score_page_s = 2 * hkv * m.head_dim * kb / bw  # min and max key of one page
+        self.row_flop_s = 4 * m.head_dim * hkv / (g.flops("bf16") * P.attn_flops_eff)  # per row per KV token
+        self.inv_p = 1.0 / P.smooth_p
+        # a query (prefill chunk) never exceeds the context window, so the tables cover every q
+        self._build_tables(self.model.max_context)
+        # [method, min(draft_pos, 1)] -> seconds per scored page (all layers)
+        self.score_tbl = np.zeros((3, 2))
+        self.score_tbl[DraftMethod.VERIFY_REFRESH, 0] = self.L * self.score_page_s
+        self.score_tbl[DraftMethod.STEP_REFRESH, :] = self.L * self.score_page_s
+
+    # ---- linear part ----
+    def pass_overhead(self, num_tokens: int, num_logits: int | None = None) -> float:
+        """Seconds of a pass with `num_tokens` tokens and no attention (logits for every token
+        unless `num_logits` says otherwise)."""
+        if num_tokens <= 0:
+            return 0.0
+        n_log = num_tokens if num_logits is None else num_logits
+        p = self.p.smooth_p
+        c = num_tokens * self.token_flop_s + n_log * self.logit_flop_s
+        lin = (self.weights_s ** p + c ** p) ** self.inv_p
+        return (self.p.host_overhead_s + self.fixed_s + lin + n_log * self.sample_s
+                + self.comm_fixed_s + num_tokens * self.comm_token_s)
+
+    def _overhead_vec(self, tokens: np.ndarray, logits: np.ndarray) -> np.ndarray:
+        p = self.p.smooth_p
+        c = tokens * self.token_flop_s + logits * self.logit_flop_s
+        lin = (self.weights_s ** p + c ** p) ** self.inv_p
+        t = (self.p.host_overhead_s + self.fixed_s + self.comm_fixed_s) + lin + logits * self.sample_s \
+            + tokens * self.comm_token_s
+        return np.where(tokens > 0, t, 0.0)
+
+    # ---- attention ----
+    def _build_tables(self, qmax: int) -> None:  # ~2 MB for a 128K window
+        """Per query length q (rows = q * group): seconds per KV page read (once per 128-row query
+        tile) and seconds of flops per KV token (rows padded to MMA tiles). Lookups replace four
+        integer ops each in the hot path."""
+        P = self.p
+        rows = np.arange(qmax + 1, dtype=np.int64) * self.group
+        self.read_tbl = ((rows + P.q_tile_rows - 1) // P.q_tile_rows) * self.page_read_s
+        self.flop_tbl = ((rows + P.mma_rows - 1) // P.mma_rows) * (P.mma_rows * self.row_flop_s)
+
+    def _layer_attn(self, n_kv, causal_kv, q):
+        """Seconds per layer per request reading `n_kv` KV tokens with `q` query tokens per head
+        (GQA packed); `causal_kv` is the KV a query row sees on average. `q` is an array or an int."""
+        P = self.p
+        mem = ((n_kv + (self.page_size - 1)) // self.page_size) * self.read_tbl[q]
+        # smoothmax with p = 2 (np.hypot: one op); no attention measurement of our kernels to fit p to
+        sm = np.hypot(mem, causal_kv * self.flop_tbl[q])
+        return sm + ((n_kv + (P.split_tokens - 1)) // P.split_tokens) * P.attn_split_s + P.attn_req_s
+
+    def _full_attn(self, context, query):
+        """All-layer seconds of full attention over `context` plus a causal tail of `query` tokens."""
+        return self.L * self._layer_attn(context + query, context + (query + 1) * 0.5, query)
+
+    def _draft_attn(self, context, budget, method, pos):
+        """All-layer seconds of one draft token, per request (arrays of one shape)."""
+        sparse = np.minimum(budget, context) + pos + 1
+        t_sparse = self._layer_attn(sparse, sparse, 1)
+        t = self.L * t_sparse
+        # page scoring: every step (STEP_REFRESH), or the first draft of a run (VERIFY_REFRESH)
+        score = self.score_tbl[method, np.minimum(pos, 1)]
+        t = t + score * ((context + (self.page_size - 1)) // self.page_size)
+        if (method == DraftMethod.STEP_REFRESH).any():  # the designated layer reads all the KV
+            full = context + pos + 1
+            t = t + np.where(method == DraftMethod.STEP_REFRESH, self._layer_attn(full, full, 1) - t_sparse, 0.0)
+        return t
+
+    # ---- the CostModel protocol ----
+    def time(self, plan: PassPlan) -> float:
+        n_pre, n_dr = len(plan.prefill_ids), len(plan.draft_ids)
+        total = 0.0
+        tokens = n_dr
+        logits = n_dr + n_pre  # one logits row per prefill chunk (its last token)
+        if n_pre:
+            t = plan.prefill_tokens
+            total += float(self._full_attn(plan.prefill_context, t).sum())
+            tokens += int(t.sum())
+        if n_dr:
+            total += float(self._draft_attn(plan.draft_context, plan.draft_budget, plan.draft_method,
+                                            plan.draft_pos).sum())
+        if len(plan.verify_ids):
+            q = plan.verify_query
+            total += float(self._full_attn(plan.verify_context, q).sum())
+            nq = int(q.sum())
+            tokens += nq
+            logits += nq
+        if tokens == 0:
+            return 0.0
+        return self.pass_overhead(tokens, logits) + total
+
+    def segment_times(self, seg: DecodeSegment) -> np.ndarray:
+        kind, ctx = seg.kind, seg.context
+        draft, verify = kind == DecodeSegment.DRAFT, kind == DecodeSegment.VERIFY
+        q = np.where(verify, seg.query, 0)
+        att = np.where(verify, self._full_attn(ctx, q), 0.0)
+        if draft.any():
+            shape = kind.shape
+            att = att + np.where(draft, self._draft_attn(ctx, np.broadcast_to(seg.budget, shape),
+                                                         np.broadcast_to(seg.method, shape), seg.draft_pos), 0.0)
+        tokens = q.sum(axis=1) + draft.sum(axis=1)
+        return self._overhead_vec(tokens, tokens) + att.sum(axis=1)
+
+    def marginal(self, context, budget, method, query, draft_pos=None):
+        """Attention seconds a request adds when it drafts one token (at `draft_pos`, default 0)
+        and when it verifies `query` tokens; the shared linear part is `pass_overhead`."""
+        context, budget, method, query = (np.asarray(a, dtype=np.int64) for a in (context, budget, method, query))
+        pos = np.zeros_like(context) if draft_pos is None else np.asarray(draft_pos, dtype=np.int64)
+        return self._draft_attn(context, budget, method, pos), self._full_attn(context, query)
+
+    # ---- metadata and profiles ----
+    def metadata(self) -> dict:
+        from datetime import datetime, timezone
+        from importlib import metadata as im
+
+        def ver(pkg):
+            try:
+                return im.version(pkg)
+            except im.PackageNotFoundError:
+                return None
+
+        return {
+            "cost_model": self.name, "gpu": self.gpu.to_dict(), "model": self.model.to_dict(), "tp": self.tp,
+            "weight_dtype": self.weight_dtype, "kv_dtype": self.kv_dtype, "page_size": self.page_size,
+            "params": asdict(self.p), "versions": {p: ver(p) for p in ("spsim", "numpy", "torch", "triton")},
+            "kernel_version": None,  # analytic: no kernels measured
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "fit_error": fit_error(self.p),
+        }
+
+    def to_profile(self) -> dict:
+        """JSON-able profile; `load_cost_model` rebuilds the same model from it."""
+        return {"spsim_cost_profile": 1, "kind": self.name, "metadata": self.metadata()}
+
+    @classmethod
+    def from_profile(cls, prof: dict) -> "RooflineCostModel":
+        md = prof["metadata"]
+        return cls(ModelConfig.from_dict(md["model"]), GPU.from_dict(md["gpu"]), tp=md["tp"],
+                   weight_dtype=md["weight_dtype"], kv_dtype=md["kv_dtype"], page_size=md["page_size"],
+                   params=RooflineParams(**md["params"]))
+
+    def with_params(self, **kw) -> "RooflineCostModel":
+        return RooflineCostModel(self.model, self.gpu, self.tp, self.weight_dtype, self.kv_dtype, self.page_size,
+                                 replace(self.p, **kw), check_memory=False)
+
+
+def fit_error(params: RooflineParams | None = None) -> dict:
+    """Relative error of the linear part (host overhead excluded: the measurement had none) against
+    the H200 8B per-pass measurements, each pass computing logits for all its tokens."""
+    cm = RooflineCostModel("llama-3.1-8b", "h200", params=params or RooflineParams())
+    rel = []
+    for n, y in H200_8B_PASS_S.items():
+        rel.append((cm.pass_overhead(n) - cm.p.host_overhead_s) / y - 1)
+    r = np.asarray(rel)
+    return {"reference": "DESIGN.md H200 Llama-3.1-8B shape per-pass times, 1-512 tokens",
+            "max_abs_rel": float(np.abs(r).max()), "rms_rel": float(math.sqrt(float((r ** 2).mean()))),
+            "per_point_rel": {str(k): round(float(v), 4) for k, v in zip(H200_8B_PASS_S, r)}}
