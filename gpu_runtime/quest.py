@@ -1,0 +1,62 @@
+"""Quest page scoring kernel: an upper bound of each page's q.k from its per-page key min/max
+(`selection.PageMeta`), one program per (request, KV head, block of pages)."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .interpret import INTERPRET  # noqa: F401  (applies the interpreter fix before decoration)
+
+
+@triton.jit
+def _quest_score(Q, KMIN, KMAX, PAGE_TABLE, NPAGES, OUT, sink, recent,
+                 stride_qr, stride_qh, stride_mp, stride_mh, stride_pt, stride_out, max_pages,
+                 HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_P: tl.constexpr):
+    row = tl.program_id(0)
+    r = row // HKV
+    h = row % HKV
+    offs_p = tl.program_id(1) * BLOCK_P + tl.arange(0, BLOCK_P)
+    offs_d = tl.arange(0, D)
+    n = tl.load(NPAGES + r)
+    ok = offs_p < n
+    # sum_g sum_d max(q_gd * lo_d, q_gd * hi_d) = (sum_g q_g^+) . hi + (sum_g q_g^-) . lo: the group's
+    # heads fold into two vectors, so one pass over the page bounds serves the whole group.
+    qp = tl.zeros([D], tl.float32)
+    qn = tl.zeros([D], tl.float32)
+    for j in tl.static_range(G):
+        qj = tl.load(Q + r.to(tl.int64) * stride_qr + (h * G + j) * stride_qh + offs_d).to(tl.float32)
+        qp += tl.maximum(qj, 0.0)
+        qn += tl.minimum(qj, 0.0)
+    phys = tl.load(PAGE_TABLE + r.to(tl.int64) * stride_pt + offs_p, mask=ok, other=0).to(tl.int64)
+    moff = phys[:, None] * stride_mp + h * stride_mh + offs_d[None, :]
+    lo = tl.load(KMIN + moff, mask=ok[:, None], other=0.0).to(tl.float32)
+    hi = tl.load(KMAX + moff, mask=ok[:, None], other=0.0).to(tl.float32)
+    score = tl.sum(hi * qp[None, :] + lo * qn[None, :], axis=1)
+    keep = (offs_p < sink) | (offs_p >= n - recent)
+    score = tl.where(keep, float("inf"), score)
+    score = tl.where(ok, score, float("-inf"))
+    tl.store(OUT + row.to(tl.int64) * stride_out + offs_p, score, mask=offs_p < max_pages)
+
+
+def quest_scores(q: torch.Tensor, meta, page_table: torch.Tensor, num_pages: torch.Tensor,
+                 sink: int, recent: int, block_p: int = 64) -> torch.Tensor:
+    """Quest bound per (request, KV head, logical page) `[rows, max_pages]` fp32, summed over the
+    group's query heads; sink and recent pages score +inf, pages past the end -inf.
+
+    q `[requests, num_q_heads, d]`: each drafting request's newest query (after RoPE).
+    """
+    r_n, hq, d = q.shape
+    hkv = meta.kmin.shape[1]
+    maxp = page_table.shape[1]
+    out = torch.empty((r_n * hkv, maxp), dtype=torch.float32, device=q.device)
+    assert q.stride(2) == 1 and page_table.stride(1) == 1
+    grid = (r_n * hkv, triton.cdiv(maxp, block_p))
+    _quest_score[grid](q, meta.kmin, meta.kmax, page_table, num_pages, out, sink, recent,
+                       q.stride(0), q.stride(1), meta.kmin.stride(0), meta.kmin.stride(1),
+                       page_table.stride(0), out.stride(0), maxp,
+                       HKV=hkv, G=hq // hkv, D=d, BLOCK_P=block_p, num_warps=4)
+    return out
+
+

@@ -1,0 +1,113 @@
+"""Mixed-pass attention kernel under the Triton CPU interpreter, against the PyTorch reference.
+
+Tiny shapes (the interpreter runs each program in numpy). fp32 and fp16 inputs only: the
+interpreter cannot do bf16 arithmetic (the GPU tests in tests/gpu cover bf16)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from spsim.gpu_runtime.interpret import load_interpreted
+
+A, _ = load_interpreted()  # sets TRITON_INTERPRET=1 and (re)loads the kernels interpreted
+
+from spsim.gpu_runtime.reference import mixed_attention_ref  # noqa: E402
+from spsim.gpu_runtime.testing import Req, make_batch, rel_err, rng_for  # noqa: E402
+
+TOL = {torch.float32: 1e-5, torch.float16: 2e-3}  # relative L2 error (fp32 compute in the interpreter)
+
+
+def run_case(name, reqs, hkv=2, g=4, d=64, ps=16, dtype=torch.float32, scores=False, **plan_kw):
+    rng = rng_for(name)
+    b = make_batch(reqs, hkv, g, d, ps, dtype, "cpu", rng)
+    plan = A.plan_attention(b.q_len, b.lists, hkv * g, **plan_kw)
+    out = torch.full_like(b.q, float("nan"))  # poisoned: every element must be written
+    ps_k = ps_r = None
+    if scores:
+        ps_k = torch.full((b.lists.num_rows, int(b.lists.count_np.max())), float("nan"))
+        ps_r = ps_k.clone()
+    A.mixed_attention(b.q, b.k_cache, b.v_cache, plan, out=out, page_scores=ps_k)
+    ref = mixed_attention_ref(b.q, b.k_cache, b.v_cache, b.q_len, b.lists, page_scores=ps_r)
+    assert not torch.isnan(out).any(), "unwritten or NaN output"
+    err = rel_err(out, ref)
+    assert err < TOL[dtype], f"relative error {err:.2e}"
+    if scores:
+        m = ~torch.isnan(ps_r)
+        assert not torch.isnan(ps_k[m]).any()
+        assert torch.allclose(ps_k[m], ps_r[m], rtol=1e-4, atol=1e-4)
+    return plan, b
+
+
+def test_single_partial_page_and_partial_last_page():
+    # ctx 0: one token, one partial page; ctx 20 at page 16: two pages, the last partial
+    run_case("single_partial", [Req("decode", 0), Req("decode", 20), Req("verify", 5, q=3)])
+
+
+@pytest.mark.parametrize("g", [1, 4, 8])
+def test_gqa_groups(g):
+    run_case(f"gqa{g}", [Req("decode", 40), Req("verify", 33, q=5)], hkv=2, g=g)
+
+
+def test_verify_longer_than_a_page():
+    run_case("verify_gt_page", [Req("verify", 30, q=21), Req("verify", 3, q=17)], ps=16)
+
+
+def test_many_splits_and_merge():
+    plan, _ = run_case("many_splits", [Req("decode", 700), Req("verify", 500, q=9), Req("draft", 900, budget=320)],
+                       tokens_per_split=64)
+    assert plan.merge.shape[0] > 0 and int(plan.merge[:, 4].max()) >= 8  # really split, merged
+
+
+def test_auto_split_small_batch():
+    plan, _ = run_case("auto_split", [Req("decode", 600)], hkv=1, g=4, num_sms=4)
+    assert plan.merge.shape[0] == 1  # one long request alone is still spread over programs
+
+
+def test_draft_budget_at_least_context():
+    run_case("draft_full_budget", [Req("draft", 50, budget=4096), Req("draft", 70, budget=32)])
+
+
+def test_mixed_batch_all_kinds_one_launch():
+    reqs = [Req("prefill", 40, q=37), Req("decode", 90), Req("draft", 200, budget=64),
+            Req("verify", 75, q=9), Req("prefill", 0, q=19), Req("draft", 33, budget=16)]
+    plan, _ = run_case("mixed", reqs, tokens_per_split=64)
+    kinds = set(np.asarray(plan.q_len.tolist()))
+    assert {1, 9, 37, 19} <= kinds
+
+
+@pytest.mark.parametrize("dtype,d,ps", [(torch.float16, 64, 16), (torch.float16, 128, 32), (torch.float32, 64, 128)])
+def test_dtypes_head_dims_page_sizes(dtype, d, ps):
+    run_case(f"dtype_{dtype}_{d}_{ps}", [Req("verify", 2 * ps + 3, q=4), Req("draft", 5 * ps, budget=3 * ps)],
+             hkv=2, g=2, d=d, ps=ps, dtype=dtype)
+
+
+def test_verify_page_scores():
+    run_case("scores", [Req("verify", 70, q=9), Req("decode", 17)], scores=True)
+
+
+def test_empty_split_is_harmless():
+    """A split with no keys (start == end) writes m = -1e30, l = 0 and must not disturb the merge."""
+    rng = rng_for("empty_split")
+    b = make_batch([Req("decode", 200)], 1, 4, 64, 16, torch.float32, "cpu", rng)
+    plan = A.plan_attention(b.q_len, b.lists, 4, tokens_per_split=64)
+    w = plan.work.clone()
+    w[0, 4] = w[1, 4]  # first split takes the second's range; the second becomes empty
+    w[1, 3] = w[1, 4]
+    plan.work = w
+    out = torch.full_like(b.q, float("nan"))
+    A.mixed_attention(b.q, b.k_cache, b.v_cache, plan, out=out)
+    ref = mixed_attention_ref(b.q, b.k_cache, b.v_cache, b.q_len, b.lists)
+    assert rel_err(out, ref) < 1e-5
+
+
+def test_scale_and_large_logits():
+    """fp32 accumulation with large logits (online softmax must rescale, not overflow)."""
+    rng = rng_for("large_logits")
+    b = make_batch([Req("verify", 100, q=9)], 2, 4, 64, 16, torch.float32, "cpu", rng)
+    q = b.q * 30
+    plan = A.plan_attention(b.q_len, b.lists, 8, tokens_per_split=64)
+    out = A.mixed_attention(q, b.k_cache, b.v_cache, plan, sm_scale=1 / math.sqrt(64))
+    ref = mixed_attention_ref(q, b.k_cache, b.v_cache, b.q_len, b.lists)
+    assert torch.isfinite(out).all() and rel_err(out, ref) < 1e-5
