@@ -9,8 +9,9 @@ pass = host overhead + per-layer fixed cost (launches, norms, rope)
 
 smoothmax(a, b) = (a^p + b^p)^(1/p): p -> inf is the hard roofline max; the fitted p (~1.75) makes
 the knee gradual, as measured for the GEMMs. Attention uses p = 2 (np.hypot, one vector op): we
-have no measurement of our attention kernels to fit it to. Because KV is read in whole pages and
-every request pays fixed costs per split, a batch of mixed lengths costs more than its mean predicts. Attention of a request with `q` query tokens per KV head packs the
+have no measurement of our attention kernels to fit it to. KV is read in whole pages, at least
+`attn_min_kv` tokens' worth per request (a convex floor), and every request pays fixed costs per
+KV split, so a batch of mixed lengths costs more than the same batch at its mean length. Attention of a request with `q` query tokens per KV head packs the
 GQA group: `q * group` rows, padded to MMA tiles of 16 rows, re-reading the KV once per 128-row
 query tile (so a verify of up to 32 tokens reads it once, a long prefill chunk several times).
 
@@ -53,6 +54,7 @@ class RooflineParams:
     host_overhead_s: float = 100e-6  # scheduler + input preparation per pass, not overlapped
     attn_flops_eff: float = 0.5  # attention kernels reach half the GEMM rate (softmax, small tiles)
     attn_req_s: float = 0.2e-6  # per request per layer: page-table walk, launch share
+    attn_min_kv: int = 256  # KV tokens: the least a request's attention costs to stream
     attn_split_s: float = 0.1e-6  # per KV split per layer: the merge of split partial results
     split_tokens: int = 2048  # KV tokens per split
     mma_rows: int = 16  # query rows padded to this (mma.sync m16)
@@ -142,7 +144,10 @@ class RooflineCostModel:
         """Seconds per layer per request reading `n_kv` KV tokens with `q` query tokens per head
         (GQA packed); `causal_kv` is the KV a query row sees on average. `q` is an array or an int."""
         P = self.p
-        mem = ((n_kv + (self.page_size - 1)) // self.page_size) * self.read_tbl[q]
+        # a request streams at least `attn_min_kv` tokens' worth: a split's prologue (page-table
+        # and first-page loads) is not hidden for a short request; the floor is convex, so a batch
+        # of mixed lengths costs more than the same number of requests at the mean length
+        mem = ((np.maximum(n_kv, P.attn_min_kv) + (self.page_size - 1)) // self.page_size) * self.read_tbl[q]
         # smoothmax with p = 2 (np.hypot: one op); no attention measurement of our kernels to fit p to
         sm = np.hypot(mem, causal_kv * self.flop_tbl[q])
         return sm + ((n_kv + (P.split_tokens - 1)) // P.split_tokens) * P.attn_split_s + P.attn_req_s
@@ -218,7 +223,8 @@ class RooflineCostModel:
                 return None
 
         return {
-            "cost_model": self.name, "gpu": self.gpu.to_dict(), "model": self.model.to_dict(), "tp": self.tp,
+            "cost_model": self.name, "gpu_name": self.gpu.name, "model_name": self.model.name,
+            "gpu": self.gpu.to_dict(), "model": self.model.to_dict(), "tp": self.tp,
             "weight_dtype": self.weight_dtype, "kv_dtype": self.kv_dtype, "page_size": self.page_size,
             "params": asdict(self.p), "versions": {p: ver(p) for p in ("spsim", "numpy", "torch", "triton")},
             "kernel_version": None,  # analytic: no kernels measured

@@ -1,0 +1,277 @@
+"""Catalogs, KV memory accounting and the analytic roofline cost model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spsim.cost import CostModel
+from spsim.errors import SpsimError
+from spsim.hardware import GPUS, get_gpu
+from spsim.memory import kv_capacity_pages, page_bytes
+from spsim.models import MODELS, get_model
+from spsim.plan import DecodeSegment, DraftMethod, PassPlan
+from spsim.simulator.cost import RooflineCostModel, fit_error, load_cost_model, make_cost_model, save_profile
+
+I = np.int64
+
+
+@pytest.fixture(scope="module")
+def cm():
+    return make_cost_model()
+
+
+def verify_plan(ctx, query):
+    ctx, query = np.asarray(ctx, I), np.asarray(query, I)
+    return PassPlan(verify_ids=np.arange(len(ctx)), verify_query=query, verify_context=ctx)
+
+
+def draft_plan(ctx, budget, method, pos):
+    ctx = np.asarray(ctx, I)
+    n = len(ctx)
+    return PassPlan(draft_ids=np.arange(n), draft_context=ctx, draft_budget=np.broadcast_to(np.asarray(budget, I), n).copy(),
+                    draft_method=np.broadcast_to(np.asarray(method, I), n).copy(),
+                    draft_pos=np.broadcast_to(np.asarray(pos, I), n).copy())
+
+
+# ---- catalogs ----
+
+def test_catalogs_hold_the_required_entries_with_published_sizes():
+    for name in ("llama-3.1-8b", "llama-3.2-3b", "qwen2.5-7b", "qwen2.5-14b", "llama-3.1-70b"):
+        m = MODELS[name]
+        assert abs(m.params / m.published_params - 1) < 0.01, name  # shapes reproduce the model card
+    for name in ("h100-sxm", "h100-nvl", "h200", "a100-80gb"):
+        assert name in GPUS
+    assert get_model("llama-3.1-8b").kv_bytes_per_token("bf16") == 2 * 32 * 8 * 128 * 2
+    assert get_model("8b").kv_bytes_per_token("fp8") * 2 == get_model("8b").kv_bytes_per_token("bf16")
+    assert get_model("70b").weight_bytes("fp8") < 0.52 * get_model("70b").weight_bytes("bf16")
+
+
+@pytest.mark.parametrize("alias,name", [("8B", "llama-3.1-8b"), ("Llama3-8B", "llama-3.1-8b"),
+                                        ("LLAMA-3.1-70B", "llama-3.1-70b"), ("qwen2.5_14b", "qwen2.5-14b")])
+def test_model_aliases_case_insensitive(alias, name):
+    assert get_model(alias).name == name
+
+
+@pytest.mark.parametrize("alias,name", [("H200-SXM", "h200"), ("h100", "h100-sxm"), ("NVIDIA H100 NVL", "h100-nvl"),
+                                        ("A100", "a100-80gb")])
+def test_gpu_aliases_case_insensitive(alias, name):
+    assert get_gpu(alias).name == name
+
+
+def test_unknown_names_list_the_known_ones():
+    with pytest.raises(SpsimError, match="llama-3.1-8b.*llama-3.1-70b"):
+        get_model("gpt-5")
+    with pytest.raises(SpsimError, match="h100-sxm.*a100-80gb"):
+        get_gpu("tpu-v5")
+    with pytest.raises(SpsimError, match="dtype"):
+        page_bytes("8b", kv_dtype="int3")
+
+
+# ---- memory ----
+
+def test_selection_metadata_costs_two_over_page_size_of_the_keys():
+    for ps in (16, 32):
+        with_meta, without = page_bytes("8b", ps), page_bytes("8b", ps, selection_metadata=False)
+        keys = without // 2
+        assert with_meta - without == 2 * keys // ps
+    assert page_bytes("8b", 16, "fp8") * 2 == page_bytes("8b", 16, "bf16")
+    assert page_bytes("8b", 16, tp=2) * 2 == page_bytes("8b", 16, tp=1)  # KV heads split over GPUs
+    assert page_bytes("8b", 16, tp=16) == page_bytes("8b", 16, tp=8)  # 8 KV heads: replicated past tp=8
+
+
+def test_kv_capacity_follows_weights_and_dtypes():
+    base = kv_capacity_pages("8b", "h200")
+    g = get_gpu("h200")
+    free = int(g.mem_bytes * 0.9) - get_model("8b").weight_bytes("bf16")
+    assert base == free // page_bytes("8b")
+    assert kv_capacity_pages("8b", "h200", kv_dtype="fp8") >= 2 * base - 1
+    assert kv_capacity_pages("8b", "h200", weight_dtype="fp8") > base
+    assert kv_capacity_pages("8b", "h200", reserve_frac=0.2) < base
+    # bigger pages: half the pages, but the per-page min/max keys shrink relative to the KV
+    assert kv_capacity_pages("8b", "h200", page_size=32) == free // page_bytes("8b", 32) > base // 2
+
+
+@pytest.mark.parametrize("gpu", ["h100-sxm", "a100-80gb", "h200"])
+def test_70b_needs_tp2_on_80gb_cards(gpu):
+    with pytest.raises(SpsimError, match=r"tp>=2"):
+        kv_capacity_pages("llama-3.1-70b", gpu, tp=1)
+    with pytest.raises(SpsimError, match=r"tp>=2"):
+        make_cost_model("llama-3.1-70b", gpu, tp=1)
+    assert kv_capacity_pages("llama-3.1-70b", gpu, tp=2) > 1000
+    make_cost_model("llama-3.1-70b", gpu, tp=2)
+
+
+def test_bad_tp_and_page_size_are_user_errors():
+    with pytest.raises(SpsimError, match="does not divide"):
+        make_cost_model("8b", tp=3)
+    with pytest.raises(SpsimError, match="positive"):
+        kv_capacity_pages("8b", "h200", tp=0)
+    with pytest.raises(SpsimError, match="page size"):
+        make_cost_model(page_size=0)
+
+
+# ---- the linear part ----
+
+def test_fit_to_h200_8b_pass_times_is_within_ten_percent():
+    err = fit_error()
+    assert err["max_abs_rel"] < 0.10 and err["rms_rel"] < 0.05
+
+
+def test_pass_overhead_flat_then_compute_bound(cm):
+    t = {n: cm.pass_overhead(n) for n in (1, 64, 128, 512, 2048)}
+    assert t[64] / t[1] < 1.12  # weights dominate while the GEMMs are memory-bound
+    assert t[1] < t[64] < t[128] < t[512] < t[2048]
+    assert 3.5 < t[2048] / t[512] < 4.5  # compute-bound: ~linear in tokens
+    assert cm.pass_overhead(0) == 0.0 and cm.time(PassPlan()) == 0.0
+
+
+def test_fp8_weights_speed_up_weight_bound_passes():
+    bf, f8 = make_cost_model(), make_cost_model(weight_dtype="fp8")
+    assert f8.pass_overhead(8) < 0.7 * bf.pass_overhead(8)
+    a100 = make_cost_model(gpu="a100", weight_dtype="fp8")  # no fp8 tensor cores: same flops as bf16
+    assert a100.token_flop_s == make_cost_model(gpu="a100").token_flop_s
+
+
+def test_tensor_parallel_splits_work_and_adds_communication():
+    t2 = make_cost_model("70b", "h200", tp=2)
+    t4 = make_cost_model("70b", "h200", tp=4)
+    plan = verify_plan([16000] * 8, [1] * 8)
+    assert t4.time(plan) < t2.time(plan) < 2 * t4.time(plan)
+    no_comm = t2.with_params()
+    no_comm.comm_fixed_s = no_comm.comm_token_s = 0.0
+    assert t2.time(plan) - no_comm.time(plan) > 2 * 80 * 8e-6  # two all-reduces per layer
+    assert make_cost_model("8b").comm_fixed_s == 0.0
+
+
+# ---- attention ----
+
+def test_verify_reads_kv_once_and_grows_with_query(cm):
+    ctx = np.full(8, 32768, I)
+    _, dec = cm.marginal(ctx, ctx, np.zeros(8, I), np.ones(8, I))
+    prev = dec
+    for q in (5, 9, 17, 33):
+        _, v = cm.marginal(ctx, ctx, np.zeros(8, I), np.full(8, q, I))
+        assert np.all(v > prev)  # flops grow with the query
+        prev = v
+    _, v17 = cm.marginal(ctx, ctx, np.zeros(8, I), np.full(8, 17, I))
+    assert np.all(v17 < 2 * dec)  # GQA packed: KV once per KV head, not per query head
+
+
+def test_decode_attention_streams_kv_near_copy_bandwidth(cm):
+    ctx = np.full(8, 131072, I)
+    _, dec = cm.marginal(ctx, ctx, np.zeros(8, I), np.ones(8, I))
+    bw = 8 * 131072 * cm.model.kv_bytes_per_token() / dec.sum()
+    assert 3.5e12 < bw < 4.27e12 * 1.001  # SDPA measured 4.2-4.6 TB/s at batch >= 8
+
+
+def test_draft_reads_its_budget_and_methods_order(cm):
+    one = lambda ctx, m, pos: cm.time(draft_plan([ctx], 2048, m, pos))  # noqa: E731
+    S, V, T = DraftMethod.STATIC, DraftMethod.VERIFY_REFRESH, DraftMethod.STEP_REFRESH
+    assert one(8192, S, 3) == one(65536, S, 3)  # only min(budget, context) is read
+    assert one(1024, S, 3) < one(2048, S, 3)
+    assert one(8192, S, 6) > one(8192, S, 3)  # provisional drafted tokens are read too
+    assert one(65536, V, 0) > one(65536, V, 1) == one(65536, S, 1)  # scoring once per draft run
+    assert one(65536, T, 1) > one(65536, V, 0)  # full layer + scoring every step
+    assert one(131072, T, 1) > one(65536, T, 1)  # the full layer grows with context
+
+
+def test_draft_verify_ratio_falls_as_k_grows(cm):
+    ctx = np.full(1, 32768, I)
+    d, _ = cm.marginal(ctx, np.full(1, 2048, I), np.full(1, 1, I), np.ones(1, I), draft_pos=np.ones(1, I))
+    ratios = [d[0] / cm.marginal(ctx, ctx, np.zeros(1, I), np.full(1, k + 1, I))[1][0] for k in (2, 8, 16, 32)]
+    assert all(a > b for a, b in zip(ratios, ratios[1:]))
+
+
+def test_mixed_lengths_cost_more_than_the_mean(cm):
+    mixed = verify_plan([1, 1, 1, 8189], [1] * 4)  # mean 2048
+    mean = verify_plan([2048] * 4, [1] * 4)
+    assert cm.time(mixed) > cm.time(mean)
+    assert cm.time(verify_plan([100, 60000], [1, 1])) > cm.time(verify_plan([30050, 30050], [1, 1]))
+
+
+def test_prefill_chunk_pays_gemms_causal_flops_and_context_reads(cm):
+    def pre(tokens, ctx):
+        return cm.time(PassPlan(prefill_ids=np.arange(1), prefill_tokens=np.array([tokens], I),
+                                prefill_context=np.array([ctx], I)))
+    assert pre(2048, 0) > cm.pass_overhead(2048, num_logits=1) * 1.01  # causal attention costs something
+    assert pre(2048, 60000) > pre(2048, 30000) > pre(2048, 0)
+    assert pre(4096, 0) > 1.8 * pre(2048, 0)
+
+
+def test_time_is_overhead_plus_marginals(cm):
+    rng = np.random.default_rng(1)
+    ctx, bud = rng.integers(1, 100000, 6), rng.integers(16, 4096, 6)
+    meth, pos, q = rng.integers(0, 3, 6), rng.integers(0, 9, 6), rng.integers(1, 12, 6)
+    d, v = cm.marginal(ctx, bud, meth, q, draft_pos=pos)
+    assert cm.time(draft_plan(ctx, bud, meth, pos)) == pytest.approx(cm.pass_overhead(6) + d.sum(), rel=1e-12)
+    assert cm.time(verify_plan(ctx, q)) == pytest.approx(cm.pass_overhead(int(q.sum())) + v.sum(), rel=1e-12)
+
+
+@st.composite
+def segments(draw):
+    n, r = draw(st.integers(1, 5)), draw(st.integers(1, 6))
+    ints = lambda lo, hi, k: np.array(draw(st.lists(st.integers(lo, hi), min_size=k, max_size=k)), I)  # noqa: E731
+    kind = ints(1, 2, n * r).reshape(n, r).astype(np.int8)
+    query = np.where(kind == 2, ints(1, 40, n * r).reshape(n, r), 1)
+    ctx = ints(0, 131000, n * r).reshape(n, r)
+    dpos = np.where(kind == 2, query - 1, ints(0, 20, n * r).reshape(n, r))
+    return DecodeSegment(kind, query, ctx, dpos, ints(1, 8192, r), ints(0, 2, r))
+
+
+@settings(max_examples=60, deadline=None)
+@given(seg=segments(), model=st.sampled_from(["8b", "qwen2.5-7b"]), tp=st.sampled_from([1, 2]))
+def test_segment_times_equal_per_pass_time(seg, model, tp):
+    cm = make_cost_model(model, "h200", tp=tp)
+    got = cm.segment_times(seg)
+    assert got.shape == (seg.kind.shape[0],)
+    for i in range(seg.kind.shape[0]):
+        d, v = seg.kind[i] == 1, seg.kind[i] == 2
+        plan = PassPlan(draft_ids=np.flatnonzero(d), draft_context=seg.context[i, d], draft_budget=seg.budget[d],
+                        draft_method=seg.method[d], draft_pos=seg.draft_pos[i, d],
+                        verify_ids=np.flatnonzero(v), verify_query=seg.query[i, v], verify_context=seg.context[i, v])
+        assert got[i] == pytest.approx(cm.time(plan), rel=1e-12)
+        assert float(cm.segment_times(DecodeSegment.from_plan(plan))[0]) == pytest.approx(cm.time(plan), rel=1e-12)
+
+
+# ---- protocol and profiles ----
+
+def test_implements_the_protocol_and_profile_round_trips(cm, tmp_path):
+    assert isinstance(cm, CostModel)
+    md = cm.metadata()
+    assert md["gpu_name"] == "h200" and md["model"]["name"] == "llama-3.1-8b" and md["page_size"] == 16
+    assert md["fit_error"]["max_abs_rel"] < 0.1 and md["date"] and "numpy" in md["versions"]
+    other = make_cost_model("qwen2.5-14b", "h100-nvl", tp=2, weight_dtype="fp8", kv_dtype="fp8", page_size=32)
+    path = tmp_path / "p.json"
+    save_profile(other, path)
+    back = load_cost_model(path)
+    plan = PassPlan(draft_ids=np.arange(2), draft_context=np.array([5000, 90000]), draft_budget=np.array([1024, 1024]),
+                    draft_method=np.array([1, 2]), draft_pos=np.array([0, 3]),
+                    verify_ids=np.arange(2, 4), verify_query=np.array([4, 1]), verify_context=np.array([100, 70000]),
+                    prefill_ids=np.arange(4, 5), prefill_tokens=np.array([512]), prefill_context=np.array([1024]))
+    assert back.time(plan) == other.time(plan) and back.page_size == 32 and back.tp == 2
+
+
+def test_bad_profiles_are_one_line_errors(tmp_path):
+    with pytest.raises(SpsimError, match="not found"):
+        load_cost_model(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(SpsimError, match="bad.json: not a JSON"):
+        load_cost_model(bad)
+    bad.write_text(json.dumps({"spsim_cost_profile": 1, "kind": "roofline", "metadata": {"tp": 1}}))
+    with pytest.raises(SpsimError, match="malformed"):
+        load_cost_model(bad)
+    bad.write_text(json.dumps({"spsim_cost_profile": 1, "kind": "magic"}))
+    with pytest.raises(SpsimError, match="unknown cost profile kind"):
+        load_cost_model(bad)
+
+
+def test_deterministic_across_instances():
+    plan = verify_plan([1234, 99999], [3, 7])
+    assert make_cost_model().time(plan) == make_cost_model().time(plan)
+    assert isinstance(make_cost_model().time(plan), float)
