@@ -212,6 +212,29 @@ def test_time_is_overhead_plus_marginals(cm):
     assert cm.time(verify_plan(ctx, q)) == pytest.approx(cm.pass_overhead(int(q.sum())) + v.sum(), rel=1e-12)
 
 
+def vector_only(cm):
+    """The same model with its small-plan scalar path turned off (numpy for every plan)."""
+    v = cm.with_params()
+    v.SCALAR_MAX = -1
+    return v
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 12), seed=st.integers(0, 2**32 - 1))
+def test_scalar_and_vector_paths_agree(n, seed):
+    cm = make_cost_model("qwen2.5-14b", "h100-sxm", tp=2)
+    vec = vector_only(cm)
+    rng = np.random.default_rng(seed)
+    ctx, bud, meth = rng.integers(0, 131000, n), rng.integers(1, 9000, n), rng.integers(0, 3, n)
+    pos, q = rng.integers(0, 30, n), rng.integers(1, 3000, n)
+    for a, b in zip(cm.marginal(ctx, bud, meth, q, draft_pos=pos), vec.marginal(ctx, bud, meth, q, draft_pos=pos)):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    plan = PassPlan(prefill_ids=np.arange(n), prefill_tokens=q, prefill_context=ctx,
+                    draft_ids=np.arange(n), draft_context=ctx, draft_budget=bud, draft_method=meth, draft_pos=pos,
+                    verify_ids=np.arange(n), verify_query=q % 40 + 1, verify_context=ctx)
+    assert cm.time(plan) == pytest.approx(vec.time(plan), rel=1e-12)
+
+
 @st.composite
 def segments(draw):
     n, r = draw(st.integers(1, 5)), draw(st.integers(1, 6))
@@ -235,6 +258,7 @@ def test_segment_times_equal_per_pass_time(seg, model, tp):
                         draft_method=seg.method[d], draft_pos=seg.draft_pos[i, d],
                         verify_ids=np.flatnonzero(v), verify_query=seg.query[i, v], verify_context=seg.context[i, v])
         assert got[i] == pytest.approx(cm.time(plan), rel=1e-12)
+        assert got[i] == pytest.approx(vector_only(cm).time(plan), rel=1e-12)
         assert float(cm.segment_times(DecodeSegment.from_plan(plan))[0]) == pytest.approx(cm.time(plan), rel=1e-12)
 
 

@@ -108,6 +108,7 @@ class RooflineCostModel:
         self.score_tbl = np.zeros((3, 2))
         self.score_tbl[DraftMethod.VERIFY_REFRESH, 0] = self.L * self.score_page_s
         self.score_tbl[DraftMethod.STEP_REFRESH, :] = self.L * self.score_page_s
+        self._score_rows = self.score_tbl.tolist()
 
     # ---- linear part ----
     def pass_overhead(self, num_tokens: int, num_logits: int | None = None) -> float:
@@ -170,22 +171,63 @@ class RooflineCostModel:
         return t
 
     # ---- the CostModel protocol ----
+    # Scalar twins of _layer_attn / _draft_attn for small plans: numpy costs ~1 us per vector op
+    # whatever the length, so below ~64 requests plain float math is several times faster.
+    # Same formulas, same operation order; tests check the two paths agree to float rounding.
+    SCALAR_MAX = 64  # measured crossover ~80 requests (benchmarks/results/cost_model_check.json)
+
+    def _layer1(self, n: int, causal: float, q: int) -> float:
+        P = self.p
+        rows = q * self.group
+        m = n if n > P.attn_min_kv else P.attn_min_kv
+        mem = ((m + self.page_size - 1) // self.page_size) * (((rows + P.q_tile_rows - 1) // P.q_tile_rows) * self.page_read_s)
+        cmp = causal * (((rows + P.mma_rows - 1) // P.mma_rows) * (P.mma_rows * self.row_flop_s))
+        return math.hypot(mem, cmp) + ((n + P.split_tokens - 1) // P.split_tokens) * P.attn_split_s + P.attn_req_s
+
+    def _draft1(self, c: int, b: int, m: int, pos: int) -> float:
+        sparse = (b if b < c else c) + pos + 1
+        ts = self._layer1(sparse, sparse, 1)
+        t = self.L * ts + self._score_rows[m][1 if pos > 0 else 0] * ((c + self.page_size - 1) // self.page_size)
+        if m == DraftMethod.STEP_REFRESH:
+            full = c + pos + 1
+            t = t + (self._layer1(full, full, 1) - ts)
+        return t
+
     def time(self, plan: PassPlan) -> float:
-        n_pre, n_dr = len(plan.prefill_ids), len(plan.draft_ids)
+        n_pre, n_dr, n_ver = len(plan.prefill_ids), len(plan.draft_ids), len(plan.verify_ids)
+        scalar = n_pre + n_dr + n_ver <= self.SCALAR_MAX
         total = 0.0
         tokens = n_dr
         logits = n_dr + n_pre  # one logits row per prefill chunk (its last token)
         if n_pre:
             t = plan.prefill_tokens
-            total += float(self._full_attn(plan.prefill_context, t).sum())
+            if scalar:
+                L, f = self.L, self._layer1
+                for c, q in zip(plan.prefill_context.tolist(), t.tolist()):
+                    total += L * f(c + q, c + (q + 1) * 0.5, q)
+            else:
+                total += float(self._full_attn(plan.prefill_context, t).sum())
             tokens += int(t.sum())
         if n_dr:
-            total += float(self._draft_attn(plan.draft_context, plan.draft_budget, plan.draft_method,
-                                            plan.draft_pos).sum())
-        if len(plan.verify_ids):
-            q = plan.verify_query
-            total += float(self._full_attn(plan.verify_context, q).sum())
-            nq = int(q.sum())
+            if scalar:
+                f = self._draft1
+                for c, b, m, pos in zip(plan.draft_context.tolist(), plan.draft_budget.tolist(),
+                                        plan.draft_method.tolist(), plan.draft_pos.tolist()):
+                    total += f(c, b, m, pos)
+            else:
+                total += float(self._draft_attn(plan.draft_context, plan.draft_budget, plan.draft_method,
+                                                plan.draft_pos).sum())
+        if n_ver:
+            if scalar:
+                L, f = self.L, self._layer1
+                nq = 0
+                for c, q in zip(plan.verify_context.tolist(), plan.verify_query.tolist()):
+                    total += L * f(c + q, c + (q + 1) * 0.5, q)
+                    nq += q
+            else:
+                q = plan.verify_query
+                total += float(self._full_attn(plan.verify_context, q).sum())
+                nq = int(q.sum())
             tokens += nq
             logits += nq
         if tokens == 0:
@@ -209,6 +251,12 @@ class RooflineCostModel:
         and when it verifies `query` tokens; the shared linear part is `pass_overhead`."""
         context, budget, method, query = (np.asarray(a, dtype=np.int64) for a in (context, budget, method, query))
         pos = np.zeros_like(context) if draft_pos is None else np.asarray(draft_pos, dtype=np.int64)
+        if context.ndim == 1 and len(context) <= self.SCALAR_MAX:
+            L, f, g = self.L, self._layer1, self._draft1
+            cl, ql = context.tolist(), query.tolist()
+            d = [g(c, b, m, p) for c, b, m, p in zip(cl, budget.tolist(), method.tolist(), pos.tolist())]
+            v = [L * f(c + q, c + (q + 1) * 0.5, q) for c, q in zip(cl, ql)]
+            return np.array(d), np.array(v)
         return self._draft_attn(context, budget, method, pos), self._full_attn(context, query)
 
     # ---- metadata and profiles ----
