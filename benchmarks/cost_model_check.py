@@ -13,6 +13,7 @@ Run: python3 benchmarks/cost_model_check.py  (writes benchmarks/results/cost_mod
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 import timeit
@@ -116,12 +117,14 @@ def speed() -> dict:
 
     plan = mixed_plan(8, rng)
     vplan = PassPlan(verify_ids=np.arange(8), verify_query=np.ones(8, np.int64), verify_context=rng.integers(1000, 64000, 8))
+    big = mixed_plan(128, rng)
     seg = segment(64, 8, rng)
     c, bud, meth, q = plan.verify_context, np.full(4, 2048), np.full(4, 1), plan.verify_query
     return {
         "numpy_add_8_elements_us": round(base, 3),
         "time_8req_mixed_us": us(lambda: cm.time(plan), 2000),
         "time_8req_verify_only_us": us(lambda: cm.time(vplan), 2000),
+        "time_128req_mixed_us (vector path)": us(lambda: cm.time(big), 500),
         "segment_n64_r8_us_per_pass": round(us(lambda: cm.segment_times(seg), 200) / 64, 2),
         "segment_n64_r8_us_per_call": us(lambda: cm.segment_times(seg), 200),
         "marginal_4req_us": us(lambda: cm.marginal(c, bud, meth, q), 2000),
@@ -130,7 +133,9 @@ def speed() -> dict:
 
 
 def main() -> None:
-    res = {"machine": f"{platform.machine()} {platform.processor() or ''} {platform.python_version()}".strip(),
+    load = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
+    res = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, load {load}, Python {platform.python_version()}, "
+                      f"numpy {np.__version__}",
            "linear_fit": refit(), "probe": probe_compare(), "attention": attention_check(), "speed_us": speed(),
            "params": asdict(RooflineParams())}
     RESULTS.write_text(json.dumps(res, indent=1) + "\n")
