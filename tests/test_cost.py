@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -212,6 +213,11 @@ def test_time_is_overhead_plus_marginals(cm):
     assert cm.time(verify_plan(ctx, q)) == pytest.approx(cm.pass_overhead(int(q.sum())) + v.sum(), rel=1e-12)
 
 
+@functools.lru_cache(maxsize=None)
+def _cached_vec(model, tp):
+    return vector_only(_cached(model, tp))
+
+
 def vector_only(cm):
     """The same model with its small-plan scalar path turned off (numpy for every plan)."""
     v = cm.with_params()
@@ -246,10 +252,15 @@ def segments(draw):
     return DecodeSegment(kind, query, ctx, dpos, ints(1, 8192, r), ints(0, 2, r))
 
 
+@functools.lru_cache(maxsize=None)
+def _cached(model, tp):
+    return make_cost_model(model, "h200", tp=tp)
+
+
 @settings(max_examples=60, deadline=None)
 @given(seg=segments(), model=st.sampled_from(["8b", "qwen2.5-7b"]), tp=st.sampled_from([1, 2]))
 def test_segment_times_equal_per_pass_time(seg, model, tp):
-    cm = make_cost_model(model, "h200", tp=tp)
+    cm = _cached(model, tp)
     got = cm.segment_times(seg)
     assert got.shape == (seg.kind.shape[0],)
     for i in range(seg.kind.shape[0]):
@@ -258,7 +269,7 @@ def test_segment_times_equal_per_pass_time(seg, model, tp):
                         draft_method=seg.method[d], draft_pos=seg.draft_pos[i, d],
                         verify_ids=np.flatnonzero(v), verify_query=seg.query[i, v], verify_context=seg.context[i, v])
         assert got[i] == pytest.approx(cm.time(plan), rel=1e-12)
-        assert got[i] == pytest.approx(vector_only(cm).time(plan), rel=1e-12)
+        assert got[i] == pytest.approx(_cached_vec(model, tp).time(plan), rel=1e-12)
         assert float(cm.segment_times(DecodeSegment.from_plan(plan))[0]) == pytest.approx(cm.time(plan), rel=1e-12)
 
 
@@ -278,6 +289,7 @@ def test_implements_the_protocol_and_profile_round_trips(cm, tmp_path):
                     verify_ids=np.arange(2, 4), verify_query=np.array([4, 1]), verify_context=np.array([100, 70000]),
                     prefill_ids=np.arange(4, 5), prefill_tokens=np.array([512]), prefill_context=np.array([1024]))
     assert back.time(plan) == other.time(plan) and back.page_size == 32 and back.tp == 2
+    assert back.kv_capacity_pages() == kv_capacity_pages("qwen2.5-14b", "h100-nvl", 32, "fp8", "fp8", 2)
 
 
 def test_bad_profiles_are_one_line_errors(tmp_path):

@@ -35,7 +35,7 @@ import numpy as np
 
 from spsim.errors import SpsimError
 from spsim.hardware import GPU, get_gpu
-from spsim.memory import check_tp, kv_budget_bytes, kv_heads_per_gpu
+from spsim.memory import check_tp, kv_budget_bytes, kv_capacity_pages, kv_heads_per_gpu
 from spsim.models import ModelConfig, dtype_bytes, get_model
 from spsim.plan import DecodeSegment, DraftMethod, PassPlan
 
@@ -258,6 +258,13 @@ class RooflineCostModel:
             v = [L * f(c + q, c + (q + 1) * 0.5, q) for c, q in zip(cl, ql)]
             return np.array(d), np.array(v)
         return self._draft_attn(context, budget, method, pos), self._full_attn(context, query)
+
+    def kv_capacity_pages(self, reserve_frac: float | None = None, selection_metadata: bool = True) -> int:
+        """KV pages a replica holds with this model's GPU, model, tp, dtypes and page size (works for
+        a profile's own GPU and model even when they are not in the catalogs)."""
+        kw = {} if reserve_frac is None else {"reserve_frac": reserve_frac}
+        return kv_capacity_pages(self.model, self.gpu, self.page_size, self.kv_dtype, self.weight_dtype, self.tp,
+                                 selection_metadata=selection_metadata, **kw)
 
     # ---- metadata and profiles ----
     def metadata(self) -> dict:
