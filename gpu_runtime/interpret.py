@@ -32,6 +32,30 @@ if INTERPRET:
     _numpy2_index_fix()
 
 
+def can_interpret() -> bool:
+    """Whether this process can still run the kernels interpreted: triton's own `@jit` helpers
+    (tl.max, tl.sum, ...) are fixed compiled or interpreted when triton is imported, so triton must
+    not have been imported before TRITON_INTERPRET=1 was set."""
+    import sys
+
+    if "triton" not in sys.modules:
+        return True
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(tl.standard.max, InterpretedFunction)
+
+
+def rerun_in_subprocess(test_file: str) -> int:
+    """Run a test file in a fresh interpreter with TRITON_INTERPRET=1 (for when `can_interpret`
+    is false in this process); returns pytest's exit code."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file], env=env).returncode
+
+
 def load_interpreted():
     """For CPU tests: the kernel modules with their kernels interpreted, whatever was imported
     before (triton itself may already be loaded; only our modules' decoration time matters).
