@@ -74,7 +74,8 @@ class RooflineCostModel:
         check_tp(self.model, tp)
         if not isinstance(page_size, int) or page_size < 1:
             raise SpsimError(f"page size must be a positive integer, got {page_size!r}")
-        wb, kb = dtype_bytes(weight_dtype), dtype_bytes(kv_dtype)  # validates the names
+        dtype_bytes(weight_dtype)  # validates the name
+        kb = dtype_bytes(kv_dtype)
         self.tp, self.weight_dtype, self.kv_dtype, self.page_size = tp, weight_dtype, kv_dtype, page_size
         self.p = params or RooflineParams()
         if check_memory:  # raises SpsimError when the weights do not fit (e.g. 70B at tp=1 on 80 GB)
