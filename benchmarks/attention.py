@@ -1,0 +1,288 @@
+"""Attention kernels on the GPU against torch SDPA (flash) and FlexAttention, Llama-3.1-8B layer shape.
+
+    python3 benchmarks/attention.py --part decode,verify --batches 1,8,64 --contexts 32768 --out r.json
+
+Parts: decode (full, 1 query), verify (k+1 = 9 queries), draft (sparse, 2K-token budget, random
+page lists per KV head; FlexAttention on the same pages), select (Quest scoring + top pages),
+mixed (half drafting, half verifying in one launch). Every time is the median of
+`triton.testing.do_bench` (L2 flushed before each run) over a CUDA-graph replay, so host launch
+overhead is out. Bandwidth = bytes the kernel must read (K and V of the listed tokens) / time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import sys
+import time
+
+import numpy as np
+import torch
+import triton
+
+from spsim.gpu_runtime import attention as A
+from spsim.gpu_runtime import selection as S
+from spsim.gpu_runtime.pages import PageLists, full_page_lists, pages_for, selected_page_lists
+
+HQ, HKV, D = 32, 8, 128
+DT = torch.bfloat16
+KV_BYTES_PER_TOKEN = HKV * D * 2 * 2  # K and V, bf16
+
+
+def timed(fn, graph=True) -> float:
+    """Median ms; the function replayed from a CUDA graph when it can be captured."""
+    fn()
+    fn()
+    torch.cuda.synchronize()
+    run = fn
+    if graph:
+        try:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                fn()
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            run = g.replay
+        except Exception as e:  # noqa: BLE001
+            print(f"  (no graph: {type(e).__name__}: {str(e)[:80]})")
+            torch.cuda.synchronize()
+    return triton.testing.do_bench(run, warmup=20, rep=100, return_mode="median")
+
+
+class Cache:
+    """B requests of `ctx` tokens: a dense copy for SDPA/Flex, a paged copy on shuffled pages."""
+
+    def __init__(self, batch: int, ctx: int, ps: int, dense=True):
+        self.batch, self.ctx, self.ps = batch, ctx, ps
+        npg = pages_for(ctx, ps)
+        self.npg = int(npg)
+        n_phys = batch * self.npg
+        gen = torch.Generator(device="cuda").manual_seed(batch * 7919 + ctx)
+        self.k = torch.randn((n_phys, HKV, ps, D), device="cuda", dtype=DT, generator=gen)
+        self.v = torch.randn((n_phys, HKV, ps, D), device="cuda", dtype=DT, generator=gen)
+        perm = torch.randperm(n_phys, device="cuda", generator=gen)
+        self.page_table = perm.view(batch, self.npg).to(torch.int32)
+        self.tables = self.page_table.cpu().numpy()
+        self.kd = self.vd = None
+        if dense:  # [B, HKV, S, D], the same values in token order
+            self.kd = self._dense(self.k)
+            self.vd = self._dense(self.v)
+
+    def _dense(self, c):
+        x = c[self.page_table.long().view(-1)].view(self.batch, self.npg, HKV, self.ps, D)
+        return x.permute(0, 2, 1, 3, 4).reshape(self.batch, HKV, self.npg * self.ps, D)[:, :, : self.ctx]
+
+    def full_lists(self) -> PageLists:
+        return full_page_lists(list(self.tables), np.full(self.batch, self.ctx), HKV, self.ps, "cuda")
+
+    def free(self):
+        del self.k, self.v, self.kd, self.vd
+
+
+def sdpa(q, k, v, causal_q=0):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as f
+
+    mask = None
+    if causal_q > 1:
+        from torch.nn.attention.bias import causal_lower_right
+        mask = causal_lower_right(causal_q, k.shape[2])
+    backends = [SDPBackend.FLASH_ATTENTION] if mask is None else [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION]
+    with sdpa_kernel(backends):
+        return f(q, k, v, attn_mask=mask, enable_gqa=True)
+
+
+def meta() -> dict:
+    p = torch.cuda.get_device_properties(0)
+    return {"machine": p.name, "sms": p.multi_processor_count, "torch": torch.__version__,
+            "triton": triton.__version__, "cuda": torch.version.cuda,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "shape": {"q_heads": HQ, "kv_heads": HKV, "head_dim": D, "dtype": "bf16"}}
+
+
+def bench_full(batch, ctx, ps, rows, parts):
+    c = Cache(batch, ctx, ps)
+    lists = c.full_lists()
+    nbytes = batch * ctx * KV_BYTES_PER_TOKEN
+    q1 = torch.randn((batch, HQ, D), device="cuda", dtype=DT)
+    t_sdpa = timed(lambda: sdpa(q1.view(batch, HQ, 1, D), c.kd, c.vd))
+    p1 = A.plan_attention(np.ones(batch, np.int64), lists, HQ)
+    t_dec = timed(lambda: A.mixed_attention(q1, c.k, c.v, p1))
+    row = {"part": "decode", "batch": batch, "ctx": ctx, "page_size": ps, "bytes": nbytes,
+           "sdpa_ms": t_sdpa, "ours_ms": t_dec, "sdpa_tbps": nbytes / t_sdpa / 1e9, "ours_tbps": nbytes / t_dec / 1e9,
+           "ratio_to_sdpa_bw": t_sdpa / t_dec, "items": int(p1.work.shape[0]), "split_tokens": p1.tokens_per_split}
+    rows.append(row)
+    print(f"decode  b={batch:3d} ctx={ctx:6d} ps={ps:3d} sdpa {t_sdpa*1e3:8.1f}us {row['sdpa_tbps']:.2f}TB/s  "
+          f"ours {t_dec*1e3:8.1f}us {row['ours_tbps']:.2f}TB/s  ({row['ratio_to_sdpa_bw']*100:.0f}% of sdpa bw)", flush=True)
+    if "verify" in parts:
+        k1 = 9
+        q9 = torch.randn((batch * k1, HQ, D), device="cuda", dtype=DT)
+        p9 = A.plan_attention(np.full(batch, k1), lists, HQ)
+        t_ver = timed(lambda: A.mixed_attention(q9, c.k, c.v, p9))
+        q9d = q9.view(batch, k1, HQ, D).transpose(1, 2)
+        try:
+            t_sv = timed(lambda: sdpa(q9d, c.kd, c.vd, causal_q=k1))
+        except Exception as e:  # noqa: BLE001
+            print(f"  sdpa verify failed: {e}")
+            t_sv = float("nan")
+        rows.append({"part": "verify", "batch": batch, "ctx": ctx, "page_size": ps, "query": k1, "bytes": nbytes,
+                     "ours_ms": t_ver, "ours_decode_ms": t_dec, "verify_over_decode": t_ver / t_dec,
+                     "sdpa_ms": t_sv, "sdpa_verify_over_sdpa_decode": t_sv / t_sdpa, "block_m": p9.block_m})
+        print(f"verify  b={batch:3d} ctx={ctx:6d} ours {t_ver*1e3:8.1f}us = {t_ver/t_dec:.2f}x decode;  "
+              f"sdpa {t_sv*1e3:8.1f}us = {t_sv/t_sdpa:.2f}x sdpa decode", flush=True)
+    c.free()
+
+
+def random_selection(batch, npg, budget_pages, gen):
+    """Per (request, KV head): sink page, last page and random middle pages, ascending."""
+    rows = batch * HKV
+    mid = torch.rand((rows, npg - 2), device="cuda", generator=gen).topk(budget_pages - 2, dim=1).indices + 1
+    sel = torch.cat([torch.zeros((rows, 1), device="cuda", dtype=torch.long), mid,
+                     torch.full((rows, 1), npg - 1, device="cuda", dtype=torch.long)], 1)
+    return sel.sort(dim=1).values
+
+
+def flex_sparse(c: Cache, sel, budget_pages):
+    """FlexAttention decode over the same pages, as a BlockMask with page-sized KV blocks."""
+    from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+    fa = torch.compile(flex_attention, dynamic=False)
+    b = c.batch
+    kv_idx = sel.view(b, HKV, 1, budget_pages).repeat_interleave(HQ // HKV, dim=1).to(torch.int32)
+    kv_num = torch.full((b, HQ, 1), budget_pages, device="cuda", dtype=torch.int32)
+    npg = c.npg
+    bm = BlockMask.from_kv_blocks(kv_num, kv_idx.contiguous(), BLOCK_SIZE=(128, c.ps), seq_lengths=(1, npg * c.ps))
+    kd = torch.nn.functional.pad(c.kd, (0, 0, 0, npg * c.ps - c.ctx)) if npg * c.ps != c.ctx else c.kd
+    vd = torch.nn.functional.pad(c.vd, (0, 0, 0, npg * c.ps - c.ctx)) if npg * c.ps != c.ctx else c.vd
+    q = torch.randn((b, HQ, 1, D), device="cuda", dtype=DT)
+    return lambda: fa(q, kd, vd, block_mask=bm, enable_gqa=True)
+
+
+def bench_draft(batch, ctx, ps, rows, budget=2048, flex=True):
+    c = Cache(batch, ctx, ps, dense=flex)
+    bp = budget // ps
+    gen = torch.Generator(device="cuda").manual_seed(ctx + batch)
+    sel = random_selection(batch, c.npg, bp, gen)
+    counts = np.full(batch * HKV, bp)
+    lists = selected_page_lists(c.page_table, sel, counts, np.full(batch, ctx), HKV, ps)
+    nbytes = batch * budget * KV_BYTES_PER_TOKEN  # last page is full (ctx a multiple of ps)
+    q1 = torch.randn((batch, HQ, D), device="cuda", dtype=DT)
+    plan = A.plan_attention(np.ones(batch, np.int64), lists, HQ)
+    t = timed(lambda: A.mixed_attention(q1, c.k, c.v, plan))
+    t_flex = float("nan")
+    if flex:
+        try:
+            t_flex = timed(flex_sparse(c, sel, bp))
+        except Exception as e:  # noqa: BLE001
+            print(f"  flex failed: {type(e).__name__}: {str(e)[:200]}")
+    rows.append({"part": "draft", "batch": batch, "ctx": ctx, "page_size": ps, "budget": budget, "bytes": nbytes,
+                 "ours_ms": t, "ours_tbps": nbytes / t / 1e9, "flex_ms": t_flex, "flex_tbps": nbytes / t_flex / 1e9,
+                 "speedup_vs_flex": t_flex / t})
+    print(f"draft   b={batch:3d} ctx={ctx:6d} ours {t*1e3:8.1f}us {nbytes/t/1e9:.2f}TB/s  flex {t_flex*1e3:8.1f}us "
+          f"({t_flex/t:.1f}x)", flush=True)
+    c.free()
+
+
+def bench_select(batch, ctx, ps, rows, budget=2048):
+    c = Cache(batch, ctx, ps, dense=False)
+    kv = np.full(batch, ctx)
+    m = S.PageMeta(c.k.shape[0], HKV, D, DT, "cuda")
+    m.kmin.copy_(c.k.amin(2))  # what append maintains, set here in one go
+    m.kmax.copy_(c.k.amax(2))
+    q1 = torch.randn((batch, HQ, D), device="cuda", dtype=DT)
+    npg = torch.full((batch,), c.npg, dtype=torch.int32, device="cuda")
+    from spsim.gpu_runtime.quest import quest_scores
+    counts = S.selection_counts(kv, np.full(batch, budget), ps, 1, 1, HKV)
+    t_score = timed(lambda: quest_scores(q1, m, c.page_table, npg, 1, 1))
+    t_sel = timed(lambda: S.top_pages(quest_scores(q1, m, c.page_table, npg, 1, 1), counts))
+    plan = A.plan_attention(np.ones(batch, np.int64), c.full_lists(), HQ)
+    t_dec = timed(lambda: A.mixed_attention(q1, c.k, c.v, plan))
+    meta_bytes = batch * c.npg * HKV * D * 2 * 2
+    rows.append({"part": "select", "batch": batch, "ctx": ctx, "page_size": ps, "budget": budget,
+                 "score_ms": t_score, "score_topk_ms": t_sel, "decode_ms": t_dec, "fraction_of_decode": t_sel / t_dec,
+                 "score_tbps": meta_bytes / t_score / 1e9})
+    print(f"select  b={batch:3d} ctx={ctx:6d} ps={ps} score {t_score*1e3:7.1f}us ({meta_bytes/t_score/1e9:.2f}TB/s) "
+          f"+topk {t_sel*1e3:7.1f}us = {t_sel/t_dec*100:.1f}% of decode {t_dec*1e3:.1f}us", flush=True)
+    c.free()
+
+
+def bench_mixed(batch, ctx, ps, rows, budget=2048, k1=9):
+    """Half the batch drafts (2K budget), half verifies (k+1 = 9), one launch; vs SDPA decode bw."""
+    c = Cache(batch, ctx, ps)
+    half = batch // 2
+    gen = torch.Generator(device="cuda").manual_seed(ctx)
+    bp = budget // ps
+    sel = random_selection(half, c.npg, bp, gen)
+    dl = selected_page_lists(c.page_table[:half], sel, np.full(half * HKV, bp), np.full(half, ctx), HKV, ps)
+    fl = full_page_lists(list(c.tables[half:]), np.full(batch - half, ctx), HKV, ps, "cuda")
+    from spsim.gpu_runtime.pages import concat_page_lists
+    lists = concat_page_lists([dl, fl])
+    q_len = np.array([1] * half + [k1] * (batch - half))
+    q = torch.randn((int(q_len.sum()), HQ, D), device="cuda", dtype=DT)
+    plan = A.plan_attention(q_len, lists, HQ)
+    t = timed(lambda: A.mixed_attention(q, c.k, c.v, plan))
+    qd = torch.randn((batch, HQ, 1, D), device="cuda", dtype=DT)
+    t_sdpa = timed(lambda: sdpa(qd, c.kd, c.vd))
+    bw = batch * ctx * KV_BYTES_PER_TOKEN / t_sdpa / 1e9  # TB/s SDPA decode reaches on this batch
+    nbytes = (half * budget + (batch - half) * ctx) * KV_BYTES_PER_TOKEN
+    ideal = nbytes / bw / 1e9
+    rows.append({"part": "mixed", "batch": batch, "ctx": ctx, "page_size": ps, "budget": budget, "query": k1,
+                 "bytes": nbytes, "ours_ms": t, "sdpa_decode_tbps": bw, "ideal_ms": ideal, "over_ideal": t / ideal,
+                 "block_m": plan.block_m})
+    print(f"mixed   b={batch:3d} ctx={ctx:6d} ours {t*1e3:8.1f}us, bytes at sdpa bw {ideal*1e3:8.1f}us "
+          f"({bw:.2f}TB/s): {t/ideal:.2f}x", flush=True)
+    c.free()
+
+
+def _no_nan(x):
+    """JSON has no NaN: a failed comparison is written as null."""
+    if isinstance(x, dict):
+        return {k: _no_nan(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_no_nan(v) for v in x]
+    return None if isinstance(x, float) and math.isnan(x) else x
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--part", default="decode,verify")
+    ap.add_argument("--batches", default="1,8,64")
+    ap.add_argument("--contexts", default="32768")
+    ap.add_argument("--page-size", type=int, default=16)
+    ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--max-tokens", type=int, default=64 * 131072, help="skip points with batch * ctx above this")
+    a = ap.parse_args(argv)
+    parts = a.part.split(",")
+    rows: list[dict] = []
+    t0 = time.time()
+    for ctx in [int(x) for x in a.contexts.split(",")]:
+        for b in [int(x) for x in a.batches.split(",")]:
+            if b * ctx > a.max_tokens:
+                continue
+            try:
+                if "decode" in parts or "verify" in parts:
+                    bench_full(b, ctx, a.page_size, rows, parts)
+                if "draft" in parts:
+                    bench_draft(b, ctx, a.page_size, rows, flex=not a.no_flex)
+                if "select" in parts:
+                    bench_select(b, ctx, a.page_size, rows)
+                if "mixed" in parts and b >= 2:
+                    bench_mixed(b, ctx, a.page_size, rows)
+            except torch.OutOfMemoryError as e:
+                print(f"OOM at b={b} ctx={ctx}: {e}")
+            torch.cuda.empty_cache()
+    res = {**meta(), "argv": sys.argv[1:], "wall_s": time.time() - t0, "rows": rows}
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(_no_nan(res), f, indent=1)
+    return res
+
+
+if __name__ == "__main__":
+    main()
