@@ -15,7 +15,7 @@ import numpy as np
 from spsim.errors import InputError
 
 from .common import Columns, extra_column, finish, str_ids
-from .jsonl import int_list_problem, json_chunks, numbers
+from .jsonl import all_int_lists, int_list_problem, json_chunks, numbers
 from .rowcheck import RowChecker, count_checks, time_checks
 from .trace import SCHEMA_VERSION, Trace
 
@@ -48,8 +48,9 @@ def read_mooncake(path: str, skip_invalid: bool = False) -> Trace:
     cols, base = Columns(), None
     for lines, objs, line_errors in json_chunks(path):
         good_lines, good = [], []
+        lists_ok = all_int_lists([o.get("hash_ids") for o in objs])
         for ln, o in zip(lines, objs):
-            if "hash_ids" in o and (why := int_list_problem(o["hash_ids"])):
+            if not lists_ok and "hash_ids" in o and (why := int_list_problem(o["hash_ids"])):
                 line_errors.append((ln, "hash_ids", why))
             else:
                 good_lines.append(ln)
@@ -83,7 +84,7 @@ def _num(x: float):
     return int(x) if float(x).is_integer() else float(x)
 
 
-def _row_problem(o: dict) -> tuple[str, str] | None:
+def _row_problem(o: dict, lists_ok: bool = False) -> tuple[str, str] | None:
     """Structural problems of one canonical row (types the vectorised checks cannot see)."""
     for k in o:
         if k not in CANONICAL_FIELDS:
@@ -95,7 +96,7 @@ def _row_problem(o: dict) -> tuple[str, str] | None:
         return "id", "expected a string"
     if i == "":
         return "id", "empty"
-    if "prefix_blocks" in o and (why := int_list_problem(o["prefix_blocks"])):
+    if not lists_ok and "prefix_blocks" in o and (why := int_list_problem(o["prefix_blocks"])):
         return "prefix_blocks", why
     slo = o.get("slo")
     if slo is not None:
@@ -131,8 +132,9 @@ def read_canonical(path: str, skip_invalid: bool = False) -> Trace:
             lines, objs = lines[1:], objs[1:]
         first = False
         good_lines, good = [], []
+        lists_ok = all_int_lists([o.get("prefix_blocks") for o in objs])
         for ln, o in zip(lines, objs):
-            if (why := _row_problem(o)) is not None:
+            if (why := _row_problem(o, lists_ok)) is not None:
                 line_errors.append((ln, *why))
             else:
                 good_lines.append(ln)
@@ -172,12 +174,13 @@ def _unique_ids(path: str, checker: RowChecker, ids: np.ndarray, lines: np.ndarr
     """Ids must be unique: error at the first repeat, or (skipping) keep each id's first row."""
     if len(ids) == 0:
         return None
-    _, first = np.unique(ids, return_index=True)
-    if len(first) == len(ids):
+    order = np.argsort(ids, kind="stable")  # sort-based: numpy's hash unique is slow on strings
+    repeat = np.zeros(len(ids), bool)
+    repeat[order[1:]] = ids[order[1:]] == ids[order[:-1]]  # stable: later rows of an id are repeats
+    if not repeat.any():
         return None
-    keep = np.zeros(len(ids), bool)
-    keep[first] = True
-    dup = np.flatnonzero(~keep)
+    keep = ~repeat
+    dup = np.flatnonzero(repeat)
     if not checker.skip_invalid:
         raise InputError(path, int(lines[dup[0]]), "id", f"duplicate id {str(ids[dup[0]])!r}")
     checker.skipped["id: duplicate"] += len(dup)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from itertools import chain
 from collections.abc import Iterator
 
 import numpy as np
@@ -75,6 +76,15 @@ def numbers(values: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         else:
             nan[i] = True
     return v, missing, nan
+
+
+def all_int_lists(lists: list) -> bool:
+    """Fast chunk-level check that every value is a list of non-negative ints (None = absent)."""
+    present = [x for x in lists if x is not None]
+    if set(map(type, present)) - {list}:
+        return False
+    flat = list(chain.from_iterable(present))
+    return not (set(map(type, flat)) - {int}) and (not flat or min(flat) >= 0)
 
 
 def int_list_problem(x) -> str | None:

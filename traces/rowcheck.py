@@ -75,10 +75,10 @@ class RowChecker:
                 raise InputError(self.path, first, field, problem)
         for _, field, problem in line_errors:
             self.skipped[reason(field, problem)] += 1
-        bad = np.flatnonzero(code)
-        for c, k in zip(*np.unique(code[bad], return_counts=True)):
-            field, problem = checks[c - 1][:2]
-            self.skipped[reason(field, problem)] += int(k)
+        for c, k in enumerate(np.bincount(code, minlength=len(checks) + 1)[1:]):
+            if k:
+                field, problem = checks[c][:2]
+                self.skipped[reason(field, problem)] += int(k)
         keep = code == 0
         if arrival is not None and keep.any():
             self.last_arrival = max(self.last_arrival, float(arrival[keep].max()))
