@@ -298,6 +298,7 @@ class Batcher:
         if np.isnan(t.t_first[rid]):
             t.t_first[rid] = now
         else:  # a recomputed request resumes: the gap counts as one inter-token latency
+            t.recomputes[rid] += 1
             self.itl.append(np.array([now - t.t_last_emit[rid]]))
         t.t_last_emit[rid] = now
         if cache is not None:  # publish this prompt's full blocks for later requests

@@ -49,6 +49,7 @@ class RequestTable:
         self.spec_verifies = z()  # verifications with at least one draft
         self.accepted = z()
         self.preemptions = z()
+        self.recomputes = z()  # prefills completed again after a preemption (each emits a token)
         self.reject = z(np.int8)
         self.t_admit = nan()
         self.t_first = nan()

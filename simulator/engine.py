@@ -53,6 +53,7 @@ class SimConfig:
     kv_dtype: str = "bf16"
     prefix_cache: bool = True
     reserve_frac: float | None = None  # GPU memory kept back (activations, graphs); None: default
+    kv_pages: int | None = None  # override the KV capacity (pages per replica)
     slo_ttft_s: float = 10.0  # goodput SLO where the trace gives none
     slo_tpot_s: float = 0.1
     fast: bool = True  # advance many decode passes per event where results are identical
@@ -109,7 +110,7 @@ def simulate(trace: Trace, cfg: SimConfig, cost=None, acceptance=None, progress=
     model = get_model(meta.get("model", {}).get("name", cfg.model) if isinstance(meta.get("model"), dict) else cfg.model)
     page_size = int(meta.get("page_size", cfg.page_size))
     kw = {} if cfg.reserve_frac is None else {"reserve_frac": cfg.reserve_frac}
-    capacity = kv_capacity_pages(model, meta.get("gpu_name", cfg.gpu) if cfg.profile else cfg.gpu, page_size,
+    capacity = cfg.kv_pages or kv_capacity_pages(model, meta.get("gpu_name", cfg.gpu) if cfg.profile else cfg.gpu, page_size,
                                  cfg.kv_dtype, cfg.weight_dtype, cfg.tp, **kw)
 
     arrivals = _arrivals(trace, cfg)

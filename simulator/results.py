@@ -17,7 +17,7 @@ def request_frame(table: RequestTable, ids: np.ndarray) -> pd.DataFrame:
         "id": ids, "replica": t.replica, "arrival_s": t.arrival, "first_token_s": t.t_first,
         "finish_s": t.t_finish, "prompt_tokens": t.prompt, "output_tokens": t.output,
         "drafts": t.drafts, "verifies": t.verifies, "spec_verifies": t.spec_verifies, "accepted": t.accepted,
-        "preemptions": t.preemptions, "prefix_hit_tokens": t.hit_tokens,
+        "preemptions": t.preemptions, "recomputes": t.recomputes, "prefix_hit_tokens": t.hit_tokens,
         "rejected": np.asarray(REJECT_REASONS, dtype=object)[t.reject],
     })
     return df[PER_REQUEST_COLUMNS]

@@ -29,7 +29,7 @@ import pandas as pd
 
 PER_REQUEST_COLUMNS = [
     "id", "replica", "arrival_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens",
-    "drafts", "verifies", "spec_verifies", "accepted", "preemptions", "prefix_hit_tokens", "rejected",
+    "drafts", "verifies", "spec_verifies", "accepted", "preemptions", "recomputes", "prefix_hit_tokens", "rejected",
 ]
 LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
 STATS = (("mean", np.mean), ("median", np.median), ("std", np.std),

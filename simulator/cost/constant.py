@@ -1,0 +1,31 @@
+"""A cost model where every pass takes the same time: for hand-checkable tests and debugging."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spsim.plan import DecodeSegment, PassPlan
+
+
+class ConstantCostModel:
+    name = "constant"
+
+    def __init__(self, seconds_per_pass: float = 1e-3, draft_fraction: float = 0.5):
+        self.c = float(seconds_per_pass)
+        self.f = float(draft_fraction)
+
+    def time(self, plan: PassPlan) -> float:
+        return self.c
+
+    def segment_times(self, seg: DecodeSegment) -> np.ndarray:
+        return np.full(seg.kind.shape[0], self.c)
+
+    def pass_overhead(self, num_tokens: int) -> float:
+        return self.c
+
+    def marginal(self, context, budget, method, query):
+        n = len(context)
+        return np.full(n, self.c * self.f * 1e-3), np.full(n, self.c * 1e-3) * np.asarray(query, float)
+
+    def metadata(self) -> dict:
+        return {"name": self.name, "seconds_per_pass": self.c}
