@@ -138,6 +138,39 @@ def bench_full(batch, ctx, ps, rows, parts):
     c.free()
 
 
+def bench_tune(batch, ctx, ps, rows):
+    """Sweep launch settings for decode and verify at one point (picks the planner's defaults)."""
+    c = Cache(batch, ctx, ps, dense=True)
+    lists = c.full_lists()
+    nbytes = batch * ctx * KV_BYTES_PER_TOKEN
+    q1 = torch.randn((batch, HQ, D), device="cuda", dtype=DT)
+    t_sdpa = timed(lambda: sdpa(q1.view(batch, HQ, 1, D), c.kd, c.vd))
+    for k1 in (1, 9):
+        q = torch.randn((batch * k1, HQ, D), device="cuda", dtype=DT)
+        best = None
+        for bn in (32, 64, 128):
+            for waves in (1.0, 2.0, 4.0, 8.0):
+                for nw, st in ((4, 2), (4, 3), (8, 3)):
+                    if bn < ps:
+                        continue
+                    plan = A.plan_attention(np.full(batch, k1), lists, HQ, block_n=bn, waves=waves, min_split_blocks=1)
+                    try:
+                        t = timed(lambda: A.mixed_attention(q, c.k, c.v, plan, num_warps=nw, num_stages=st))
+                    except Exception as e:  # noqa: BLE001 (e.g. out of shared memory)
+                        print(f"  bn={bn} nw={nw} st={st}: {type(e).__name__}")
+                        continue
+                    r = {"part": "tune", "batch": batch, "ctx": ctx, "page_size": ps, "query": k1, "block_n": bn,
+                         "waves": waves, "num_warps": nw, "num_stages": st, "items": int(plan.work.shape[0]),
+                         "ours_ms": t, "sdpa_decode_ms": t_sdpa, "ours_tbps": nbytes / t / 1e9}
+                    rows.append(r)
+                    if best is None or t < best["ours_ms"]:
+                        best = r
+        print(f"tune    b={batch:3d} ctx={ctx:6d} q={k1}: best {best['ours_ms']*1e3:.1f}us {best['ours_tbps']:.2f}TB/s "
+              f"(sdpa decode {t_sdpa*1e3:.1f}us {nbytes/t_sdpa/1e9:.2f}TB/s) bn={best['block_n']} waves={best['waves']} "
+              f"nw={best['num_warps']} st={best['num_stages']} items={best['items']}", flush=True)
+    c.free()
+
+
 def random_selection(batch, npg, budget_pages, gen):
     """Per (request, KV head): sink page, last page and random middle pages, ascending."""
     rows = batch * HKV
@@ -153,9 +186,10 @@ def flex_sparse(c: Cache, sel, budget_pages):
 
     fa = torch.compile(flex_attention, dynamic=False)
     b = c.batch
-    kv_idx = sel.view(b, HKV, 1, budget_pages).repeat_interleave(HQ // HKV, dim=1).to(torch.int32)
-    kv_num = torch.full((b, HQ, 1), budget_pages, device="cuda", dtype=torch.int32)
     npg = c.npg
+    kv_idx = torch.zeros((b, HQ, 1, npg), device="cuda", dtype=torch.int32)  # spans every KV block
+    kv_idx[..., :budget_pages] = sel.view(b, HKV, 1, budget_pages).repeat_interleave(HQ // HKV, dim=1).to(torch.int32)
+    kv_num = torch.full((b, HQ, 1), budget_pages, device="cuda", dtype=torch.int32)
     bm = BlockMask.from_kv_blocks(kv_num, kv_idx.contiguous(), BLOCK_SIZE=(128, c.ps), seq_lengths=(1, npg * c.ps))
     kd = torch.nn.functional.pad(c.kd, (0, 0, 0, npg * c.ps - c.ctx)) if npg * c.ps != c.ctx else c.kd
     vd = torch.nn.functional.pad(c.vd, (0, 0, 0, npg * c.ps - c.ctx)) if npg * c.ps != c.ctx else c.vd
@@ -266,6 +300,8 @@ def main(argv=None):
             if b * ctx > a.max_tokens:
                 continue
             try:
+                if "tune" in parts:
+                    bench_tune(b, ctx, a.page_size, rows)
                 if "decode" in parts or "verify" in parts:
                     bench_full(b, ctx, a.page_size, rows, parts)
                 if "draft" in parts:
@@ -277,11 +313,11 @@ def main(argv=None):
             except torch.OutOfMemoryError as e:
                 print(f"OOM at b={b} ctx={ctx}: {e}")
             torch.cuda.empty_cache()
-    res = {**meta(), "argv": sys.argv[1:], "wall_s": time.time() - t0, "rows": rows}
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(_no_nan(res), f, indent=1)
-    return res
+            res = {**meta(), "argv": sys.argv[1:], "wall_s": time.time() - t0, "rows": rows}
+            if a.out:  # after every point, so a crash or timeout keeps what was measured
+                with open(a.out, "w") as f:
+                    json.dump(_no_nan(res), f, indent=1)
+    return rows
 
 
 if __name__ == "__main__":
