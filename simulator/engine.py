@@ -128,18 +128,6 @@ def simulate(trace: Trace, cfg: SimConfig, cost=None, acceptance=None, progress=
     state = {"next": 0, "released": 0}
     released = np.zeros(n, bool)
 
-    def next_arrival(_replica=None) -> float:
-        i = state["next"]
-        return float(arrivals[i]) if i < n and not cfg.concurrency else np.inf
-
-    def horizon(replica) -> float:
-        h = next_arrival()
-        if cfg.concurrency:  # a finish anywhere may release a request to this replica
-            for r in replicas:
-                if r is not replica and r.batcher.has_work():
-                    h = min(h, r.busy_until)
-        return h
-
     replicas: list[Replica] = []
     for i in range(cfg.replicas):
         policy = make_policy(cfg.policy)
@@ -147,7 +135,7 @@ def simulate(trace: Trace, cfg: SimConfig, cost=None, acceptance=None, progress=
         b = Batcher(bcfg, table, policy, trace.prefix_indptr, trace.prefix_ids)
         ex = SimExecutor(cost, acc, table, policy.needs_entropy)
         ex.configure(cfg.draft_budget, method)
-        replicas.append(Replica(env, i, b, ex, horizon, fast=cfg.fast))
+        replicas.append(Replica(env, i, b, ex, fast=cfg.fast))
     router = ROUTERS[cfg.router]()
 
     def route(rid: int, now: float) -> None:

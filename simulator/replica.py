@@ -1,9 +1,11 @@
 """One model replica: a SimPy process that runs passes back to back while it has work.
 
 Each loop takes one step (one pass) or, on the fast path, one segment of many decode passes that
-end at the first random outcome, completion, page shortage or the horizon (the next instant an
-external event could change this replica's inputs). Either way it is one SimPy event. Pass times
-are added on a replica-local clock so both paths give bit-identical timestamps.
+end at the first random outcome, completion or page shortage. An arrival routed to a replica in a
+segment interrupts it: the segment is cut after the last pass that started before the arrival,
+exactly where the step path would first have seen it. Either way it is one SimPy event per step
+or segment. Pass times are added on a replica-local clock so both paths give bit-identical
+timestamps.
 """
 
 from __future__ import annotations
@@ -21,25 +23,29 @@ CATEGORIES = ("prefill", "mixed", "draft", "verify")
 
 class Replica:
     def __init__(self, env: simpy.Environment, index: int, batcher: Batcher, executor: SimExecutor,
-                 horizon, fast: bool = True, max_segment: int = 4096):
+                 fast: bool = True, max_segment: int = 4096):
         self.env = env
         self.index = index
         self.batcher = batcher
         self.ex = executor
-        self.horizon = horizon  # callable(replica) -> earliest time an external event may arrive
         self.fast = fast
         self.max_segment = max_segment
         self.clock = 0.0
         self.busy_until = 0.0
         self.wake: simpy.Event | None = None
+        self.in_segment = False  # interruptible: waiting out a segment's passes
         self.cat_ns = dict.fromkeys(CATEGORIES, 0)  # integer ns: sums independent of order
         self.cat_passes = dict.fromkeys(CATEGORIES, 0)
         self.segments = 0
         self.proc = env.process(self.run())
 
     def notify(self) -> None:
+        """New work arrived: wake an idle replica, or cut a running segment short."""
         if self.wake is not None and not self.wake.triggered:
             self.wake.succeed()
+        elif self.in_segment:
+            self.in_segment = False
+            self.proc.interrupt()
 
     def run(self):
         env, b = self.env, self.batcher
@@ -70,14 +76,25 @@ class Replica:
             b.apply(plan, out, end)
 
     def _run_segment(self, sp, now: float):
+        env = self.env
         times = self.ex.cost.segment_times(sp.seg)
         ends = np.cumsum(np.concatenate(([now], times)))[1:]  # sequential sums, as the step path
-        starts = np.concatenate(([now], ends[:-1]))
-        h = self.horizon(self)
-        n = max(1, int(np.count_nonzero(starts < h)))
+        n = len(times)
+        self.busy_until = float(ends[-1])
+        self.in_segment = True
+        try:
+            yield env.timeout(ends[-1] - env.now)
+        except simpy.Interrupt:
+            # keep the passes that started before this instant; the next one sees the arrival
+            starts = np.concatenate(([now], ends[:-1]))
+            n = max(1, int(np.count_nonzero(starts < env.now)))
+            self.busy_until = float(ends[n - 1])
+            yield env.timeout(max(0.0, ends[n - 1] - env.now))
+        self.in_segment = False
         self.segments += 1
-        vids = self.batcher.last_verify_ids(sp, n)
-        accepted = self.ex.verify(vids, self.batcher.t.drafted[vids] + n - 1) if len(vids) else np.zeros(0, np.int64)
+        b = self.batcher
+        vids = b.last_verify_ids(sp, n)
+        accepted = self.ex.verify(vids, b.t.drafted[vids] + n - 1) if len(vids) else np.zeros(0, np.int64)
         kinds = sp.seg.kind[:n]
         has_d = (kinds == DecodeSegment.DRAFT).any(axis=1)
         has_v = (kinds == DecodeSegment.VERIFY).any(axis=1)
@@ -86,8 +103,5 @@ class Replica:
             if mask.any():
                 self.cat_ns[cat] += int(tn[mask].sum())
                 self.cat_passes[cat] += int(mask.sum())
-        end = float(ends[n - 1])
-        self.busy_until = end
-        yield self.env.timeout(end - self.env.now)
-        self.clock = end
-        self.batcher.apply_segment(sp, n, ends, accepted)
+        self.clock = float(ends[n - 1])
+        b.apply_segment(sp, n, ends, accepted)

@@ -169,13 +169,19 @@ def test_prefix_cache_hits_save_prefill():
     assert on["mean_ttft_ms"] < off["mean_ttft_ms"]
 
 
+def decode_time(s):
+    return sum(v for k, v in s["pass_time_s"].items() if k != "prefill")
+
+
 def test_speculation_helps_at_long_context_with_high_acceptance():
     tr = make_trace(32, seed=4, span=0.0, prompt=(60000, 100000), output=(200, 300))
     ar = run(tr, policy="ar", offline=True, p=0.9).summary
     fk = run(tr, policy="fixed-k:k=6", offline=True, p=0.9).summary
     asp = run(tr, policy="aspire", offline=True, p=0.9).summary
-    assert fk["output_throughput"] > 1.2 * ar["output_throughput"]
-    assert asp["output_throughput"] > 1.2 * ar["output_throughput"]
+    # pure decode passes (prefill of 2.6 M prompt tokens dominates end to end)
+    assert decode_time(fk) < 0.7 * decode_time(ar)
+    assert decode_time(asp) < 0.7 * decode_time(ar)
+    assert fk["tokens_per_verify"] == pytest.approx((1 - 0.9 ** 7) / 0.1, rel=0.08)
 
 
 def test_aspire_turns_speculation_down_when_nothing_is_accepted():
@@ -183,7 +189,7 @@ def test_aspire_turns_speculation_down_when_nothing_is_accepted():
     asp = run(tr, policy="aspire", offline=True, p=0.0).summary
     fk = run(tr, policy="fixed-k:k=6", offline=True, p=0.0).summary
     assert asp["drafted_tokens"] < 0.3 * fk["drafted_tokens"]
-    assert asp["output_throughput"] > fk["output_throughput"]
+    assert decode_time(asp) < decode_time(fk)
 
 
 def test_qps_rescale_and_concurrency_modes():
