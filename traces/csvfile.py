@@ -45,35 +45,62 @@ def csv_chunks(path: str) -> Iterator[tuple[np.ndarray, pd.DataFrame | None, lis
         lineno = 0
         header = None
         try:
+            while header is None:  # the first non-blank line is the header
+                line = f.readline()
+                if not line:
+                    raise InputError(path, None, None, "empty file")
+                lineno += 1
+                if line.strip():
+                    header = [c.strip() for c in next(csv.reader([line]))]
+                    header = [c or f"column_{j}" for j, c in enumerate(header)]
             while True:
-                block = f.readlines(BLOCK_BYTES)
+                block = f.read(BLOCK_BYTES)
                 if not block:
                     break
+                if not block.endswith("\n"):
+                    block += f.readline()
+                if not block.endswith("\n"):  # last line of a file without a final newline
+                    block += "\n"
+                fast = _well_formed(block, len(header))
+                if fast is not None:  # every line has the right number of fields: no per-line work
+                    yield lineno + 1 + np.arange(fast), _frame(block, header), []
+                    lineno += fast
+                    continue
                 good, lines, errors = [], [], []
-                for line in block:
+                for line in block.splitlines(keepends=True):
                     lineno += 1
                     if not line.strip():
                         continue  # blank lines hold no row
-                    if header is None:
-                        header = [c.strip() for c in next(csv.reader([line]))]
-                        header = [c or f"column_{j}" for j, c in enumerate(header)]
-                        continue
                     n = _nfields(line)
                     if n != len(header):
                         errors.append((lineno, None, f"malformed line: expected {len(header)} fields, found {n}"))
                         continue
                     good.append(line if line.endswith("\n") else line + "\n")
                     lines.append(lineno)
-                df = None
-                if good:
-                    df = pd.read_csv(io.StringIO("".join(good)), header=None, names=header,
-                                     skipinitialspace=True, keep_default_na=False, na_values=[""])
+                df = _frame("".join(good), header) if good else None
                 if good or errors:
                     yield np.array(lines, np.int64), df, errors
         except UnicodeDecodeError:
             raise InputError(path, lineno + 1, None, "not UTF-8 text") from None
-    if header is None:
-        raise InputError(path, None, None, "empty file")
+
+
+def _well_formed(block: str, ncols: int) -> int | None:
+    """Number of lines if each has exactly ncols fields (no quotes, no blank lines), else None."""
+    if '"' in block:
+        return None
+    b = np.frombuffer(block.encode(), np.uint8)
+    nl = np.flatnonzero(b == 10)
+    # commas before each newline, differenced: the commas on each line
+    per_line = np.diff(np.concatenate([[0], np.searchsorted(np.flatnonzero(b == 44), nl)]))
+    lengths = np.diff(np.concatenate([[-1], nl]))  # including the newline
+    if len(nl) == 0 or not ((per_line == ncols - 1).all() and (lengths > 1).all()):
+        return None
+    return len(nl)
+
+
+def _frame(text: str, header: list[str]) -> pd.DataFrame:
+    return pd.read_csv(io.StringIO(text), header=None, names=header, skipinitialspace=True,
+                       keep_default_na=False, na_values=[""], skip_blank_lines=False)
 
 
 def extra_from_frame(df: pd.DataFrame, used: set[str]) -> dict[str, np.ndarray]:
