@@ -1,0 +1,221 @@
+"""The latent acceptance model: a per-token acceptance probability along each request's output.
+
+For the token at output position t of request r, drafted j positions after the last verification
+(its staleness), with `context` tokens in the KV cache, a sparse `budget` and draft-KV `method`:
+
+    logit p = mu + sigma_req * L_r + sigma_span * X_r(t)             (request level, easy/hard spans)
+              + method offset - ctx_slope_m * ln(max(context, budget) / budget)   (budget vs context)
+              - stale_m * j                                          (index staleness, draft length)
+              - temp_slope * (temperature - ref_temperature)         (rejection sampling at T > 0)
+
+L_r ~ N(0, 1) per request; X_r is a stationary AR(1) with unit variance and lag-one correlation rho
+(persistence of easy and hard spans). The token is accepted iff its keyed uniform U_r(t) < p, so the
+same position keeps the same draw whatever the draft length or call order; verification accepts the
+longest accepted prefix. Method terms: top pages (VERIFY_REFRESH, STEP_REFRESH) share `ctx_slope`;
+STEP_REFRESH keeps only `step_residual` of the staleness; STATIC (window built at prefill) has its
+own offset, context slope and draft-length slope.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+from scipy.signal import lfilter
+from scipy.special import logit as _logit
+
+from spsim.plan import DraftMethod
+
+from . import entropy as ent
+from . import keyed
+
+_PAD = 64  # positions built past a request's output length (drafts never pass it; cheap insurance)
+
+
+@dataclass
+class LatentParams:
+    mu: float = 3.0
+    ctx_slope: float = 0.05
+    stale: float = 0.05
+    step_residual: float = 0.15
+    static_offset: float = -0.5
+    static_ctx_slope: float = 0.10
+    static_stale: float = 0.20
+    sigma_req: float = 0.6
+    sigma_span: float = 1.0
+    rho: float = 0.9
+    auc: float = 0.64
+    entropy_median: float = 0.6
+    entropy_sigma: float = 1.0
+    temperature: float = 0.0
+    ref_temperature: float = 0.0
+    temp_slope: float = 0.3
+
+    def __post_init__(self):
+        for f in fields(self):
+            setattr(self, f.name, float(getattr(self, f.name)))
+        checks = [("sigma_req", self.sigma_req >= 0), ("sigma_span", self.sigma_span >= 0),
+                  ("rho", 0 <= self.rho < 1), ("auc", 0 < self.auc < 1), ("step_residual", self.step_residual >= 0),
+                  ("entropy_median", self.entropy_median > 0), ("entropy_sigma", self.entropy_sigma > 0),
+                  ("temperature", self.temperature >= 0)]
+        for name, ok in checks:
+            if not ok:
+                raise ValueError(f"{name}={getattr(self, name)} out of range")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def method_terms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(offset, context slope, staleness slope) indexed by DraftMethod code."""
+        t = -self.temp_slope * (self.temperature - self.ref_temperature)
+        off = np.array([self.static_offset + t, t, t])
+        cs = np.array([self.static_ctx_slope, self.ctx_slope, self.ctx_slope])
+        st = np.array([self.static_stale, self.stale, self.stale * self.step_residual])
+        assert len(off) == len(DraftMethod)
+        return off, cs, st
+
+
+def ar1(eps: np.ndarray, rho: float) -> np.ndarray:
+    """Stationary unit-variance AR(1) along the last axis from N(0, 1) innovations (causal, so a
+    longer build has the same prefix)."""
+    e = eps * math.sqrt(1.0 - rho * rho)
+    e[..., 0] = eps[..., 0]
+    return lfilter([1.0], [1.0, -rho], e, axis=-1)
+
+
+def base_logits(p: LatentParams, level_z: np.ndarray, span_eps: np.ndarray) -> np.ndarray:
+    """mu + request level + span process, shape of span_eps (level broadcasts over positions)."""
+    return p.mu + p.sigma_req * np.asarray(level_z)[..., None] + p.sigma_span * ar1(span_eps, p.rho)
+
+
+def log_ratio(context, budget) -> np.ndarray:
+    b = np.maximum(np.asarray(budget, np.float64), 1.0)
+    return np.log(np.maximum(np.asarray(context, np.float64), b) / b)
+
+
+class LatentAcceptance:
+    """AcceptanceModel backed by per-request latent arrays, stored flat so calls gather, not loop.
+
+    Per position we keep `margin` = base logit - logit(U): the token is accepted at staleness j iff
+    margin + method/context/staleness offset > 0, one add and one compare per drafted token.
+    """
+
+    def __init__(self, params: LatentParams, seed: int = 0, name: str = "latent"):
+        self.params, self.seed, self.name = params, int(seed), name
+        off, cs, st = params.method_terms()
+        self._toff, self._tcs, self._tst = off, cs, st  # indexed by method code (np.take: fast)
+        self._shift = ent.shift_for_auc(params.auc, params.entropy_sigma)
+        self._start = np.full(1024, -1, np.int64)  # rid -> offset into the flat buffers
+        self._len = np.zeros(1024, np.int64)  # 0 when not begun or ended
+        self._base = np.empty(1 << 16)  # mu + level + span logit per position (oracle only)
+        self._margin = np.empty(1 << 16)  # base - logit(U)
+        self._ne = np.empty(1 << 16)  # entropy noise
+        self._used = 0
+        self._live = 0  # positions held by requests not yet ended
+        self._j = np.arange(64)
+
+    # -- storage -----------------------------------------------------------------------------
+    def _build(self, rid: int, n: int) -> None:
+        p, pos = self.params, np.arange(n)
+        base = base_logits(p, keyed.normal(self.seed, keyed.LEVEL, rid, 0)[0],
+                           keyed.normal(self.seed, keyed.SPAN, rid, pos))
+        with np.errstate(divide="ignore"):
+            lu = _logit(keyed.uniform(self.seed, keyed.ACCEPT, rid, pos))
+        ne = keyed.normal(self.seed, keyed.ENTROPY, rid, pos)
+        if rid >= len(self._start):
+            grow = max(rid + 1, 2 * len(self._start))
+            self._start = np.concatenate([self._start, np.full(grow - len(self._start), -1, np.int64)])
+            self._len = np.concatenate([self._len, np.zeros(grow - len(self._len), np.int64)])
+        self._live -= int(self._len[rid])
+        if self._used + n > len(self._base):
+            self._compact(n)
+        s = self._used
+        self._base[s:s + n], self._margin[s:s + n], self._ne[s:s + n] = base, base - lu, ne
+        self._start[rid], self._len[rid] = s, n
+        self._used += n
+        self._live += n
+
+    def _compact(self, need: int) -> None:
+        """Drop ended requests' positions; grow if live data still does not leave room."""
+        live = np.flatnonzero(self._len > 0)
+        cap = len(self._base)
+        while self._live + need > cap // 2:
+            cap *= 2
+        bufs = [np.empty(cap) for _ in range(3)]
+        s = 0
+        for rid in live:  # rare (amortised); one slice copy per live request
+            a, n = self._start[rid], self._len[rid]
+            for new, old in zip(bufs, (self._base, self._margin, self._ne)):
+                new[s:s + n] = old[a:a + n]
+            self._start[rid] = s
+            s += n
+        self._base, self._margin, self._ne = bufs
+        self._used = s
+
+    def _ensure(self, rid: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Start offsets of `rid`, (re)building any request whose arrays end before `end`."""
+        try:
+            if (end <= self._len[rid]).all():
+                return self._start[rid]
+        except IndexError:
+            pass
+        for r, e in zip(np.asarray(rid).tolist(), np.asarray(end).tolist()):  # slow path
+            if r < 0:
+                raise ValueError(f"request id {r} must be >= 0")
+            if r >= len(self._len) or self._len[r] < e:
+                self._build(r, int(e) + _PAD)
+        return self._start[rid]
+
+    # -- AcceptanceModel ---------------------------------------------------------------------
+    def begin(self, rid: int, prompt_tokens: int, output_tokens: int) -> None:
+        rid = int(rid)
+        if rid < len(self._len) and self._len[rid] >= output_tokens + _PAD:
+            return
+        self._build(rid, int(output_tokens) + _PAD)
+
+    def end(self, rid: int) -> None:
+        rid = int(rid)
+        if rid < len(self._len) and self._len[rid] > 0:
+            self._live -= int(self._len[rid])
+            self._start[rid], self._len[rid] = -1, 0
+
+    def _offsets(self, context, budget, method):
+        """Per request: logit offset at staleness 0, and the logit drop per draft position."""
+        lr = np.log(np.maximum(context / np.maximum(budget, 1), 1.0))
+        return self._toff.take(method) - self._tcs.take(method) * lr, self._tst.take(method)
+
+    def verify(self, rid, out_pos, drafted, context, budget, method) -> np.ndarray:
+        drafted = np.asarray(drafted, np.int64)
+        k = max(drafted.tolist(), default=0) + 1  # one spare column: every row fails somewhere
+        if k <= 1:
+            return np.zeros(len(drafted), np.int64)
+        if k > len(self._j):
+            self._j = np.arange(2 * k)
+        j = self._j[:k]
+        first = np.asarray(out_pos, np.int64)
+        st = self._ensure(rid, first + k)
+        off, stale = self._offsets(context, budget, method)
+        g = self._margin[(st + first)[:, None] + j] + (off[:, None] - stale[:, None] * j)
+        fail = g <= 0.0
+        fail |= j >= drafted[:, None]
+        return fail.argmax(axis=1)
+
+    def _accepted_at(self, rid, out_pos, draft_pos, context, budget, method):
+        draft_pos = np.asarray(draft_pos, np.int64)
+        pos = np.asarray(out_pos, np.int64) + draft_pos
+        at = self._ensure(rid, pos + 1) + pos
+        off, stale = self._offsets(context, budget, method)
+        return self._margin[at] + off - stale * draft_pos > 0.0, at
+
+    def draft_entropy(self, rid, out_pos, draft_pos, context, budget, method) -> np.ndarray:
+        acc, at = self._accepted_at(rid, out_pos, draft_pos, context, budget, method)
+        p = self.params
+        return ent.signal(acc, self._ne[at], p.entropy_median, p.entropy_sigma, self._shift)
+
+    def latent(self, rid, out_pos, n, context, budget, method) -> np.ndarray:
+        j = np.arange(int(n))
+        st = self._ensure(np.array([rid]), np.array([out_pos + n]))
+        off, stale = self._offsets(np.array([context]), np.array([budget]), np.array([method]))
+        lp = self._base[st[0] + out_pos + j] + off[0] - stale[0] * j
+        return 1.0 / (1.0 + np.exp(-lp))
