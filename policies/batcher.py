@@ -348,96 +348,103 @@ class Batcher:
 
     # ---------------------------------------------------------------- fast path
     def segment(self, max_passes: int) -> SegmentPlan | None:
-        """The next passes as one segment, or None when the step path must plan (prefill, policy
-        asked every pass, nothing decoding, or the first pass already needs a random outcome and
-        a page decision). Call right after `plan()` would admit, i.e. via `plan_or_segment`."""
+        """The next passes as one segment, or None when the step path must plan: a prefill is in
+        progress, the policy is asked every pass, nothing runs, or fewer than two passes are
+        known (the first already needs a random outcome, a finish or a page decision)."""
+        if self.prefilling or not self.running or not self.policy.plans_ahead:
+            return None
         t, cfg = self.t, self.cfg
-        if not self.policy.plans_ahead or not self.running:
-            return None
-        if self.prefilling:
-            return None
-        run = np.fromiter(self.running, I64, len(self.running))
+        run = np.array(self.running, dtype=I64)
         self._ask_policy(run)
-        eff = self._effective_target(run)
+        rem = t.output[run] - t.committed[run]
+        eff = np.minimum(np.minimum(t.target[run], rem - 1), cfg.max_draft)
         d = t.drafted[run]
         ar_like = (eff <= 0) & (d == 0)
         wait = np.maximum(eff - d, 0)  # passes of drafting before the verify
-        n = max_passes
-        if (~ar_like).any():
-            n = min(n, int(wait[~ar_like].min()) + 1)
-        if ar_like.any():
-            n = min(n, int((t.output[run] - t.committed[run])[ar_like].min()))
-        # pages: before pass i a request holds ctx + drafted + i tokens and needs room for one more
-        i = np.arange(n, dtype=I64)[:, None]
-        base = t.ctx[run] + d - t.shared_tokens[run] + 1
-        need = -(-(base[None, :] + i) // cfg.page_size)
-        extra = (need - t.pages[run][None, :]).sum(axis=1)
-        fits = extra <= self.pool.free()
-        n = int(np.argmin(fits)) if not fits.all() else n
+        all_ar = bool(ar_like.all())
+        if all_ar:
+            n = min(max_passes, int(rem.min()))
+        elif not ar_like.any():
+            n = min(max_passes, int(wait.min()) + 1)
+        else:
+            n = min(max_passes, int(wait[~ar_like].min()) + 1, int(rem[ar_like].min()))
         if n < 2:
             return None
-        i = i[:n]
-        r = len(run)
-        is_verify = ar_like[None, :] | (i == wait[None, :])
-        kind = np.where(is_verify, DecodeSegment.VERIFY, DecodeSegment.DRAFT).astype(np.int8)
-        dpos = np.where(ar_like[None, :], 0, d[None, :] + i)
-        query = np.where(is_verify, dpos + 1, 1)
-        ctx = t.ctx[run][None, :] + np.where(ar_like[None, :], i, 0)
-        seg = DecodeSegment(kind, query.astype(I64), ctx.astype(I64), dpos.astype(I64),
-                            np.full(r, cfg.draft_budget, I64), np.full(r, cfg.draft_method, I64))
+        # pages: before pass i a request holds ctx + drafted + i tokens and needs room for one
+        # more; a cheap upper bound first, the exact count only when it does not fit
+        ctx0 = t.ctx[run]
+        base = ctx0 + d - t.shared_tokens[run] + 1
+        r, ps, free = len(run), cfg.page_size, self.pool.free()
+        held = int(t.pages[run].sum())
+        if (int(base.sum()) + r * (n - 1)) // ps + r - held > free:
+            i = np.arange(n, dtype=I64)[:, None]
+            extra = (-(-(base[None, :] + i) // ps)).sum(axis=1) - held
+            fits = extra <= free
+            if not fits.all():
+                n = int(np.argmin(fits))
+                if n < 2:
+                    return None
+        i = np.arange(n, dtype=I64)[:, None]
+        if all_ar:
+            kind = np.full((n, r), DecodeSegment.VERIFY, np.int8)
+            query = np.ones((n, r), I64)
+            dpos = np.zeros((n, r), I64)
+            ctx = ctx0[None, :] + i
+        else:
+            is_verify = ar_like[None, :] | (i == wait[None, :])
+            kind = np.where(is_verify, DecodeSegment.VERIFY, DecodeSegment.DRAFT).astype(np.int8)
+            dpos = np.where(ar_like[None, :], 0, d[None, :] + i)
+            query = np.where(is_verify, dpos + 1, 1)
+            ctx = ctx0[None, :] + np.where(ar_like[None, :], i, 0)
+        seg = DecodeSegment(kind, query, ctx, dpos, np.full(r, cfg.draft_budget, I64),
+                            np.full(r, cfg.draft_method, I64))
         return SegmentPlan(run, seg, ar_like, np.where(ar_like, n, wait))
 
     def apply_segment(self, sp: SegmentPlan, n: int, ends: np.ndarray, accepted: np.ndarray) -> None:
         """Apply the first `n` passes of a segment. `ends[i]` is when pass i ended; `accepted` the
         outcome of the speculative verifications in pass n-1 (aligned with `last_verify_ids`)."""
-        t = self.t
+        t, ps = self.t, self.cfg.page_size
         run, ar = sp.rids, sp.ar_like
         self.passes += n
-        # AR-like requests: one token per pass, each pass an emission
-        a = run[ar]
-        if len(a):
+        end = ends[n - 1]
+        all_ar = bool(ar.all())
+        a = run if all_ar else run[ar]
+        if len(a):  # AR-like requests: one token per pass, each pass an emission
             t.committed[a] += n
             t.ctx[a] += n
             t.verifies[a] += n
             gaps = np.empty((n, len(a)))
             gaps[0] = ends[0] - t.t_last_emit[a]
-            if n > 1:
-                gaps[1:] = np.diff(ends[:n])[:, None]
+            gaps[1:] = np.diff(ends[:n])[:, None]
             self.itl.append(gaps.ravel())
-            t.t_last_emit[a] = ends[n - 1]
-        # speculative requests: drafts through pass n-1, verifying there if scheduled
-        s = ~ar
-        if s.any():
-            sr = run[s]
-            ver = sp.verify_at[s] == n - 1
+            t.t_last_emit[a] = end
+        if not all_ar:  # speculative requests: drafts through pass n-1, verifying there if due
+            sr = run[~ar]
+            ver = sp.verify_at[~ar] == n - 1
             drafted_passes = np.where(ver, n - 1, n)
             t.drafted[sr] += drafted_passes
             t.drafts[sr] += drafted_passes
-        self._settle_pages(sp, n)
-        if s.any():
+        # pages as the step path leaves them: room reserved before pass n-1 for one more token
+        # (AR-like: ctx - 1 + 1; drafting: ctx + drafted - 1 + 1; verifying: ctx + drafted + 1)
+        held = t.ctx[run] - t.shared_tokens[run]
+        if not all_ar:
+            held = held + np.where(ar, 0, t.drafted[run] + 0)
+            held[~ar] += ver
+        need = -(-held // ps)
+        self.pool.private += int((need - t.pages[run]).sum())
+        if self.pool.used > self.pool.peak:
+            self.pool.peak = self.pool.used
+        t.pages[run] = need
+        if not all_ar:
             vr = sr[ver]
             if len(vr):
-                self._verified(vr, t.drafted[vr].copy(), np.asarray(accepted, I64), ends[n - 1])
+                self._verified(vr, t.drafted[vr].copy(), np.asarray(accepted, I64), end)
         if len(a):
             done = t.committed[a] >= t.output[a]
-            for rid in a[done].tolist():
-                self._finish(rid, ends[n - 1])
+            if done.any():
+                for rid in a[done].tolist():
+                    self._finish(rid, end)
 
     def last_verify_ids(self, sp: SegmentPlan, n: int) -> np.ndarray:
         s = ~sp.ar_like
         return sp.rids[s][sp.verify_at[s] == n - 1]
-
-    def _settle_pages(self, sp: SegmentPlan, n: int) -> None:
-        """Pages after n passes: the step path reserves, before each pass, room for one more
-        token (ctx + drafted + 1); verifications then release rejected drafts (in _verified)."""
-        t = self.t
-        run = sp.rids
-        s = ~sp.ar_like
-        ver = np.zeros(len(run), bool)
-        ver[s] = sp.verify_at[s] == n - 1
-        # tokens held before pass n-1, plus the one reserved for it
-        held_before_last = np.where(sp.ar_like, t.ctx[run] - 1, t.ctx[run] + t.drafted[run] - np.where(ver, 0, 1))
-        need = -(-(held_before_last + 1 - t.shared_tokens[run]) // self.cfg.page_size)
-        self.pool.private += int((need - t.pages[run]).sum())
-        self.pool.peak = max(self.pool.peak, self.pool.used)
-        t.pages[run] = need

@@ -106,12 +106,16 @@ def simulate(trace: Trace, cfg: SimConfig, cost=None, acceptance=None, progress=
         raise SpsimError(f"unknown router {cfg.router!r} (known: {', '.join(ROUTERS)})")
     cost = cost or build_cost_model(cfg)
     acc = acceptance or build_acceptance(cfg)
-    meta = cost.metadata()
-    model = get_model(meta.get("model", {}).get("name", cfg.model) if isinstance(meta.get("model"), dict) else cfg.model)
-    page_size = int(meta.get("page_size", cfg.page_size))
+    # the cost model knows its own model, GPU, dtypes and page size (also for calibrated profiles)
+    model = getattr(cost, "model", None) or get_model(cfg.model)
+    page_size = int(getattr(cost, "page_size", cfg.page_size))
     kw = {} if cfg.reserve_frac is None else {"reserve_frac": cfg.reserve_frac}
-    capacity = cfg.kv_pages or kv_capacity_pages(model, meta.get("gpu_name", cfg.gpu) if cfg.profile else cfg.gpu, page_size,
-                                 cfg.kv_dtype, cfg.weight_dtype, cfg.tp, **kw)
+    if cfg.kv_pages:
+        capacity = cfg.kv_pages
+    elif hasattr(cost, "kv_capacity_pages"):
+        capacity = cost.kv_capacity_pages(**kw)
+    else:
+        capacity = kv_capacity_pages(model, cfg.gpu, page_size, cfg.kv_dtype, cfg.weight_dtype, cfg.tp, **kw)
 
     arrivals = _arrivals(trace, cfg)
     table = RequestTable(trace.prompt_tokens, trace.output_tokens, arrivals)

@@ -46,7 +46,7 @@ def summarize(table: RequestTable, replicas, cfg, cost, trace) -> RunResult:
     s["kv_peak_pages"] = int(max(r.batcher.pool.peak for r in replicas))
     s["config"] = {
         "policy": replicas[0].batcher.policy.spec, "replicas": cfg.replicas, "router": cfg.router,
-        "seed": cfg.seed, "cost_model": cost.metadata().get("name", getattr(cost, "name", "")),
+        "seed": cfg.seed, "cost_model": getattr(cost, "name", type(cost).__name__),
         "model": cfg.model, "gpu": cfg.gpu, "tp": cfg.tp, "profile": cfg.profile,
         "acceptance": cfg.acceptance, "load": ("offline" if cfg.offline else f"concurrency={cfg.concurrency}"
                                                if cfg.concurrency else f"qps={cfg.qps}" if cfg.qps else "trace"),
