@@ -153,7 +153,7 @@ def bench_tune(batch, ctx, ps, rows):
                 for nw, st in ((4, 2), (4, 3), (8, 3)):
                     if bn < ps:
                         continue
-                    plan = A.plan_attention(np.full(batch, k1), lists, HQ, block_n=bn, waves=waves, min_split_blocks=1)
+                    plan = A.plan_attention(np.full(batch, k1), lists, HQ, block_n=bn, waves=waves, min_split_tokens=1)
                     try:
                         t = timed(lambda: A.mixed_attention(q, c.k, c.v, plan, num_warps=nw, num_stages=st))
                     except Exception as e:  # noqa: BLE001 (e.g. out of shared memory)
@@ -180,21 +180,26 @@ def random_selection(batch, npg, budget_pages, gen):
     return sel.sort(dim=1).values
 
 
-def flex_sparse(c: Cache, sel, budget_pages):
-    """FlexAttention decode over the same pages, as a BlockMask with page-sized KV blocks."""
+def flex_sparse(c: Cache, sel, budget_pages, shared=False):
+    """FlexAttention decode over the same pages: a BlockMask with page-sized KV blocks.
+
+    Per-KV-head lists (ours) force Flex's main kernel (its decode kernel takes one list for all
+    heads under GQA) with BLOCK_N = page size; `shared` gives every head request's head-0 list so
+    Flex can use its decode kernel."""
     from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
     fa = torch.compile(flex_attention, dynamic=False)
-    b = c.batch
-    npg = c.npg
-    kv_idx = torch.zeros((b, HQ, 1, npg), device="cuda", dtype=torch.int32)  # spans every KV block
-    kv_idx[..., :budget_pages] = sel.view(b, HKV, 1, budget_pages).repeat_interleave(HQ // HKV, dim=1).to(torch.int32)
-    kv_num = torch.full((b, HQ, 1), budget_pages, device="cuda", dtype=torch.int32)
-    bm = BlockMask.from_kv_blocks(kv_num, kv_idx.contiguous(), BLOCK_SIZE=(128, c.ps), seq_lengths=(1, npg * c.ps))
-    kd = torch.nn.functional.pad(c.kd, (0, 0, 0, npg * c.ps - c.ctx)) if npg * c.ps != c.ctx else c.kd
-    vd = torch.nn.functional.pad(c.vd, (0, 0, 0, npg * c.ps - c.ctx)) if npg * c.ps != c.ctx else c.vd
+    b, npg = c.batch, c.npg
+    h = 1 if shared else HQ
+    lists = sel.view(b, HKV, 1, budget_pages)
+    lists = lists[:, :1] if shared else lists.repeat_interleave(HQ // HKV, dim=1)
+    kv_idx = torch.zeros((b, h, 1, npg), device="cuda", dtype=torch.int32)  # spans every KV block
+    kv_idx[..., :budget_pages] = lists.to(torch.int32)
+    kv_num = torch.full((b, h, 1), budget_pages, device="cuda", dtype=torch.int32)
+    bm = BlockMask.from_kv_blocks(kv_num, kv_idx, BLOCK_SIZE=(128, c.ps), seq_lengths=(1, npg * c.ps))
     q = torch.randn((b, HQ, 1, D), device="cuda", dtype=DT)
-    return lambda: fa(q, kd, vd, block_mask=bm, enable_gqa=True)
+    opts = None if shared else {"BLOCK_M": 16, "BLOCK_N": c.ps}
+    return lambda: fa(q, c.kd, c.vd, block_mask=bm, enable_gqa=True, kernel_options=opts)
 
 
 def bench_draft(batch, ctx, ps, rows, budget=2048, flex=True):
@@ -208,17 +213,24 @@ def bench_draft(batch, ctx, ps, rows, budget=2048, flex=True):
     q1 = torch.randn((batch, HQ, D), device="cuda", dtype=DT)
     plan = A.plan_attention(np.ones(batch, np.int64), lists, HQ)
     t = timed(lambda: A.mixed_attention(q1, c.k, c.v, plan))
-    t_flex = float("nan")
+    t_flex = t_flex_shared = float("nan")
     if flex:
-        try:
-            t_flex = timed(flex_sparse(c, sel, bp))
-        except Exception as e:  # noqa: BLE001
-            print(f"  flex failed: {type(e).__name__}: {str(e)[:200]}")
+        for shared in (False, True):
+            try:
+                t_f = timed(flex_sparse(c, sel, bp, shared=shared))
+            except Exception as e:  # noqa: BLE001
+                print(f"  flex (shared={shared}) failed: {type(e).__name__}: {str(e)[:300]}")
+                continue
+            if shared:
+                t_flex_shared = t_f
+            else:
+                t_flex = t_f
     rows.append({"part": "draft", "batch": batch, "ctx": ctx, "page_size": ps, "budget": budget, "bytes": nbytes,
                  "ours_ms": t, "ours_tbps": nbytes / t / 1e9, "flex_ms": t_flex, "flex_tbps": nbytes / t_flex / 1e9,
-                 "speedup_vs_flex": t_flex / t})
+                 "speedup_vs_flex": t_flex / t, "flex_shared_lists_ms": t_flex_shared,
+                 "speedup_vs_flex_shared_lists": t_flex_shared / t})
     print(f"draft   b={batch:3d} ctx={ctx:6d} ours {t*1e3:8.1f}us {nbytes/t/1e9:.2f}TB/s  flex {t_flex*1e3:8.1f}us "
-          f"({t_flex/t:.1f}x)", flush=True)
+          f"({t_flex/t:.1f}x)  flex, one list per request {t_flex_shared*1e3:8.1f}us ({t_flex_shared/t:.1f}x)", flush=True)
     c.free()
 
 
@@ -231,9 +243,15 @@ def bench_select(batch, ctx, ps, rows, budget=2048):
     q1 = torch.randn((batch, HQ, D), device="cuda", dtype=DT)
     npg = torch.full((batch,), c.npg, dtype=torch.int32, device="cuda")
     from spsim.gpu_runtime.quest import quest_scores
+    from spsim.gpu_runtime.quest import topk_pages
     counts = S.selection_counts(kv, np.full(batch, budget), ps, 1, 1, HKV)
+    cnt = torch.as_tensor(counts, dtype=torch.int32, device="cuda")
+    k = int(counts.max())
     t_score = timed(lambda: quest_scores(q1, m, c.page_table, npg, 1, 1))
-    t_sel = timed(lambda: S.top_pages(quest_scores(q1, m, c.page_table, npg, 1, 1), counts))
+    t_sel = timed(lambda: topk_pages(quest_scores(q1, m, c.page_table, npg, 1, 1), cnt, k))
+    sel = topk_pages(quest_scores(q1, m, c.page_table, npg, 1, 1), cnt, k)
+    ref = S.top_pages_torch(quest_scores(q1, m, c.page_table, npg, 1, 1), counts)
+    assert torch.equal(sel, ref), "select kernel disagrees with torch.topk"
     plan = A.plan_attention(np.ones(batch, np.int64), c.full_lists(), HQ)
     t_dec = timed(lambda: A.mixed_attention(q1, c.k, c.v, plan))
     meta_bytes = batch * c.npg * HKV * D * 2 * 2
@@ -265,11 +283,15 @@ def bench_mixed(batch, ctx, ps, rows, budget=2048, k1=9):
     bw = batch * ctx * KV_BYTES_PER_TOKEN / t_sdpa / 1e9  # TB/s SDPA decode reaches on this batch
     nbytes = (half * budget + (batch - half) * ctx) * KV_BYTES_PER_TOKEN
     ideal = nbytes / bw / 1e9
+    pd = A.plan_attention(np.ones(batch, np.int64), c.full_lists(), HQ)
+    t_dec = timed(lambda: A.mixed_attention(qd.view(batch, HQ, D), c.k, c.v, pd))
+    bw_ours = batch * ctx * KV_BYTES_PER_TOKEN / t_dec / 1e9
+    ideal_ours = nbytes / bw_ours / 1e9
     rows.append({"part": "mixed", "batch": batch, "ctx": ctx, "page_size": ps, "budget": budget, "query": k1,
                  "bytes": nbytes, "ours_ms": t, "sdpa_decode_tbps": bw, "ideal_ms": ideal, "over_ideal": t / ideal,
-                 "block_m": plan.block_m})
-    print(f"mixed   b={batch:3d} ctx={ctx:6d} ours {t*1e3:8.1f}us, bytes at sdpa bw {ideal*1e3:8.1f}us "
-          f"({bw:.2f}TB/s): {t/ideal:.2f}x", flush=True)
+                 "ours_decode_tbps": bw_ours, "over_ideal_at_ours_decode_bw": t / ideal_ours, "block_m": plan.block_m})
+    print(f"mixed   b={batch:3d} ctx={ctx:6d} ours {t*1e3:8.1f}us, bytes at sdpa decode bw {ideal*1e3:8.1f}us "
+          f"({bw:.2f}TB/s): {t/ideal:.2f}x; at our decode bw ({bw_ours:.2f}TB/s): {t/ideal_ours:.2f}x", flush=True)
     c.free()
 
 

@@ -161,6 +161,8 @@ class AttentionPlan:
     block_m: int
     block_n: int
     tokens_per_split: int
+    num_warps: int
+    num_stages: int
 
     @property
     def group(self) -> int:
@@ -175,13 +177,16 @@ def choose_block_m(q_len: np.ndarray, group: int) -> int:
 
 
 def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 132,
-                   waves: float = 4.0, min_split_blocks: int = 4, block_m: int | None = None,
+                   waves: float = 8.0, min_split_tokens: int = 2048, block_m: int | None = None,
                    block_n: int | None = None, tokens_per_split: int | None = None) -> AttentionPlan:
     """Cut the pass into work items.
 
-    Split size: the KV blocks of all (row, query block) units over `num_sms * waves` items, at
-    least `min_split_blocks` blocks per split (shorter splits cost more in partials and merge than
-    the parallelism gains). Prefill query blocks stop at their last query's causal bound.
+    Split size: the KV blocks of all (row, query block) units over `num_sms * waves` items, but
+    at least `min_split_tokens` per split: shorter splits cost more in prologue, partials and
+    merge than the parallelism gains. (H200, 32K context, bf16: batch 1 is fastest with 128 splits
+    of 2048 tokens, batch 16 with ~1024 items; see NOTES.md.) Prefill query blocks stop at their
+    last query's causal bound. Tile widths and warps as tuned there: short tiles (decode, draft)
+    take 128-token KV blocks and 8 warps, 64-row tiles (verify) 64-token blocks and 4 warps.
     """
     device = lists.count.device
     q_len = np.asarray(q_len, dtype=np.int64)
@@ -190,7 +195,7 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     g = num_q_heads // hkv
     assert g * hkv == num_q_heads and lists.num_rows == n_req * hkv
     bm = block_m or choose_block_m(q_len, g)
-    bn = block_n or max(ps, 64)
+    bn = block_n or max(ps, 128 if bm <= 32 else 64)
     assert bn % ps == 0 and bm >= g
     qb_size = bm // g
     kv_len = lists.kv_len_np.reshape(n_req, hkv)
@@ -207,7 +212,7 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     u_blocks = -(-u_end // bn)
     if tokens_per_split is None:
         target = max(1, int(num_sms * waves))
-        split_blocks = max(min_split_blocks, -(-int(u_blocks.sum()) // target))
+        split_blocks = max(-(-min_split_tokens // bn), -(-int(u_blocks.sum()) // target))
         tokens_per_split = split_blocks * bn
     assert tokens_per_split % bn == 0
     split_blocks = tokens_per_split // bn
@@ -228,13 +233,13 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     t = lambda a: torch.as_tensor(np.ascontiguousarray(a, dtype=np.int32), device=device)  # noqa: E731
     return AttentionPlan(t(work).reshape(-1, WORK_FIELDS), t(merge).reshape(-1, MERGE_FIELDS),
                          t(q_start), t(q_len), lists, num_q_heads, int(multi.sum()), bm, bn,
-                         tokens_per_split)
+                         tokens_per_split, 8 if bm <= 32 or bm >= 128 else 4, 3)
 
 
 def mixed_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan: AttentionPlan,
                     out: torch.Tensor | None = None, sm_scale: float | None = None,
                     page_scores: torch.Tensor | None = None, num_warps: int | None = None,
-                    num_stages: int = 2) -> torch.Tensor:
+                    num_stages: int | None = None) -> torch.Tensor:
     """Attention for every request of a pass in one launch (plus one merge launch if any split).
 
     q, out: `[total query tokens, num_q_heads, head_dim]` (requests' tokens back to back).
@@ -254,7 +259,8 @@ def mixed_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     pl = torch.empty_like(pm)
     scores = page_scores if page_scores is not None else pm
     n_items = plan.work.shape[0]
-    nw = num_warps or (8 if bm >= 128 else 4)
+    nw = num_warps or plan.num_warps
+    num_stages = num_stages or plan.num_stages
     if n_items:
         _attn_fwd[(n_items,)](
             q, k_cache, v_cache, out, po, pm, pl, scores, plan.work, plan.lists.start, plan.lists.count,

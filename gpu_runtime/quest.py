@@ -60,3 +60,48 @@ def quest_scores(q: torch.Tensor, meta, page_table: torch.Tensor, num_pages: tor
     return out
 
 
+
+
+@triton.jit
+def _topk_pages(SCORES, COUNTS, OUT, stride_s, stride_o, n_cols, k_cols,
+                BLOCK: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Row's `count` best columns, ascending, into OUT[row, :count]; OUT[row, count:k_cols] = -1.
+
+    Radix-free select: bisect the threshold on order-preserving int32 keys of the fp32 scores
+    (32 steps, each one reduction over the row held in registers), then take everything above it
+    plus the lowest-index ties, and place each taken column at its prefix count (so ascending)."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    s = tl.load(SCORES + row * stride_s + cols, mask=cols < n_cols, other=float("-inf"))
+    bits = s.to(tl.int32, bitcast=True)
+    key = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # float order == signed int order
+    key = tl.where(s == 0.0, 0, key)  # -0.0 ties with +0.0
+    key = tl.where(cols < n_cols, key, -2147483648)  # padding below every real score
+    k = tl.load(COUNTS + row)
+    lo = tl.full([], -2147483648, tl.int64)
+    hi = tl.full([], 2147483647, tl.int64)
+    for _ in range(32):  # largest t with count(key >= t) >= k
+        mid = lo + (hi - lo + 1) // 2
+        c = tl.sum((key.to(tl.int64) >= mid).to(tl.int32), axis=0)
+        lo = tl.where(c >= k, mid, lo)
+        hi = tl.where(c >= k, hi, mid - 1)
+    t = lo.to(tl.int32)
+    above = key > t
+    tie = key == t
+    need = k - tl.sum(above.to(tl.int32), axis=0)
+    take = above | (tie & (tl.cumsum(tie.to(tl.int32), axis=0) <= need))
+    take = take & (cols < n_cols)
+    pos = tl.cumsum(take.to(tl.int32), axis=0) - 1
+    tl.store(OUT + row * stride_o + pos, cols.to(tl.int64), mask=take)
+    ks = tl.arange(0, BLOCK_K)
+    tl.store(OUT + row * stride_o + ks, tl.full([BLOCK_K], -1, tl.int64), mask=(ks >= k) & (ks < k_cols))
+
+
+def topk_pages(scores: torch.Tensor, counts: torch.Tensor, k_cols: int) -> torch.Tensor:
+    """`[rows, k_cols]` int64: each row's `counts[row]` (device int32) best columns, ascending, -1 after."""
+    rows, n = scores.shape
+    out = torch.empty((rows, k_cols), dtype=torch.int64, device=scores.device)
+    block = triton.next_power_of_2(n)
+    _topk_pages[(rows,)](scores, counts, out, scores.stride(0), out.stride(0), n, k_cols,
+                         BLOCK=block, BLOCK_K=triton.next_power_of_2(k_cols), num_warps=4 if block <= 2048 else 8)
+    return out

@@ -3,7 +3,7 @@
 Plain PyTorch (importable without triton); the Quest scoring kernel is in `quest.py`.
 
 Every selector returns a padded `[requests * kv_heads, K]` int64 matrix of *logical* page numbers
-(ascending in each row's first `counts[row]` entries) plus the host `counts`; `pages.selected_page_lists`
+(ascending in each row's first `counts[row]` entries, -1 after) plus the host `counts`; `pages.selected_page_lists`
 maps them through the page table for the attention kernel. A row keeps `min(pages, budget pages)`
 pages, budget pages = `max(budget // page_size, sink + recent)`: the budget counts sink and recent
 pages, which are always kept (the recent page holds the draft's own token, and must be kept).
@@ -50,15 +50,25 @@ class PageMeta:
 
 def top_pages(scores: torch.Tensor, counts) -> torch.Tensor:
     """Each row's `counts[row]` best pages, ascending, in a padded `[rows, K]` int64 matrix
-    (entries past the count are a large sentinel). No device-to-host sync."""
+    (-1 past the count). The Triton select kernel where it runs, else torch.topk + sort."""
+    counts = np.asarray(counts, dtype=np.int64)
+    k = int(counts.max(initial=1))
+    if dispatch.use_triton(scores.device):
+        from .quest import topk_pages
+
+        return topk_pages(scores, torch.as_tensor(counts, dtype=torch.int32, device=scores.device), k)
+    return top_pages_torch(scores, counts)
+
+
+def top_pages_torch(scores: torch.Tensor, counts) -> torch.Tensor:
     counts = np.asarray(counts, dtype=np.int64)
     k = int(counts.max(initial=1))
     _, idx = torch.topk(scores, min(k, scores.shape[1]), dim=1, sorted=True)
     rank = torch.arange(idx.shape[1], device=idx.device)
     cnt = torch.as_tensor(counts, device=idx.device)
     big = torch.iinfo(torch.int64).max
-    idx = torch.where(rank[None, :] < cnt[:, None], idx, big)
-    return torch.sort(idx, dim=1).values
+    idx = torch.sort(torch.where(rank[None, :] < cnt[:, None], idx, big), dim=1).values
+    return torch.where(idx == big, -1, idx)
 
 
 def select_quest(q, meta: PageMeta, page_table, kv_lens, budget_tokens, page_size: int,
@@ -98,5 +108,5 @@ def select_static(kv_lens, budget_tokens, page_size: int, num_kv_heads: int, sin
     c, n2 = counts[:, None], n[:, None]
     head = np.minimum(sink, c)  # sink pages, unless the row keeps fewer
     sel = np.where(j < head, j, n2 - c + j)  # then the last c - head pages
-    sel = np.where(j < c, sel, np.iinfo(np.int64).max)
+    sel = np.where(j < c, sel, -1)
     return torch.as_tensor(sel, device=device), counts

@@ -78,7 +78,7 @@ def test_many_splits_and_merge():
 
 
 def test_auto_split_small_batch():
-    plan, _ = run_case("auto_split", [Req("decode", 600)], hkv=1, g=4, num_sms=4)
+    plan, _ = run_case("auto_split", [Req("decode", 600)], hkv=1, g=4, num_sms=4, min_split_tokens=128)
     assert plan.merge.shape[0] == 1  # one long request alone is still spread over programs
 
 
@@ -108,7 +108,7 @@ def test_empty_split_is_harmless():
     """A split with no keys (start == end) writes m = -1e30, l = 0 and must not disturb the merge."""
     rng = rng_for("empty_split")
     b = make_batch([Req("decode", 200)], 1, 4, 64, 16, torch.float32, "cpu", rng)
-    plan = A.plan_attention(b.q_len, b.lists, 4, tokens_per_split=64)
+    plan = A.plan_attention(b.q_len, b.lists, 4, tokens_per_split=64, block_n=64)
     w = plan.work.clone()
     w[0, 4] = w[1, 4]  # first split takes the second's range; the second becomes empty
     w[1, 3] = w[1, 4]

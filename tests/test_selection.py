@@ -113,7 +113,7 @@ def test_quest_selection_drives_sparse_draft_attention():
     meta, kv = meta_from(b, hkv, d, rng)
     sel, counts = S.select_quest(b.q, meta, b.page_table, kv, np.array([64, 48]), ps, sink=1, recent=1)
     lists = selected_page_lists(b.page_table, sel, counts, kv, hkv, ps)
-    plan = A.plan_attention(b.q_len, lists, hkv * g, tokens_per_split=64)
+    plan = A.plan_attention(b.q_len, lists, hkv * g, tokens_per_split=64, block_n=64)
     out = torch.full_like(b.q, float("nan"))
     A.mixed_attention(b.q, b.k_cache, b.v_cache, plan, out=out)
     ref = mixed_attention_ref(b.q, b.k_cache, b.v_cache, b.q_len, lists)
@@ -137,3 +137,22 @@ def test_select_from_verify_scores():
         mid = scores[h, 1:npg]
         best = (torch.topk(mid, 3).indices + 1).tolist()  # 6 pages = sink + the 2 new ones + 3 best
         assert sel[h, : counts[h]].tolist() == sorted([0, *best, n_now - 2, n_now - 1])
+
+
+def test_topk_kernel_ties_infinities_and_padding():
+    """The Triton select kernel: +inf (kept) and -inf (past the end) scores, exact ties, counts
+    from 1 to the whole row; ties go to the lower page."""
+    rng = rng_for("topk_kernel")
+    s = torch.as_tensor(rng.standard_normal((6, 70)), dtype=torch.float32)
+    s[0, :4] = float("inf")
+    s[1, 20:] = float("-inf")
+    s[2, 10:30] = 1.5  # a block of equal scores straddling the threshold
+    s[3] = torch.round(s[3])  # many ties
+    s[4] = -s[4].abs()
+    counts = np.array([9, 20, 15, 33, 70, 1])
+    got = QK.topk_pages(s, torch.as_tensor(counts, dtype=torch.int32), 72)
+    ref = topk_pages_ref(s, counts)
+    for i, c in enumerate(counts):
+        assert got[i, :c].tolist() == ref[i]
+        assert (got[i, c:] == -1).all()
+    assert S.top_pages(s, counts)[:, :70].tolist() == got[:, :70].tolist()
