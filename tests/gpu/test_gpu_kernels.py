@@ -103,3 +103,14 @@ def test_quest_select_and_draft_attention():
     A.mixed_attention(b.q, b.k_cache, b.v_cache, A.plan_attention(b.q_len, lists, hkv * g), out=out)
     ref = mixed_attention_ref(b.q, b.k_cache, b.v_cache, b.q_len, lists)
     assert not torch.isnan(out).any() and rel_err(out, ref) < TOL[torch.bfloat16]
+
+
+def test_topk_kernel_matches_torch():
+    rng = rng_for("gpu_topk")
+    s = torch.as_tensor(rng.standard_normal((64, 8192)), dtype=torch.float32, device=DEV)
+    s[:, 0] = s[:, -1] = float("inf")
+    s[::2, 5000:] = float("-inf")  # shorter requests
+    s[1, 100:200] = 0.25  # ties
+    counts = np.where(np.arange(64) % 3 == 0, 128, 4000)
+    got = QK.topk_pages(s, torch.as_tensor(counts, dtype=torch.int32, device=DEV), int(counts.max()))
+    assert torch.equal(got, S.top_pages_torch(s, counts))
