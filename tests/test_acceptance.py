@@ -11,6 +11,7 @@ from spsim.policies import entropy_rule as er
 from spsim.simulator.acceptance import (DEFAULT_ACCEPTANCE, AcceptanceModel, LatentParams, list_presets,
                                         load_preset, make_acceptance)
 from spsim.simulator.acceptance import fit as F
+from spsim.simulator.acceptance import entropy as ent
 from spsim.simulator.acceptance import keyed
 from spsim.simulator.acceptance.curves import fixed_k_runs
 from spsim.simulator.acceptance.entropy import empirical_auc
@@ -60,13 +61,13 @@ def test_call_order_independent(spec):
 
 def test_entropy_consistent_with_verify():
     """A token is accepted at verify iff its entropy came from the accepted branch (same draw)."""
-    m = make_acceptance("latent:auc=0.999,entropy_sigma=0.2", 4)
+    m = make_acceptance("latent:auc=0.9999,entropy_sigma=0.2,entropy_median=1.0", 4)
     n = 3000
     rid, pos = np.arange(n), np.zeros(n, int)
     a = m.verify(rid, pos, np.ones(n, int), *_args(n))
     e = m.draft_entropy(rid, pos, np.zeros(n, int), *_args(n))
-    thr = np.median(e[a == 1]) * np.exp(0.2 * 4)
-    assert ((e > thr) == (a == 0)).mean() > 0.995
+    thr = np.exp(ent.shift_for_auc(0.9999, 0.2) / 2)  # halfway between the two branches' medians
+    assert ((e > thr) == (a == 0)).mean() > 0.99
 
 
 @pytest.mark.parametrize("auc", [0.55, 0.638, 0.8])

@@ -79,7 +79,7 @@ def show(spec: str = typer.Argument(..., help="preset or spec, e.g. sparsespec-l
     for j, c, s in zip(pc["j"], pc["conditional"], pc["survival"]):
         t.add_row(str(j), f"{c:.3f}", f"{s:.3f}")
     console.print(t)
-    t = Table("k", "E[accepted]", "E[accepted/k]", "tokens/verify", title="fixed-k decoding")
+    t = Table("k", "E\\[accepted]", "E\\[accepted/k]", "tokens/verify", title="fixed-k decoding")  # \\[ escapes rich markup
     for k, a, f in zip(ek["k"], ek["mean_accepted"], ek["acceptance_fraction"]):
         t.add_row(str(k), f"{a:.2f}", f"{f:.3f}", f"{a + 1:.2f}")
     console.print(t)

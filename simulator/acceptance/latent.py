@@ -29,8 +29,8 @@ from spsim.plan import DraftMethod
 
 from . import entropy as ent
 from . import keyed
+from .store import PositionStore
 
-_PAD = 64  # positions built past a request's output length (drafts never pass it; cheap insurance)
 
 
 @dataclass
@@ -95,7 +95,7 @@ def log_ratio(context, budget) -> np.ndarray:
 
 
 class LatentAcceptance:
-    """AcceptanceModel backed by per-request latent arrays, stored flat so calls gather, not loop.
+    """AcceptanceModel backed by per-request latent arrays in a PositionStore.
 
     Per position we keep `margin` = base logit - logit(U): the token is accepted at staleness j iff
     margin + method/context/staleness offset > 0, one add and one compare per drafted token.
@@ -103,82 +103,25 @@ class LatentAcceptance:
 
     def __init__(self, params: LatentParams, seed: int = 0, name: str = "latent"):
         self.params, self.seed, self.name = params, int(seed), name
-        off, cs, st = params.method_terms()
-        self._toff, self._tcs, self._tst = off, cs, st  # indexed by method code (np.take: fast)
+        self._toff, self._tcs, self._tst = params.method_terms()  # indexed by method code (np.take)
         self._shift = ent.shift_for_auc(params.auc, params.entropy_sigma)
-        self._start = np.full(1024, -1, np.int64)  # rid -> offset into the flat buffers
-        self._len = np.zeros(1024, np.int64)  # 0 when not begun or ended
-        self._base = np.empty(1 << 16)  # mu + level + span logit per position (oracle only)
-        self._margin = np.empty(1 << 16)  # base - logit(U)
-        self._ne = np.empty(1 << 16)  # entropy noise
-        self._used = 0
-        self._live = 0  # positions held by requests not yet ended
+        self._store = PositionStore(3, self._build)  # base logit (oracle), margin, entropy noise
         self._j = np.arange(64)
 
-    # -- storage -----------------------------------------------------------------------------
-    def _build(self, rid: int, n: int) -> None:
+    def _build(self, rid: int, n: int):
         p, pos = self.params, np.arange(n)
         base = base_logits(p, keyed.normal(self.seed, keyed.LEVEL, rid, 0)[0],
                            keyed.normal(self.seed, keyed.SPAN, rid, pos))
         with np.errstate(divide="ignore"):
             lu = _logit(keyed.uniform(self.seed, keyed.ACCEPT, rid, pos))
-        ne = keyed.normal(self.seed, keyed.ENTROPY, rid, pos)
-        if rid >= len(self._start):
-            grow = max(rid + 1, 2 * len(self._start))
-            self._start = np.concatenate([self._start, np.full(grow - len(self._start), -1, np.int64)])
-            self._len = np.concatenate([self._len, np.zeros(grow - len(self._len), np.int64)])
-        self._live -= int(self._len[rid])
-        if self._used + n > len(self._base):
-            self._compact(n)
-        s = self._used
-        self._base[s:s + n], self._margin[s:s + n], self._ne[s:s + n] = base, base - lu, ne
-        self._start[rid], self._len[rid] = s, n
-        self._used += n
-        self._live += n
-
-    def _compact(self, need: int) -> None:
-        """Drop ended requests' positions; grow if live data still does not leave room."""
-        live = np.flatnonzero(self._len > 0)
-        cap = len(self._base)
-        while self._live + need > cap // 2:
-            cap *= 2
-        bufs = [np.empty(cap) for _ in range(3)]
-        s = 0
-        for rid in live:  # rare (amortised); one slice copy per live request
-            a, n = self._start[rid], self._len[rid]
-            for new, old in zip(bufs, (self._base, self._margin, self._ne)):
-                new[s:s + n] = old[a:a + n]
-            self._start[rid] = s
-            s += n
-        self._base, self._margin, self._ne = bufs
-        self._used = s
-
-    def _ensure(self, rid: np.ndarray, end: np.ndarray) -> np.ndarray:
-        """Start offsets of `rid`, (re)building any request whose arrays end before `end`."""
-        try:
-            if (end <= self._len[rid]).all():
-                return self._start[rid]
-        except IndexError:
-            pass
-        for r, e in zip(np.asarray(rid).tolist(), np.asarray(end).tolist()):  # slow path
-            if r < 0:
-                raise ValueError(f"request id {r} must be >= 0")
-            if r >= len(self._len) or self._len[r] < e:
-                self._build(r, int(e) + _PAD)
-        return self._start[rid]
+        return base, base - lu, keyed.normal(self.seed, keyed.ENTROPY, rid, pos)
 
     # -- AcceptanceModel ---------------------------------------------------------------------
     def begin(self, rid: int, prompt_tokens: int, output_tokens: int) -> None:
-        rid = int(rid)
-        if rid < len(self._len) and self._len[rid] >= output_tokens + _PAD:
-            return
-        self._build(rid, int(output_tokens) + _PAD)
+        self._store.begin(rid, output_tokens)
 
     def end(self, rid: int) -> None:
-        rid = int(rid)
-        if rid < len(self._len) and self._len[rid] > 0:
-            self._live -= int(self._len[rid])
-            self._start[rid], self._len[rid] = -1, 0
+        self._store.end(rid)
 
     def _offsets(self, context, budget, method):
         """Per request: logit offset at staleness 0, and the logit drop per draft position."""
@@ -194,28 +137,25 @@ class LatentAcceptance:
             self._j = np.arange(2 * k)
         j = self._j[:k]
         first = np.asarray(out_pos, np.int64)
-        st = self._ensure(rid, first + k)
+        st = self._store.ensure(rid, first + k)
         off, stale = self._offsets(context, budget, method)
-        g = self._margin[(st + first)[:, None] + j] + (off[:, None] - stale[:, None] * j)
+        g = self._store.bufs[1][(st + first)[:, None] + j] + (off[:, None] - stale[:, None] * j)
         fail = g <= 0.0
         fail |= j >= drafted[:, None]
         return fail.argmax(axis=1)
 
-    def _accepted_at(self, rid, out_pos, draft_pos, context, budget, method):
+    def draft_entropy(self, rid, out_pos, draft_pos, context, budget, method) -> np.ndarray:
         draft_pos = np.asarray(draft_pos, np.int64)
         pos = np.asarray(out_pos, np.int64) + draft_pos
-        at = self._ensure(rid, pos + 1) + pos
+        at = self._store.ensure(rid, pos + 1) + pos
         off, stale = self._offsets(context, budget, method)
-        return self._margin[at] + off - stale * draft_pos > 0.0, at
-
-    def draft_entropy(self, rid, out_pos, draft_pos, context, budget, method) -> np.ndarray:
-        acc, at = self._accepted_at(rid, out_pos, draft_pos, context, budget, method)
+        acc = self._store.bufs[1][at] + off - stale * draft_pos > 0.0
         p = self.params
-        return ent.signal(acc, self._ne[at], p.entropy_median, p.entropy_sigma, self._shift)
+        return ent.signal(acc, self._store.bufs[2][at], p.entropy_median, p.entropy_sigma, self._shift)
 
     def latent(self, rid, out_pos, n, context, budget, method) -> np.ndarray:
         j = np.arange(int(n))
-        st = self._ensure(np.array([rid]), np.array([out_pos + n]))
+        st = self._store.ensure(np.array([rid]), np.array([out_pos + n]))
         off, stale = self._offsets(np.array([context]), np.array([budget]), np.array([method]))
-        lp = self._base[st[0] + out_pos + j] + off[0] - stale[0] * j
+        lp = self._store.bufs[0][st[0] + out_pos + j] + off[0] - stale[0] * j
         return 1.0 / (1.0 + np.exp(-lp))

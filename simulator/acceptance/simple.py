@@ -11,13 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import logit as _logit
 
 from . import entropy as ent
 from . import keyed
+from .store import PositionStore
 
 
 class _Independent:
-    """Independent Bernoulli draws keyed by (seed, request, output position)."""
+    """Independent Bernoulli draws keyed by (seed, request, output position), stored per position
+    as logit(U) so a call is one gather and one compare against logit(p_j)."""
 
     auc: float
     entropy_median: float
@@ -26,32 +29,52 @@ class _Independent:
     def _setup(self, seed: int):
         self.seed = int(seed)
         self._shift = ent.shift_for_auc(self.auc, self.entropy_sigma)
+        self._store = PositionStore(2, self._build)
+        self._thr = self._logit_prob(np.arange(64))  # accepted iff logit(U) < logit(p_j)
+
+    def _build(self, rid: int, n: int):
+        pos = np.arange(n)
+        with np.errstate(divide="ignore"):
+            lu = _logit(keyed.uniform(self.seed, keyed.ACCEPT, rid, pos))
+        return lu, keyed.normal(self.seed, keyed.ENTROPY, rid, pos)
 
     def prob(self, j: np.ndarray) -> np.ndarray:  # per draft position (0-based)
         raise NotImplementedError
 
+    def _logit_prob(self, j):
+        with np.errstate(divide="ignore"):
+            return _logit(self.prob(j))  # p=1 -> +inf, p=0 -> -inf: exact comparisons
+
+    def _threshold(self, k: int) -> np.ndarray:
+        if k > len(self._thr):
+            self._thr = self._logit_prob(np.arange(2 * k))
+        return self._thr[:k]
+
     def begin(self, rid, prompt_tokens, output_tokens) -> None:
-        pass
+        self._store.begin(rid, output_tokens)
 
     def end(self, rid) -> None:
-        pass
+        self._store.end(rid)
 
     def verify(self, rid, out_pos, drafted, context, budget, method) -> np.ndarray:
         drafted = np.asarray(drafted, np.int64)
         k = max(drafted.tolist(), default=0) + 1
         if k <= 1:
             return np.zeros(len(drafted), np.int64)
+        thr = self._threshold(k)
         j = np.arange(k)
-        u = keyed.uniform(self.seed, keyed.ACCEPT, np.asarray(rid)[:, None], np.asarray(out_pos)[:, None] + j)
-        fail = (u >= self.prob(j)) | (j >= drafted[:, None])
+        first = np.asarray(out_pos, np.int64)
+        st = self._store.ensure(rid, first + k)
+        fail = self._store.bufs[0][(st + first)[:, None] + j] >= thr
+        fail |= j >= drafted[:, None]
         return fail.argmax(axis=1)
 
     def draft_entropy(self, rid, out_pos, draft_pos, context, budget, method) -> np.ndarray:
         draft_pos = np.asarray(draft_pos, np.int64)
         pos = np.asarray(out_pos, np.int64) + draft_pos
-        acc = keyed.uniform(self.seed, keyed.ACCEPT, rid, pos) < self.prob(draft_pos)
-        noise = keyed.normal(self.seed, keyed.ENTROPY, rid, pos)
-        return ent.signal(acc, noise, self.entropy_median, self.entropy_sigma, self._shift)
+        at = self._store.ensure(rid, pos + 1) + pos
+        acc = self._store.bufs[0][at] < self._threshold(max(draft_pos.tolist(), default=0) + 1)[draft_pos]
+        return ent.signal(acc, self._store.bufs[1][at], self.entropy_median, self.entropy_sigma, self._shift)
 
     def latent(self, rid, out_pos, n, context, budget, method) -> np.ndarray:
         return np.broadcast_to(self.prob(np.arange(int(n))), (int(n),)).astype(float)
