@@ -182,8 +182,8 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     """Cut the pass into work items.
 
     Split size: the KV blocks of all (row, query block) units over `num_sms * waves` items, but
-    at least `min_split_tokens` per split: shorter splits cost more in prologue, partials and
-    merge than the parallelism gains. (H200, 32K context, bf16: batch 1 is fastest with 128 splits
+    at least `min_split_tokens` per split (shorter splits cost more in prologue, partials and
+    merge than the parallelism gains) unless that leaves fewer items than SMs. (H200, 32K context, bf16: batch 1 is fastest with 128 splits
     of 2048 tokens, batch 16 with ~1024 items; see NOTES.md.) Prefill query blocks stop at their
     last query's causal bound. Tile widths and warps as tuned there: short tiles (decode, draft)
     take 128-token KV blocks and 8 warps, 64-row tiles (verify) 64-token blocks and 4 warps.
@@ -212,7 +212,9 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     u_blocks = -(-u_end // bn)
     if tokens_per_split is None:
         target = max(1, int(num_sms * waves))
-        split_blocks = max(-(-min_split_tokens // bn), -(-int(u_blocks.sum()) // target))
+        total = int(u_blocks.sum())
+        floor_blocks = min(-(-min_split_tokens // bn), -(-total // num_sms))  # small passes: one wave
+        split_blocks = max(1, floor_blocks, -(-total // target))
         tokens_per_split = split_blocks * bn
     assert tokens_per_split % bn == 0
     split_blocks = tokens_per_split // bn
