@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections import Counter
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -95,7 +96,7 @@ def _ts(ms: int, fmt: str) -> str:
     return s
 
 
-def serialize(fmt: str, rs: list[dict], blank: set, header: bool) -> tuple[str, list[int]]:
+def serialize(fmt: str, rs: list[dict], blank: set, header: bool, final_newline: bool = True) -> tuple[str, list[int]]:
     """File text and the line number of each row."""
     tcol, pcol, ocol = FIELDS[fmt]
     lines, where = [], []
@@ -145,7 +146,7 @@ def serialize(fmt: str, rs: list[dict], blank: set, header: bool) -> tuple[str, 
             text = ",".join(cells[c] for c in csv_cols) + (",1" if kind == "malformed" else "")
         where.append(len(lines) + 1)
         lines.append(text)
-    return "\n".join(lines) + "\n", where
+    return "\n".join(lines) + ("\n" if final_newline else ""), where
 
 
 def reference(fmt: str, rs: list[dict]) -> list[tuple[int, str | None, str | None]]:
@@ -210,8 +211,16 @@ def _check_fields(fmt, trace, rs, kept):
 @given(data=st.data())
 def test_errors_and_skips_match_reference(tmp_path, fmt, data):
     rs, blank, header = data.draw(broken(fmt))
-    text, where = serialize(fmt, rs, blank, header)
+    text, where = serialize(fmt, rs, blank, header, data.draw(st.booleans()))
     path = _write(tmp_path, fmt, text)
+    # small chunks, so rows, errors and the sort order cross chunk boundaries
+    small = data.draw(st.sampled_from([None, 1, 3]))
+    with mock.patch("spsim.traces.jsonl.CHUNK_ROWS", small or 200_000), \
+            mock.patch("spsim.traces.csvfile.BLOCK_BYTES", 40 * small if small else 16 << 20):
+        _errors_and_skips(fmt, rs, where, path)
+
+
+def _errors_and_skips(fmt, rs, where, path):
     ref = reference(fmt, rs)
     errors = [(where[i], f, p) for i, (s, f, p) in enumerate(ref) if s == 1]
     kept = [i for i, (s, _, _) in enumerate(ref) if s == 0]

@@ -13,8 +13,9 @@ from spsim.errors import InputError
 from .common import CHUNK_ROWS, open_text
 
 
-def json_chunks(path: str, chunk_rows: int = CHUNK_ROWS) -> Iterator[tuple[list[int], list[dict], list[tuple]]]:
+def json_chunks(path: str, chunk_rows: int | None = None) -> Iterator[tuple[list[int], list[dict], list[tuple]]]:
     """Per chunk: (line numbers, parsed objects, malformed lines as (line, field, problem))."""
+    chunk_rows = chunk_rows or CHUNK_ROWS
     lines, objs, errors = [], [], []
     seen_any = False
     with open_text(path) as f:
