@@ -207,7 +207,7 @@ def _check_fields(fmt, trace, rs, kept):
 
 
 @pytest.mark.parametrize("fmt", list(FIELDS))
-@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_errors_and_skips_match_reference(tmp_path, fmt, data):
     rs, blank, header = data.draw(broken(fmt))
@@ -254,7 +254,7 @@ def _errors_and_skips(fmt, rs, where, path):
 
 
 @pytest.mark.parametrize("fmt", list(FIELDS))
-@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_round_trip_through_canonical_keeps_every_field(tmp_path, fmt, data):
     rs = data.draw(rows(fmt))

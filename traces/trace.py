@@ -16,7 +16,7 @@ SCHEMA_VERSION = 1
 
 @dataclass
 class Trace:
-    ids: np.ndarray  # object array of str, unique
+    ids: np.ndarray  # str per request, unique: readers give fixed-width numpy str ('U'), no object per row
     arrival_s: np.ndarray  # float64, seconds from the first arrival, non-decreasing
     prompt_tokens: np.ndarray  # int64 > 0
     output_tokens: np.ndarray  # int64 > 0
