@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from itertools import chain
+from itertools import chain, islice
 from collections.abc import Iterator
 
 import numpy as np
@@ -16,35 +16,46 @@ from .common import CHUNK_ROWS, open_text
 def json_chunks(path: str, chunk_rows: int | None = None) -> Iterator[tuple[list[int], list[dict], list[tuple]]]:
     """Per chunk: (line numbers, parsed objects, malformed lines as (line, field, problem))."""
     chunk_rows = chunk_rows or CHUNK_ROWS
-    lines, objs, errors = [], [], []
     seen_any = False
     with open_text(path) as f:
         lineno = 0
         try:
-            for raw in f:
-                lineno += 1
-                if not raw.strip():
-                    continue
-                seen_any = True
-                try:
-                    obj = json.loads(raw)
-                except ValueError as e:
-                    errors.append((lineno, None, f"malformed JSON: {e.msg} at column {e.colno}"))
-                    continue
-                if not isinstance(obj, dict):
-                    errors.append((lineno, None, f"malformed line: expected a JSON object, found {type(obj).__name__}"))
-                    continue
-                lines.append(lineno)
-                objs.append(obj)
-                if len(objs) >= chunk_rows:
-                    yield lines, objs, errors
-                    lines, objs, errors = [], [], []
+            while True:
+                raw = list(islice(f, chunk_rows))
+                if not raw:
+                    break
+                nums = [lineno + 1 + i for i, r in enumerate(raw) if r.strip()]
+                texts = [r for r in raw if r.strip()]
+                lineno += len(raw)
+                seen_any |= bool(texts)
+                if texts:
+                    yield _parse(nums, texts)
         except UnicodeDecodeError:
             raise InputError(path, lineno + 1, None, "not UTF-8 text") from None
     if not seen_any:
         raise InputError(path, None, None, "empty file")
-    if objs or errors:
-        yield lines, objs, errors
+
+
+def _parse(nums: list[int], texts: list[str]) -> tuple[list[int], list[dict], list[tuple]]:
+    try:  # one C-level parse for the whole chunk; per line only when something is wrong
+        objs = json.loads("[" + ",".join(texts) + "]")
+        if len(objs) == len(texts) and all(type(o) is dict for o in objs):
+            return nums, objs, []
+    except ValueError:
+        pass
+    lines, objs, errors = [], [], []
+    for ln, raw in zip(nums, texts):
+        try:
+            obj = json.loads(raw)
+        except ValueError as e:
+            errors.append((ln, None, f"malformed JSON: {e.msg} at column {e.colno}"))
+            continue
+        if not isinstance(obj, dict):
+            errors.append((ln, None, f"malformed line: expected a JSON object, found {type(obj).__name__}"))
+            continue
+        lines.append(ln)
+        objs.append(obj)
+    return lines, objs, errors
 
 
 def first_object(path: str) -> dict | None:
