@@ -24,7 +24,7 @@ MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 MOONCAKE_BLOCK = 512
 
 
-def _extra_columns(dicts: list[dict | None], keep: list[bool] | None = None) -> dict[str, np.ndarray]:
+def _extra_columns(dicts: list[dict | None]) -> dict[str, np.ndarray]:
     keys: dict[str, None] = {}
     for d in dicts:
         if d:
