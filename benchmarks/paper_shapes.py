@@ -133,7 +133,12 @@ def aspire_gap(p, n=N_REQ):
 
 # ---------------------------------------------------------------------------------------------
 def refit() -> None:
-    """Fit the presets' free parameters to the figures (Nelder-Mead on fixed-seed simulations)."""
+    """Fit the presets' free parameters to the figures (Nelder-Mead on fixed-seed simulations).
+
+    The spread parameters (sigma_req, sigma_span, rho) are not identified by the fixed-k curve; they
+    were chosen by hand among (0.5, 1, 0.9), (0.8, 1, 0.9), (0.5, 1.5, 0.95), (1, 2, 0.97) as the
+    one where the entropy-adaptive controller beats the best fixed k as SparseSpec-L reports
+    (the others leave it 1-3 % below)."""
     n = 600
     het = dict(sigma_req=1.0, sigma_span=2.0, rho=0.97, ctx_slope=0.05, auc=SS["entropy_auc_for_acceptance"],
                step_residual=0.1)
@@ -177,7 +182,9 @@ def refit() -> None:
     r = minimize(asp_obj, [0.2], method="Nelder-Mead", options=dict(xatol=1e-3, fatol=1e-3, maxiter=40))
     asp = {**base, "stale": float(r.x[0])}
     print("aspire", asp, r.fun, flush=True)
-    for name, params in [("sparsespec-llama8b", base), ("magicdec-pg19-llama8b", base),
+    # PG-19's rolling window: no evidence on draft-length decay; assume verify-refresh staleness
+    pg19 = {**base, "static_stale": base["stale"]}
+    for name, params in [("sparsespec-llama8b", base), ("magicdec-pg19-llama8b", pg19),
                          ("magicdec-longbench-llama8b", inv), ("aspire-llama8b", asp)]:
         f = PRESETS / f"{name}.json"
         d = json.loads(f.read_text())
