@@ -34,8 +34,8 @@ def test_fixed_p_exact():
     assert (make_acceptance("fixed:p=1", 3).verify(rid, rid * 7, drafted, c, b, m) == drafted).all()
     assert (make_acceptance("fixed:p=0", 3).verify(rid, rid * 7, drafted, c, b, m) == 0).all()
     p = make_acceptance("fixed:p=0.7", 3)
-    a = p.verify(np.arange(20000), np.zeros(20000, int), np.ones(20000, int), *_args(20000))
-    assert abs(a.mean() - 0.7) < 0.015
+    a = p.verify(np.arange(5000), np.zeros(5000, int), np.ones(5000, int), *_args(5000))
+    assert abs(a.mean() - 0.7) < 0.025  # 4 sd
 
 
 @pytest.mark.parametrize("spec", ["fixed:p=0.8", "position:p0=0.95,decay=0.05", DEFAULT_ACCEPTANCE])
@@ -107,8 +107,8 @@ def test_default_is_preset_and_overrides():
 def test_method_effects():
     """Step refresh beats verify refresh at long drafts; static decays with context."""
     m = make_acceptance(DEFAULT_ACCEPTANCE, 0)
-    vr = fixed_k_runs(m, 12, 300, 64, method=1)["acceptance_fraction"]
-    sr = fixed_k_runs(m, 12, 300, 64, method=2)["acceptance_fraction"]
+    vr = fixed_k_runs(m, 20, 300, 64, method=1)["acceptance_fraction"]
+    sr = fixed_k_runs(m, 20, 300, 64, method=2)["acceptance_fraction"]
     assert sr > vr + 0.03
     lo = fixed_k_runs(m, 1, 300, 64, context=4096, budget=512, method=0)["draft_acceptance_rate"]
     hi = fixed_k_runs(m, 1, 300, 64, context=100000, budget=512, method=0)["draft_acceptance_rate"]
