@@ -14,21 +14,20 @@ from rich.table import Table
 
 from spsim.errors import SpsimError
 from spsim.plan import DraftMethod
-from spsim.spec import parse_spec
 
 from . import curves
 from .events import read_events, sample_events, write_events
-from .presets import SIMPLE, list_presets, load_preset, make_acceptance, preset_params
+from .presets import list_presets, load_preset, make_acceptance, preset_params, resolve
 
 app = typer.Typer(no_args_is_help=True, help="Show, sample and fit acceptance models.")
 console = Console()
 
 
 def _reference(spec: str) -> dict:
-    name, _ = parse_spec(spec)
-    if name in SIMPLE or name == "latent":
+    _, _, preset = resolve(spec)
+    if preset is None:
         return {"method": "verify_refresh", "context": 32768, "budget": 3277, "output_tokens": 128}
-    return load_preset(name)["reference"]
+    return {"output_tokens": 128, **preset["reference"]}
 
 
 def _method(text: str | None, ref: dict) -> int:

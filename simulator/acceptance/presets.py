@@ -4,8 +4,9 @@ A preset is a JSON file: `name`, `description`, the setting it stands for (`mode
 `reference`: draft-KV method, context, budget, output tokens, temperature), `params` (LatentParams),
 `stated` (the curve the model gives at the reference setting: tests check sampling reproduces it),
 `evidence` (published figures and how close the preset gets) and `beyond_evidence`.
-Specs: `fixed:p=0.8`, `position:p0=0.9,decay=0.02`, `latent:mu=3,...` (bare LatentParams), or a
-preset name with LatentParams overrides, `sparsespec-llama8b:temperature=0.7`.
+Specs: `fixed:p=0.8`, `position:p0=0.9,decay=0.02`, `latent:mu=3,...` (bare LatentParams), a
+preset name with LatentParams overrides, `sparsespec-llama8b:temperature=0.7`, or a preset file
+written by `spsim acceptance fit`: `file:path=fitted.json,temperature=0.7`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 
 from spsim.errors import SpecError
 from spsim.spec import build, parse_spec
@@ -46,7 +48,7 @@ def load_preset(name: str) -> dict:
 
 
 def known_names() -> list[str]:
-    return sorted(SIMPLE) + ["latent"] + list_presets()
+    return sorted(SIMPLE) + ["latent", "file"] + list_presets()
 
 
 def preset_params(name: str, overrides: dict | None = None) -> LatentParams:
@@ -54,13 +56,42 @@ def preset_params(name: str, overrides: dict | None = None) -> LatentParams:
     return build(LatentParams, name, {**base, **(overrides or {})}) if overrides else build(LatentParams, name, base)
 
 
+def load_preset_file(path: str) -> dict:
+    """A preset JSON written by `spsim acceptance fit` (or by hand)."""
+    from spsim.errors import InputError
+
+    try:
+        d = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise InputError(path, None, None, "no such file") from None
+    except json.JSONDecodeError as e:
+        raise InputError(path, e.lineno, None, f"not JSON ({e.msg})") from None
+    if not isinstance(d, dict) or not isinstance(d.get("params"), dict):
+        raise InputError(path, None, "params", "missing (not an acceptance preset)")
+    d.setdefault("reference", {"method": "verify_refresh", "context": 32768, "budget": 3277, "output_tokens": 128})
+    return d
+
+
+def resolve(spec: str) -> tuple[str, dict, dict | None]:
+    """(name, parameter overrides, preset dict or None for simple/latent); `file:path=X.json,...`
+    loads a preset file."""
+    name, params = parse_spec(spec)
+    if name == "file":
+        if not isinstance(params.get("path"), str):
+            raise SpecError(f"spec {spec!r}: file needs path=PRESET.json")
+        return name, {k: v for k, v in params.items() if k != "path"}, load_preset_file(params["path"])
+    if name in SIMPLE or name == "latent":
+        return name, params, None
+    return name, params, load_preset(name)
+
+
 def make_acceptance(spec: str, seed: int = 0):
     """An AcceptanceModel from a spec; draws keyed by `seed`. Unknown names/params raise SpecError."""
-    name, params = parse_spec(spec)
+    name, params, preset = resolve(spec)
+    if preset is not None:
+        return LatentAcceptance(build(LatentParams, name, {**preset["params"], **params}), seed=seed, name=name)
     if name in SIMPLE:
         model = build(SIMPLE[name], name, params)
         model._setup(seed)
         return model
-    if name != "latent" and name not in _load_all():
-        raise SpecError(f"unknown acceptance model {name!r} (known: {', '.join(known_names())})")
-    return LatentAcceptance(preset_params(name, params), seed=seed, name=name)
+    return LatentAcceptance(build(LatentParams, name, params), seed=seed, name=name)

@@ -1,0 +1,52 @@
+"""`spsim acceptance` commands: show (table and --json), sample -> fit -> file: spec round trip, errors."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from spsim.errors import InputError
+from spsim.simulator.acceptance import make_acceptance
+from spsim.simulator.acceptance.cli import app
+
+runner = CliRunner()
+
+
+def test_show_json_fixed():
+    r = runner.invoke(app, ["show", "fixed:p=0.9", "--k-max", "4", "--requests", "200", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["position"]["j"] == [0, 1, 2, 3]
+    assert all(abs(c - 0.9) < 0.05 for c in d["position"]["conditional"])
+    assert d["by_k"]["k"] == [1, 2, 4] and d["entropy_auc"] == 0.64
+
+
+def test_show_table_preset():
+    r = runner.invoke(app, ["show", "sparsespec-llama8b", "--k-max", "4", "--requests", "100"])
+    assert r.exit_code == 0, r.output
+    assert "E[accepted/k]" in r.output and "entropy AUC" in r.output
+
+
+def test_sample_fit_roundtrip(tmp_path):
+    ev, out = tmp_path / "ev.jsonl", tmp_path / "fitted.json"
+    r = runner.invoke(app, ["sample", "sparsespec-llama8b:stale=0.2", "-o", str(ev), "--k", "6", "--requests", "60",
+                            "--output-tokens", "64"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["fit", str(ev), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    d = json.loads(out.read_text())
+    assert abs(d["params"]["stale"] - 0.2) < 0.08
+    assert d["fit"]["heldout"]["accepted_length"][0]["k"] == 6
+    m = make_acceptance(f"file:path={out},temperature=0.5", 1)
+    assert m.params.temperature == 0.5 and m.params.stale == d["params"]["stale"]
+    a = m.verify(np.arange(4), np.zeros(4, int), np.full(4, 3), np.full(4, 1000), np.full(4, 100), np.ones(4, int))
+    assert ((a >= 0) & (a <= 3)).all()
+
+
+def test_file_spec_errors(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        make_acceptance(f"file:path={tmp_path / 'missing.json'}")
+    (tmp_path / "x.json").write_text("{}")
+    with pytest.raises(InputError, match="params"):
+        make_acceptance(f"file:path={tmp_path / 'x.json'}")
