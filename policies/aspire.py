@@ -24,11 +24,12 @@ def best_k(cost, view: DecodeView, tokens_fn, k_max: int, k_min: int = 0) -> np.
     tokens_fn(ks) -> (r, K) expected tokens for the draft lengths `ks` (K,)."""
     r = len(view.ids)
     ks = np.arange(k_min, k_max + 1, dtype=np.int64)
-    ctx = np.repeat(view.context, len(ks))
-    query = np.tile(ks + 1, r)
-    draft_m, verify_m = cost.marginal(ctx, np.repeat(view.budget, len(ks)), np.repeat(view.method, len(ks)), query)
-    draft_m = draft_m.reshape(r, -1)
-    verify_m = verify_m.reshape(r, -1)
+    shape = (r, len(ks))
+    # 2-D arrays: one vectorised cost-model call for every (request, k)
+    ctx = np.broadcast_to(view.context[:, None], shape)
+    draft_m, verify_m = cost.marginal(ctx, np.broadcast_to(view.budget[:, None], shape),
+                                      np.broadcast_to(view.method[:, None], shape),
+                                      np.broadcast_to(ks[None, :] + 1, shape))
     share = cost.pass_overhead(max(view.num_decode, 1)) / max(view.num_decode, 1)
     cycle = (ks + 1) * share + ks * draft_m + verify_m
     rate = tokens_fn(ks) / cycle

@@ -7,3 +7,18 @@ and the CLI (`spsim.cli`). The parts live in `spsim.traces`, `spsim.policies`, `
 """
 
 __version__ = "0.1.0"
+
+
+def _source_checkout_parts() -> None:
+    """Run from a source checkout (e.g. on the GPU machine, where the repository root is the
+    working directory and shadows an editable install): find spsim.<part> in the top-level
+    folders the design card fixes."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    if (root / "pyproject.toml").is_file() and (root / "gpu_runtime" / "__init__.py").is_file():
+        if str(root) not in __path__:
+            __path__.append(str(root))
+
+
+_source_checkout_parts()
