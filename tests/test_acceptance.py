@@ -159,3 +159,31 @@ def test_entropy_rule():
     assert not er.draft_more(np.ones((1, 8)), np.array([8]), np.array([0.99]), 0.01, np.full(9, 1.0), 8)[0]
     k = er.plan_length(np.array([0.5, 0.9, 0.99]), 0.2, np.full(21, 1.5), 20)
     assert k[0] < k[1] < k[2]
+
+
+@pytest.mark.parametrize("spec", ["position:p0=0.9,decay=0.1", DEFAULT_ACCEPTANCE, "aspire-llama8b"])
+def test_prefix_consistent_and_bounded(spec):
+    """Verifying d drafts accepts min(accepted with D >= d drafts, d): same draws, same staleness."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    m = make_acceptance(spec, 8)
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 300), st.integers(0, 24), st.integers(0, 2),
+                              st.integers(1, 200000), st.integers(1, 9000)), min_size=1, max_size=10),
+           st.integers(0, 24))
+    def check(rows, extra):
+        rid, pos, d, meth, ctx, bud = (np.array(c) for c in zip(*rows))
+        a = m.verify(rid, pos, d, ctx, bud, meth)
+        assert ((a >= 0) & (a <= d)).all()
+        big = m.verify(rid, pos, d + extra, ctx, bud, meth)
+        assert (a == np.minimum(big, d)).all()
+
+    check()
+
+
+def test_empty_inputs():
+    m = make_acceptance(DEFAULT_ACCEPTANCE, 0)
+    e = np.zeros(0, np.int64)
+    assert len(m.verify(e, e, e, e, e, e)) == 0 and len(m.draft_entropy(e, e, e, e, e, e)) == 0
