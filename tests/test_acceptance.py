@@ -187,3 +187,15 @@ def test_empty_inputs():
     m = make_acceptance(DEFAULT_ACCEPTANCE, 0)
     e = np.zeros(0, np.int64)
     assert len(m.verify(e, e, e, e, e, e)) == 0 and len(m.draft_entropy(e, e, e, e, e, e)) == 0
+
+
+def test_common_random_numbers_across_methods():
+    """Same draws for every method: per-step refresh (less staleness) never accepts fewer drafts
+    than verify-time refresh for the same request, positions, context and budget."""
+    m = make_acceptance(DEFAULT_ACCEPTANCE, 3)
+    n = 500
+    rid, pos, d = np.arange(n), np.arange(n) % 50, np.full(n, 16)
+    c, b, _ = _args(n)
+    vr = m.verify(rid, pos, d, c, b, np.full(n, 1))
+    sr = m.verify(rid, pos, d, c, b, np.full(n, 2))
+    assert (sr >= vr).all() and (sr > vr).any()
