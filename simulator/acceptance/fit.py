@@ -19,7 +19,7 @@ from dataclasses import asdict
 
 import numpy as np
 from scipy.optimize import minimize
-from scipy.special import expit, log_expit
+from scipy.special import expit
 
 from spsim.plan import DraftMethod
 
@@ -27,7 +27,7 @@ from . import entropy as ent
 from .events import Events
 from .latent import LatentParams, log_ratio
 
-_Q, _M = 7, 9  # noqa: E225  # quadrature nodes for the request level, chain states for the span process
+_Q, _M = 7, 9  # quadrature nodes for the request level, chain states for the span process
 
 
 def rouwenhorst(rho: float, m: int = _M) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
