@@ -1,16 +1,17 @@
 """`entropy`: SparseSpec-L's controller: the draft length follows the draft tokens' entropy.
 
-Each drafted token's entropy H gives an acceptance estimate p = exp(-lam * H), so the chance that
-the whole draft so far is accepted is exp(-lam * sum H). A request keeps drafting while one more
-draft raises its expected emitted tokens per unit cost (one more draft adds P_k * p_next expected
-tokens, with p_next estimated from the latest draft's entropy), and verifies as soon as it would
-not. Asked every pass (it reacts to each new draft's entropy).
+Each drafted token's entropy turns into a per-token acceptance estimate (Bayes' rule from the
+entropy signal's AUC, around the request's own smoothed acceptance); after every draft the request
+verifies unless drafting more raises the cycle's expected tokens per unit cost, priced by the cost
+model at its context (`entropy_rule.draft_more`). Asked every pass: it reacts to each new draft.
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 
+from . import entropy_rule as er
+from .acceptance_ema import AcceptanceEMA
 from .base import DecodeView, Policy
 from .registry import register
 
@@ -18,46 +19,55 @@ from .registry import register
 @register
 @dataclass
 class Entropy(Policy):
-    lam: float = 0.27  # per-nat decay of the acceptance estimate
-    k_min: int = 1
+    auc: float = 0.64  # how well entropy predicts acceptance (SparseSpec-L reports ~0.64)
+    entropy_median: float = 0.6
+    entropy_sigma: float = 1.0
+    ema: float = 0.3
+    prior: float = 0.9
+    lookahead: int = 8
     name = "entropy"
     plans_ahead = False
     needs_entropy = True
     description = "draft length from draft-token entropy (SparseSpec-L)"
 
     def __post_init__(self):
-        if self.lam <= 0:
-            raise ValueError("lam must be > 0")
-        self._seen: dict[int, tuple[int, float]] = {}  # rid -> (drafts counted, expected tokens)
+        if not 0.5 <= self.auc < 1:
+            raise ValueError("auc must be in [0.5, 1)")
+        self.slope, self.thr = er.rule_from_auc(self.auc, self.entropy_sigma, self.entropy_median)
+        self.acc = AcceptanceEMA(self.ema, self.prior)
+        self._p: dict[int, list[float]] = {}  # per-token estimates of the drafts held
 
     def on_finish(self, rid):
-        self._seen.pop(rid, None)
+        self.acc.drop(rid)
+        self._p.pop(rid, None)
 
-    def _expected(self, view: DecodeView) -> np.ndarray:
-        """Expected emitted tokens if each request verified now: 1 + sum_i P(first i accepted)."""
-        out = np.ones(len(view.ids))
-        prefix = np.exp(-self.lam * view.sum_entropy)
-        for j, (rid, d) in enumerate(zip(view.ids.tolist(), view.drafted.tolist())):
-            if d == 0:
-                self._seen[rid] = (0, 1.0)
-                continue
-            seen, e = self._seen.get(rid, (0, 1.0))
-            if d > seen:  # one new draft since the last look
-                e += float(prefix[j])
-                self._seen[rid] = (d, e)
-            out[j] = e
-        return out
+    def on_verify(self, ids, drafted, accepted):
+        self.acc.update(ids, drafted, accepted)
+        for rid in ids.tolist():
+            self._p[rid] = []
 
     def targets(self, view: DecodeView) -> np.ndarray:
+        r, d = len(view.ids), view.drafted
+        prior = self.acc.get(view.ids)
+        k = max(int(d.max()) if r else 0, 1)
+        p_hat = np.ones((r, k))
+        est = er.token_acceptance(np.nan_to_num(view.last_entropy, nan=self.entropy_median), prior, self.slope, self.thr)
+        for j, (rid, n) in enumerate(zip(view.ids.tolist(), d.tolist())):
+            held = self._p.setdefault(rid, [])
+            if n == 0:
+                held.clear()
+            elif len(held) < n:  # one new draft since the last pass
+                held.append(float(est[j]))
+            if n:
+                p_hat[j, :n] = held[:n]
         cost = self.ctx.cost
-        d = view.drafted
-        e_now = self._expected(view)
-        p_next = np.where(np.isnan(view.last_entropy), np.exp(-self.lam * 0.6), np.exp(-self.lam * np.nan_to_num(view.last_entropy)))
-        gain = np.exp(-self.lam * view.sum_entropy) * p_next
-        draft_m, v_now = cost.marginal(view.context, view.budget, view.method, d + 1)
-        _, v_next = cost.marginal(view.context, view.budget, view.method, d + 2)
+        n_max = view.max_draft
+        shape = (r, n_max + 1)
+        q = np.broadcast_to(np.arange(1, n_max + 2), shape)
+        draft_m, verify_m = cost.marginal(np.broadcast_to(view.context[:, None], shape),
+                                          np.broadcast_to(view.budget[:, None], shape),
+                                          np.broadcast_to(view.method[:, None], shape), q)
         share = cost.pass_overhead(max(view.num_decode, 1)) / max(view.num_decode, 1)
-        c_now = (d + 1) * share + d * draft_m + v_now
-        c_next = (d + 2) * share + (d + 1) * draft_m + v_next
-        more = ((e_now + gain) / c_next > e_now / c_now) | (d < self.k_min)
+        more = er.draft_more(p_hat, d, prior, draft_m[:, 0] + share, verify_m + share,
+                             np.minimum(n_max, view.remaining - 1), self.lookahead)
         return np.where(more, d + 1, d)

@@ -55,7 +55,7 @@ def strip(summary: dict) -> str:
     return json.dumps(s, sort_keys=True)
 
 
-POLICIES = ["ar", "fixed-k:k=4", "aspire", "oracle", "sync:k=3", "sync"]
+POLICIES = ["ar", "fixed-k:k=4", "aspire", "oracle", "sync:k=3", "sync", "entropy"]
 
 
 @pytest.mark.parametrize("policy", POLICIES)
