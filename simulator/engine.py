@@ -179,14 +179,18 @@ def simulate(trace: Trace, cfg: SimConfig, cost=None, acceptance=None, progress=
     else:
         env.process(arrival_process())
 
-    if progress is None:
-        env.run()
-    else:
-        # a coarse monitor: one event per simulated chunk, negligible next to passes
-        total_done = lambda: sum(r.batcher.finished for r in replicas) + int((table.reject > 0).sum())  # noqa: E731
-        step = max(1.0, float(arrivals[-1]) / 200) if arrivals[-1] > 0 else 1.0
-        while env.peek() < np.inf:
-            env.run(until=env.now + step)
-            progress(total_done(), n)
-        progress(total_done(), n)
+    if progress is not None:
+        # a read-only monitor: one event per simulated chunk, negligible next to the passes
+        def done() -> int:
+            return sum(r.batcher.finished for r in replicas) + int((table.reject > 0).sum())
+
+        step = max(1.0, float(arrivals[-1]) / 200)
+
+        def monitor():
+            while done() < n:
+                yield env.timeout(step)
+                progress(done(), n)
+
+        env.process(monitor())
+    env.run()
     return summarize(table, replicas, cfg, cost, trace)
