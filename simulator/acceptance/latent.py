@@ -22,7 +22,6 @@ import math
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
-from scipy.signal import lfilter
 from scipy.special import logit as _logit
 
 from spsim.plan import DraftMethod
@@ -81,6 +80,8 @@ def ar1(eps: np.ndarray, rho: float) -> np.ndarray:
     longer build has the same prefix)."""
     e = eps * math.sqrt(1.0 - rho * rho)
     e[..., 0] = eps[..., 0]
+    from scipy.signal import lfilter  # imported here: scipy.signal costs ~1.5 s at CLI start
+
     return lfilter([1.0], [1.0, -rho], e, axis=-1)
 
 
