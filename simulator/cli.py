@@ -130,6 +130,41 @@ def register(app: typer.Typer) -> None:
     o = _opts()
 
     @app.command()
+    def models():
+        """Model shapes and GPUs the analytic cost model knows."""
+        from spsim.hardware import GPUS
+        from spsim.models import MODELS
+
+        t = Table(title="models", header_style="bold")
+        for c in ("name", "layers", "hidden", "q/kv heads", "head dim", "params (B)", "context", "KV KiB/token (bf16)"):
+            t.add_column(c, justify="right" if c != "name" else "left", no_wrap=c == "name")
+        for m in MODELS.values():
+            t.add_row(m.name, str(m.layers), str(m.hidden), f"{m.q_heads}/{m.kv_heads}", str(m.head_dim),
+                      f"{m.params / 1e9:.2f}", f"{m.max_context:,}", f"{m.kv_bytes_per_token('bf16') / 1024:.0f}")
+        console.print(t)
+        g = Table(title="GPUs", header_style="bold")
+        for c in ("name", "memory (GB)", "HBM (TB/s, datasheet)", "bf16 dense (TFLOP/s, datasheet)"):
+            g.add_column(c, justify="right" if c != "name" else "left")
+        for x in GPUS.values():
+            g.add_row(x.name, f"{x.mem_bytes / 1e9:.0f}", f"{x.hbm_bw / 1e12:.2f}", f"{x.bf16_flops / 1e12:.0f}")
+        console.print(g)
+
+    @app.command()
+    def policies():
+        """Speculation policies and their parameters (spec grammar: name:key=value,...)."""
+        from dataclasses import fields
+
+        from spsim.policies.registry import list_policies
+
+        t = Table(title="policies", header_style="bold")
+        for c in ("spec", "what", "parameters", "draft KV (auto)"):
+            t.add_column(c)
+        for name, cls in sorted(list_policies().items()):
+            params = ", ".join(f"{f.name}={f.default}" for f in fields(cls))
+            t.add_row(name, cls.description, params or "-", cls.default_draft_method.name.lower().replace("_", "-"))
+        console.print(t)
+
+    @app.command()
     def replay(
         trace: Optional[str] = typer.Argument(None, help=f"Trace file or shipped name (default: {DEFAULT_TRACE})."),
         policy: str = typer.Option("aspire", "--policy", "-p", help="Policy spec, e.g. ar, sync:k=4, fixed-k:k=8, entropy, aspire, oracle."),
