@@ -61,7 +61,33 @@ def _load(trace_path: str | None, fmt: str | None, limit: int | None):
     return tr
 
 
+def _check(kw) -> None:
+    """Option ranges, so that bad values fail here with the option's name, not deep inside."""
+    positive = ("replicas", "max_batch", "token_budget", "draft_budget", "tp")
+    for name in positive:
+        if kw[name] < 1:
+            raise SpsimError(f"--{name.replace('_', '-')} must be >= 1 (got {kw[name]})")
+    if kw["max_draft"] < 0:
+        raise SpsimError(f"--max-draft must be >= 0 (got {kw['max_draft']})")
+    if kw["qps"] is not None and kw["qps"] <= 0:
+        raise SpsimError(f"--qps must be > 0 (got {kw['qps']})")
+    if kw["concurrency"] is not None and kw["concurrency"] < 1:
+        raise SpsimError(f"--concurrency must be >= 1 (got {kw['concurrency']})")
+    if sum(bool(x) for x in (kw["qps"], kw["offline"], kw["concurrency"])) > 1:
+        raise SpsimError("choose one of --qps, --offline, --concurrency")
+    if kw["slo_ttft"] <= 0 or kw["slo_tpot"] <= 0:
+        raise SpsimError("--slo-ttft and --slo-tpot must be > 0")
+    for name in ("kv_dtype", "weight_dtype"):
+        if kw[name] not in ("bf16", "fp8"):
+            raise SpsimError(f"--{name.replace('_', '-')} must be bf16 or fp8 (got {kw[name]!r})")
+    if kw["draft_kv"] != "auto":
+        from spsim.plan import DraftMethod
+
+        DraftMethod.parse(kw["draft_kv"])
+
+
 def _config(**kw) -> SimConfig:
+    _check(kw)
     return SimConfig(
         policy=kw["policy"], model=kw["model"], gpu=kw["gpu"], tp=kw["tp"], profile=kw["profile"],
         acceptance=kw["acceptance"], replicas=kw["replicas"], router=kw["router"], seed=kw["seed"],

@@ -80,27 +80,24 @@ def _fmt(m, sd, ratio, show_ratio=True):
     if sd:
         s += f" ±{sd:.2g}"
     if show_ratio and ratio is not None:
-        s += f" [dim]({ratio:.2f}x)[/]"
+        s += f"\n[dim]{ratio:.2f}x[/]"
     return s
 
 
 def compare_table(rows: list[dict], title: str) -> Table:
-    t = Table(title=title, header_style="bold")
-    t.add_column("policy")
-    for _, label, _ in FIGURES:
-        t.add_column(label, justify="right")
-    best = {}
-    for key, _, hi in FIGURES:
+    """Metrics as rows, policies as columns (stays readable with many metrics)."""
+    t = Table(title=title, header_style="bold", show_lines=True)
+    t.add_column("metric")
+    for r in rows:
+        t.add_column(r["policy"] + ("\n[dim](upper bound)[/]" if r["upper_bound"] else ""), justify="right")
+    for key, label, hi in FIGURES:
         vals = [(r[key], i) for i, r in enumerate(rows) if r[key] is not None and not r["upper_bound"]]
-        if vals:
-            best[key] = (max if hi else min)(vals)[1]
-    for i, r in enumerate(rows):
-        name = r["policy"] + (" [dim](upper bound)[/]" if r["upper_bound"] else "")
+        best = (max if hi else min)(vals)[1] if vals else None
         cells = []
-        for key, _, _ in FIGURES:
+        for i, r in enumerate(rows):
             c = _fmt(r[key], r[key + "_std"], r[key + "_vs_ref"], key not in ("tokens_per_verify", "draft_acceptance_rate"))
-            cells.append(f"[bold green]{c}[/]" if best.get(key) == i else c)
-        t.add_row(name, *cells)
+            cells.append(f"[bold green]{c}[/]" if best == i and len(rows) > 1 else c)
+        t.add_row(label, *cells)
     t.caption = f"ratios against {rows[0]['policy']}; best non-oracle figure in green"
     return t
 

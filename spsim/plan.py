@@ -42,7 +42,9 @@ class DraftMethod(IntEnum):
                    "verify_refresh": cls.VERIFY_REFRESH, "verify": cls.VERIFY_REFRESH, "quest": cls.VERIFY_REFRESH,
                    "step_refresh": cls.STEP_REFRESH, "step": cls.STEP_REFRESH, "aspire": cls.STEP_REFRESH}
         if key not in aliases:
-            raise ValueError(f"unknown draft-KV method {text!r} (static, verify-refresh, step-refresh)")
+            from .errors import SpecError
+
+            raise SpecError(f"unknown draft-KV method {text!r} (static, verify-refresh, step-refresh, auto)")
         return aliases[key]
 
 
