@@ -36,10 +36,14 @@ class Entropy(Policy):
         self.slope, self.thr = er.rule_from_auc(self.auc, self.entropy_sigma, self.entropy_median)
         self.acc = AcceptanceEMA(self.ema, self.prior)
         self._p: dict[int, list[float]] = {}  # per-token estimates of the drafts held
+        # per request: (context, draft cost, verify cost by drafts held); a drafting request's
+        # context only changes at its verification, so this is recomputed once per cycle
+        self._costs: dict[int, tuple[int, float, np.ndarray]] = {}
 
     def on_finish(self, rid):
         self.acc.drop(rid)
         self._p.pop(rid, None)
+        self._costs.pop(rid, None)
 
     def on_verify(self, ids, drafted, accepted):
         self.acc.update(ids, drafted, accepted)
@@ -60,14 +64,25 @@ class Entropy(Policy):
                 held.append(float(est[j]))
             if n:
                 p_hat[j, :n] = held[:n]
-        cost = self.ctx.cost
-        n_max = view.max_draft
-        shape = (r, n_max + 1)
-        q = np.broadcast_to(np.arange(1, n_max + 2), shape)
-        draft_m, verify_m = cost.marginal(np.broadcast_to(view.context[:, None], shape),
-                                          np.broadcast_to(view.budget[:, None], shape),
-                                          np.broadcast_to(view.method[:, None], shape), q)
-        share = cost.pass_overhead(max(view.num_decode, 1)) / max(view.num_decode, 1)
-        more = er.draft_more(p_hat, d, prior, draft_m[:, 0] + share, verify_m + share,
-                             np.minimum(n_max, view.remaining - 1), self.lookahead)
+        draft_c, verify_c = self._marginal_costs(view)
+        share = self.ctx.cost.pass_overhead(max(view.num_decode, 1)) / max(view.num_decode, 1)
+        more = er.draft_more(p_hat, d, prior, draft_c + share, verify_c + share,
+                             np.minimum(view.max_draft, view.remaining - 1), self.lookahead)
         return np.where(more, d + 1, d)
+
+    def _marginal_costs(self, view: DecodeView) -> tuple[np.ndarray, np.ndarray]:
+        """Each request's draft cost and verify cost for 0..max_draft drafts held, at its context."""
+        n_max = view.max_draft
+        ids, ctx = view.ids.tolist(), view.context.tolist()
+        stale = [j for j, (rid, c) in enumerate(zip(ids, ctx)) if self._costs.get(rid, (None,))[0] != c]
+        if stale:
+            sj = np.asarray(stale)
+            shape = (len(sj), n_max + 1)
+            dm, vm = self.ctx.cost.marginal(np.broadcast_to(view.context[sj, None], shape),
+                                            np.broadcast_to(view.budget[sj, None], shape),
+                                            np.broadcast_to(view.method[sj, None], shape),
+                                            np.broadcast_to(np.arange(1, n_max + 2), shape))
+            for row, j in enumerate(stale):
+                self._costs[ids[j]] = (ctx[j], float(dm[row, 0]), vm[row])
+        got = [self._costs[rid] for rid in ids]
+        return np.array([g[1] for g in got]), np.stack([g[2] for g in got]) if got else np.zeros((0, n_max + 1))
