@@ -171,6 +171,66 @@ def bench_tune(batch, ctx, ps, rows):
     c.free()
 
 
+# v4 sweep 1 (attention_v4_sweep.json) tried (128, 8, 4), (64, 4, 4) short and (64, 4, 4), (32, 4, 5),
+# (64, 8, 3) tall too: never best.
+SWEEP_TILES = {"short": [(128, 8, 3), (64, 4, 3), (64, 8, 4)], "tall": [(64, 4, 3), (32, 4, 4)]}
+
+
+def bench_sweep(kind, batch, ctx, ps, rows, splits=(256, 512, 1024, 2048, 4096), budget=2048):
+    """v4 tuning at one point: (BLOCK_N, warps, stages) x split size, the page-id prefetch on, against
+    the v3 kernel and plan (prefetch off, v3 tiles and split policy) measured in the same process."""
+    c = Cache(batch, ctx, ps, dense=False)
+    k1 = 9 if kind == "verify" else 1
+    if kind == "draft":
+        gen = torch.Generator(device="cuda").manual_seed(ctx + batch)
+        bp = budget // ps
+        sel = random_selection(batch, c.npg, bp, gen)
+        lists = selected_page_lists(c.page_table, sel, np.full(batch * HKV, bp), np.full(batch, ctx), HKV, ps)
+        nbytes = batch * budget * KV_BYTES_PER_TOKEN
+        span = budget
+    else:
+        lists = c.full_lists()
+        nbytes = batch * ctx * KV_BYTES_PER_TOKEN
+        span = ctx
+    q_len = np.full(batch, k1)
+    q = torch.randn((batch * k1, HQ, D), device="cuda", dtype=DT)
+    base = dict(block_n=128 if k1 == 1 else 64, num_warps=8 if k1 == 1 else 4, num_stages=3)
+    cands = [("v3", dict(prefetch=False, merge=(128, 128, 1), waves=8.0, min_split_tokens=2048, **base))]
+    cands.append(("v4-auto", {}))
+    for bn, nw, st in SWEEP_TILES["short" if k1 == 1 else "tall"]:
+        for sp in splits:
+            if sp < bn or sp > span or (span // sp) * batch * HKV > 8192:
+                continue
+            cands.append((f"bn{bn}/w{nw}/s{st}/split{sp}", dict(block_n=bn, num_warps=nw, num_stages=st, tokens_per_split=sp)))
+    best = None
+    res = {}
+    for name, kw in cands:
+        kw = dict(kw)
+        merge = kw.pop("merge", None)
+        try:
+            plan = A.plan_attention(q_len, lists, HQ, **kw)
+            if merge:
+                plan.merge_rows, plan.merge_dims, plan.merge_slots = merge
+            t = timed(lambda: A.mixed_attention(q, c.k, c.v, plan))
+        except Exception as e:  # noqa: BLE001 (e.g. out of shared memory)
+            print(f"  {kind} b={batch} {name}: {type(e).__name__}: {str(e)[:100]}", flush=True)
+            continue
+        r = {"part": "sweep", "kind": kind, "batch": batch, "ctx": ctx, "page_size": ps, "query": k1, "variant": name,
+             "block_n": plan.block_n, "num_warps": plan.num_warps, "num_stages": plan.num_stages,
+             "tokens_per_split": plan.tokens_per_split, "items": int(plan.work.shape[0]), "prefetch": plan.prefetch,
+             "bytes": nbytes, "ours_ms": t, "ours_tbps": nbytes / t / 1e9}
+        rows.append(r)
+        res[name] = r
+        if name.startswith("bn") and (best is None or t < best["ours_ms"]):
+            best = r
+    v3, auto = res.get("v3"), res.get("v4-auto")
+    top = sorted((r for r in res.values() if r["variant"].startswith("bn")), key=lambda r: r["ours_ms"])[:3]
+    us = lambda r: f"{r['ours_ms']*1e3:7.1f}us items {r['items']:5d}" if r else "failed"  # noqa: E731
+    print(f"sweep {kind:6s} b={batch:3d} ctx={ctx:6d}: v3 {us(v3)}  auto {us(auto)}  best " + "; ".join(f"{r['variant']} {r['ours_ms']*1e3:.1f}us items {r['items']}" for r in top),
+          flush=True)
+    c.free()
+
+
 def random_selection(batch, npg, budget_pages, gen):
     """Per (request, KV head): sink page, last page and random middle pages, ascending."""
     rows = batch * HKV
@@ -312,11 +372,19 @@ def main(argv=None):
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--sweep", default="", help="kind:batch:ctx,... points for the v4 sweep (kind: decode, verify, draft)")
     ap.add_argument("--max-tokens", type=int, default=64 * 131072, help="skip points with batch * ctx above this")
     a = ap.parse_args(argv)
     parts = a.part.split(",")
     rows: list[dict] = []
     t0 = time.time()
+    for pt in filter(None, a.sweep.split(",")):
+        kind, b, ctx = pt.split(":")
+        bench_sweep(kind, int(b), int(ctx), a.page_size, rows)
+        torch.cuda.empty_cache()
+        if a.out:
+            with open(a.out, "w") as f:
+                json.dump(_no_nan({**meta(), "argv": sys.argv[1:], "wall_s": time.time() - t0, "rows": rows}), f, indent=1)
     for ctx in [int(x) for x in a.contexts.split(",")]:
         for b in [int(x) for x in a.batches.split(",")]:
             if b * ctx > a.max_tokens:

@@ -39,7 +39,7 @@ def _attn_fwd(Q, K, V, O, PO, PM, PL, PSCORE, WORK, ROW_START, ROW_COUNT, ROW_LA
               stride_score,
               HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, PS: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr,
-              WRITE_SCORES: tl.constexpr):
+              WRITE_SCORES: tl.constexpr, PREFETCH: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
     w = WORK + pid * 6
     req = tl.load(w + 0)
@@ -74,10 +74,23 @@ def _attn_fwd(Q, K, V, O, PO, PM, PL, PSCORE, WORK, ROW_START, ROW_COUNT, ROW_LA
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     offs_n0 = tl.arange(0, BLOCK_N)
     kv_base = hkv.to(tl.int64) * stride_kh
+    # PREFETCH: each block's page ids are loaded one block ahead and carried in registers, so the
+    # K/V loads depend on no load of their own iteration. With the page-id load in the chain,
+    # Triton 3.6's pipeliner gave K/V num_stages - 3 shared-memory buffers (one at 3 stages: the
+    # next block's load was issued only after the current one was consumed); carried, num_stages - 1
+    # (read off the TTGIR for sm_90; see NOTES.md). Carrying them two blocks ahead stops it
+    # pipelining at all.
+    pg_row = INDICES + start
+    page_nx = tl.load(pg_row + (tok_lo + offs_n0) // PS, mask=tok_lo + offs_n0 < kv_len, other=0)
     for t in range(tok_lo, tok_hi, BLOCK_N):
         offs_n = t + offs_n0
         n_ok = offs_n < kv_len
-        page = tl.load(INDICES + start + offs_n // PS, mask=n_ok, other=0).to(tl.int64)
+        if PREFETCH:
+            page = page_nx.to(tl.int64)
+            offs_nx = offs_n + BLOCK_N
+            page_nx = tl.load(pg_row + offs_nx // PS, mask=offs_nx < kv_len, other=0)
+        else:  # v3 (kept to measure against)
+            page = tl.load(pg_row + offs_n // PS, mask=n_ok, other=0).to(tl.int64)
         kv_off = kv_base + page * stride_kp + (offs_n % PS).to(tl.int64) * stride_kt
         k = tl.load(K + kv_off[:, None] + offs_d[None, :], mask=n_ok[:, None], other=0.0)
         v = tl.load(V + kv_off[:, None] + offs_d[None, :], mask=n_ok[:, None], other=0.0)
@@ -112,7 +125,13 @@ def _attn_fwd(Q, K, V, O, PO, PM, PL, PSCORE, WORK, ROW_START, ROW_COUNT, ROW_LA
 
 @triton.jit
 def _attn_merge(O, PO, PM, PL, MERGE, Q_START, Q_LEN, stride_ot, stride_oh,
-                G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr):
+                G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, MB: tl.constexpr, DB: tl.constexpr,
+                CS: tl.constexpr):
+    """One program per (split unit, MB tile rows, DB head dims); CS partials per step.
+
+    The global max is found first, so a step only adds weighted partials and its loads do not
+    wait on the previous step's arithmetic: one load latency per CS partials. (v3 merged one
+    partial per step in one program per unit; many short splits were then far slower: NOTES.md.)"""
     pid = tl.program_id(0).to(tl.int64)
     w = MERGE + pid * 5
     req = tl.load(w + 0)
@@ -123,25 +142,28 @@ def _attn_merge(O, PO, PM, PL, MERGE, Q_START, Q_LEN, stride_ot, stride_oh,
     q0 = tl.load(Q_START + req)
     ql = tl.load(Q_LEN + req)
     QB: tl.constexpr = BLOCK_M // G
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, D)
+    offs_m = tl.program_id(1) * MB + tl.arange(0, MB)
+    offs_d = tl.program_id(2) * DB + tl.arange(0, DB)
+    offs_s = tl.arange(0, CS)
     qi = qb + offs_m // G
     hq = hkv * G + offs_m % G
     row_ok = (offs_m < QB * G) & (qi < ql)
-    m_tot = tl.full([BLOCK_M], -1.0e30, tl.float32)
-    l_tot = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, D], tl.float32)
-    for s in range(0, nslot):
-        ps = (slot0 + s) * BLOCK_M + offs_m
-        m = tl.load(PM + ps, mask=row_ok, other=-1.0e30)
-        l = tl.load(PL + ps, mask=row_ok, other=0.0)
-        o = tl.load(PO + ps[:, None] * D + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-        m_new = tl.maximum(m_tot, m)
-        a = tl.exp2(m_tot - m_new)
-        b = tl.exp2(m - m_new)
-        l_tot = l_tot * a + l * b
-        acc = acc * a[:, None] + o * b[:, None]
-        m_tot = m_new
+    m_tot = tl.full([MB], -1.0e30, tl.float32)
+    for s0 in range(0, nslot, CS):
+        ps = (slot0 + s0 + offs_s)[:, None] * BLOCK_M + offs_m[None, :]
+        ok = ((s0 + offs_s) < nslot)[:, None] & row_ok[None, :]
+        m_tot = tl.maximum(m_tot, tl.max(tl.load(PM + ps, mask=ok, other=-1.0e30), axis=0))
+    l_tot = tl.zeros([MB], tl.float32)
+    acc = tl.zeros([MB, DB], tl.float32)
+    for s0 in range(0, nslot, CS):
+        ps = (slot0 + s0 + offs_s)[:, None] * BLOCK_M + offs_m[None, :]
+        ok = ((s0 + offs_s) < nslot)[:, None] & row_ok[None, :]
+        m = tl.load(PM + ps, mask=ok, other=-1.0e30)
+        l = tl.load(PL + ps, mask=ok, other=0.0)
+        o = tl.load(PO + ps[:, :, None] * D + offs_d[None, None, :], mask=ok[:, :, None], other=0.0)
+        wt = tl.exp2(m - m_tot[None, :])
+        l_tot += tl.sum(l * wt, axis=0)
+        acc += tl.sum(o * wt[:, :, None], axis=0)
     out = acc / tl.where(l_tot > 0, l_tot, 1.0)[:, None]
     o_ptr = O + (q0 + qi).to(tl.int64)[:, None] * stride_ot + hq[:, None] * stride_oh + offs_d[None, :]
     tl.store(o_ptr, out.to(O.dtype.element_ty), mask=row_ok[:, None])
@@ -163,10 +185,21 @@ class AttentionPlan:
     tokens_per_split: int
     num_warps: int
     num_stages: int
+    prefetch: bool = True  # page ids one block ahead (False: the v3 loop, kept to measure against)
+    merge_rows: int = 8  # tile rows per merge program
+    merge_dims: int = 32  # head dims per merge program
+    merge_slots: int = 32  # partials per merge step
 
     @property
     def group(self) -> int:
         return self.num_q_heads // self.lists.num_kv_heads
+
+
+# (BLOCK_N, num_warps, num_stages) by tile height: short tiles (decode, draft: <= 32 rows),
+# tall (verify, 64 rows), prefill (128 rows). See NOTES.md for the sweeps behind them.
+SHORT_TILE = (128, 8, 3)
+TALL_TILE = (64, 4, 3)
+PREFILL_TILE = (64, 8, 3)
 
 
 def choose_block_m(q_len: np.ndarray, group: int) -> int:
@@ -177,16 +210,18 @@ def choose_block_m(q_len: np.ndarray, group: int) -> int:
 
 
 def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 132,
-                   waves: float = 8.0, min_split_tokens: int = 2048, block_m: int | None = None,
-                   block_n: int | None = None, tokens_per_split: int | None = None) -> AttentionPlan:
+                   waves: float = 8.0, min_split_tokens: int = 4096, block_m: int | None = None,
+                   block_n: int | None = None, tokens_per_split: int | None = None,
+                   num_warps: int | None = None, num_stages: int | None = None,
+                   prefetch: bool = True) -> AttentionPlan:
     """Cut the pass into work items.
 
     Split size: the KV blocks of all (row, query block) units over `num_sms * waves` items, but
     at least `min_split_tokens` per split (shorter splits cost more in prologue, partials and
-    merge than the parallelism gains) unless that leaves fewer items than SMs. (H200, 32K context, bf16: batch 1 is fastest with 128 splits
-    of 2048 tokens, batch 16 with ~1024 items; see NOTES.md.) Prefill query blocks stop at their
-    last query's causal bound. Tile widths and warps as tuned there: short tiles (decode, draft)
-    take 128-token KV blocks and 8 warps, 64-row tiles (verify) 64-token blocks and 4 warps.
+    merge than the parallelism gains) unless that leaves fewer items than SMs; then the shortest
+    splits that still fit one wave. (H200, bf16, v4: batch 1 at 32K is fastest with 128 splits of
+    2048 tokens, at 128K with 256 of 4096; see NOTES.md.) Prefill query blocks stop at their last
+    query's causal bound. Tile widths, warps and stages: SHORT_TILE, TALL_TILE, PREFILL_TILE.
     """
     device = lists.count.device
     q_len = np.asarray(q_len, dtype=np.int64)
@@ -195,7 +230,8 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     g = num_q_heads // hkv
     assert g * hkv == num_q_heads and lists.num_rows == n_req * hkv
     bm = block_m or choose_block_m(q_len, g)
-    bn = block_n or max(ps, 128 if bm <= 32 else 64)
+    cfg_bn, cfg_nw, cfg_st = SHORT_TILE if bm <= 32 else TALL_TILE if bm < 128 else PREFILL_TILE
+    bn = block_n or max(ps, cfg_bn)
     assert bn % ps == 0 and bm >= g
     qb_size = bm // g
     kv_len = lists.kv_len_np.reshape(n_req, hkv)
@@ -213,7 +249,16 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     if tokens_per_split is None:
         target = max(1, int(num_sms * waves))
         total = int(u_blocks.sum())
-        floor_blocks = min(-(-min_split_tokens // bn), -(-total // num_sms))  # small passes: one wave
+        # Small passes: the shortest splits that still fit one wave (items <= SMs, counted per unit:
+        # 4032-token splits of 32K rows made 144 items, a second wave for 12 of them, 1.5x slower).
+        lo_b, hi_b = 1, max(1, int(u_blocks.max(initial=1)))
+        while lo_b < hi_b:
+            mid = (lo_b + hi_b) // 2
+            if int(np.maximum(1, -(-u_blocks // mid)).sum()) <= num_sms:
+                hi_b = mid
+            else:
+                lo_b = mid + 1
+        floor_blocks = min(-(-min_split_tokens // bn), lo_b)
         split_blocks = max(1, floor_blocks, -(-total // target))
         tokens_per_split = split_blocks * bn
     assert tokens_per_split % bn == 0
@@ -235,7 +280,7 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     t = lambda a: torch.as_tensor(np.ascontiguousarray(a, dtype=np.int32), device=device)  # noqa: E731
     return AttentionPlan(t(work).reshape(-1, WORK_FIELDS), t(merge).reshape(-1, MERGE_FIELDS),
                          t(q_start), t(q_len), lists, num_q_heads, int(multi.sum()), bm, bn,
-                         tokens_per_split, 8 if bm <= 32 or bm >= 128 else 4, 3)
+                         tokens_per_split, num_warps or cfg_nw, num_stages or cfg_st, prefetch)
 
 
 def mixed_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan: AttentionPlan,
@@ -270,9 +315,10 @@ def mixed_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             out.stride(0), out.stride(1), scores.stride(0) if page_scores is not None else 0,
             HKV=hkv, G=plan.group, D=d, PS=ps, BLOCK_M=bm, BLOCK_N=bn, UPCAST=_INTERPRET,
-            WRITE_SCORES=page_scores is not None, num_warps=nw, num_stages=num_stages)
+            WRITE_SCORES=page_scores is not None, PREFETCH=plan.prefetch, num_warps=nw, num_stages=num_stages)
     if plan.merge.shape[0]:
-        _attn_merge[(plan.merge.shape[0],)](
+        mb, db = min(plan.merge_rows, bm), min(plan.merge_dims, d)
+        _attn_merge[(plan.merge.shape[0], bm // mb, d // db)](
             out, po, pm, pl, plan.merge, plan.q_start, plan.q_len, out.stride(0), out.stride(1),
-            G=plan.group, D=d, BLOCK_M=bm, num_warps=4)
+            G=plan.group, D=d, BLOCK_M=bm, MB=mb, DB=db, CS=plan.merge_slots, num_warps=4)
     return out

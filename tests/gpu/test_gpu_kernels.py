@@ -59,6 +59,21 @@ def test_mixed_all_kinds_many_splits():
     run_case("gpu_mixed_fine", reqs, hkv=8, g=4, tokens_per_split=64)
 
 
+@pytest.mark.parametrize("tall,bn,nw,st", [(False, 128, 8, 3), (False, 128, 8, 4), (False, 64, 4, 3), (False, 64, 4, 4),
+                                             (False, 64, 8, 4), (True, 64, 4, 3), (True, 64, 4, 4), (True, 32, 4, 4),
+                                             (True, 32, 4, 5), (True, 64, 8, 3)])
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_tile_configs(tall, bn, nw, st, prefetch):
+    """The (BLOCK_N, warps, stages) the sweeps try on short (decode, draft) and 64-row (with a
+    verify) tiles, both page-id loops, 17+ splits per unit (merge steps of 8 with a remainder)."""
+    reqs = [Req("decode", 3000), Req("draft", 4000, budget=1024), Req("decode", 7)]
+    if tall:
+        reqs.append(Req("verify", 2500, q=9))
+    plan = run_case(f"gpu_tiles_{tall}_{bn}_{nw}_{st}", reqs, hkv=8, g=4, block_n=bn, num_warps=nw, num_stages=st,
+                    prefetch=prefetch, tokens_per_split=128)
+    assert plan.block_m == (64 if tall else 16) and int(plan.merge[:, 4].max()) > 17
+
+
 def test_fp16():
     run_case("gpu_fp16", [Req("verify", 3000, q=9), Req("draft", 3000, budget=512)], dtype=torch.float16)
 
