@@ -110,12 +110,14 @@ class LatentAcceptance:
         self._j = np.arange(64)
 
     def _build(self, rid: int, n: int):
-        p, pos = self.params, np.arange(n)
-        base = base_logits(p, keyed.normal(self.seed, keyed.LEVEL, rid, 0)[0],
-                           keyed.normal(self.seed, keyed.SPAN, rid, pos))
+        p = self.params
+        # the three position streams hashed in one call (keyed.request_keys; same draws as
+        # keyed.normal / keyed.uniform per stream)
+        span, accept, noise = keyed.request_keys(self.seed, (keyed.SPAN, keyed.ACCEPT, keyed.ENTROPY), rid, n)
+        base = base_logits(p, keyed.level_normal(self.seed, rid), keyed.keys_to_normal(span))
         with np.errstate(divide="ignore"):
-            lu = _logit(keyed.uniform(self.seed, keyed.ACCEPT, rid, pos))
-        return base, base - lu, keyed.normal(self.seed, keyed.ENTROPY, rid, pos)
+            lu = _logit(keyed.keys_to_uniform(accept))
+        return base, base - lu, keyed.keys_to_normal(noise)
 
     # -- AcceptanceModel ---------------------------------------------------------------------
     def begin(self, rid: int, prompt_tokens: int, output_tokens: int) -> None:

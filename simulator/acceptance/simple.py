@@ -33,10 +33,10 @@ class _Independent:
         self._thr = self._logit_prob(np.arange(64))  # accepted iff logit(U) < logit(p_j)
 
     def _build(self, rid: int, n: int):
-        pos = np.arange(n)
+        accept, noise = keyed.request_keys(self.seed, (keyed.ACCEPT, keyed.ENTROPY), rid, n)
         with np.errstate(divide="ignore"):
-            lu = _logit(keyed.uniform(self.seed, keyed.ACCEPT, rid, pos))
-        return lu, keyed.normal(self.seed, keyed.ENTROPY, rid, pos)
+            lu = _logit(keyed.keys_to_uniform(accept))
+        return lu, keyed.keys_to_normal(noise)
 
     def prob(self, j: np.ndarray) -> np.ndarray:  # per draft position (0-based)
         raise NotImplementedError

@@ -5,6 +5,10 @@ gather (`start[rid] + pos`), not a Python loop over requests.
 must depend only on (seed, rid, position), so a longer rebuild has the same prefix and results never
 depend on call order or on when a request was begun. Ended requests' space is reclaimed by
 compaction when the buffers fill.
+
+`begin` only records the length a request will need; its arrays are built on first use (`ensure`).
+A request that never drafts (autoregressive runs, AR-like requests) never pays for a build, which
+costs far more than the rest of its simulation.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ class PositionStore:
         self.build_fn = build
         self.bufs = [np.empty(1 << 16) for _ in range(n_arrays)]
         self.start = np.full(1024, -1, np.int64)  # rid -> offset into the buffers
-        self.length = np.zeros(1024, np.int64)  # 0 when not begun or ended
+        self.length = np.zeros(1024, np.int64)  # 0 when not built or ended
+        self.want: dict[int, int] = {}  # rid -> length to build on first use (begun, not built)
         self.used = 0
         self.live = 0  # positions held by requests not yet ended
 
@@ -62,10 +67,11 @@ class PositionStore:
     def begin(self, rid: int, n: int) -> None:
         rid, n = int(rid), int(n) + PAD
         if not (rid < len(self.length) and self.length[rid] >= n):
-            self.build(rid, n)
+            self.want[rid] = n  # built by the first `ensure` that needs it
 
     def end(self, rid: int) -> None:
         rid = int(rid)
+        self.want.pop(rid, None)
         if rid < len(self.length) and self.length[rid] > 0:
             self.live -= int(self.length[rid])
             self.start[rid], self.length[rid] = -1, 0
@@ -81,5 +87,5 @@ class PositionStore:
             if r < 0:
                 raise ValueError(f"request id {r} must be >= 0")
             if r >= len(self.length) or self.length[r] < e:
-                self.build(r, int(e) + PAD)
+                self.build(r, max(int(e) + PAD, self.want.pop(r, 0)))
         return self.start[rid]

@@ -110,6 +110,9 @@ class RooflineCostModel:
         self.score_tbl[DraftMethod.VERIFY_REFRESH, 0] = self.L * self.score_page_s
         self.score_tbl[DraftMethod.STEP_REFRESH, :] = self.L * self.score_page_s
         self._score_rows = self.score_tbl.tolist()
+        self._tbl_width = self._tbl_rows = 0  # segment tables: none yet
+        self._verify_tbl, self._draft_tbls = None, {}
+        self._ovh_tbl = np.zeros(0)
 
     # ---- linear part ----
     def pass_overhead(self, num_tokens: int, num_logits: int | None = None) -> float:
@@ -235,7 +238,82 @@ class RooflineCostModel:
             return 0.0
         return self.pass_overhead(tokens, logits) + total
 
+    # ---- lookup tables for segments ----
+    # A decode segment prices every (pass, request) from small integers: context, query tokens,
+    # draft position (budget and method are fixed per run). The prices are pure functions of
+    # them, so they are tabulated with the same vector formulas (bit-identical entries) and a
+    # segment costs a few gathers instead of ~40 vector ops over (passes, requests): what the
+    # simulator pays per segment, ~200 us, dominated by numpy's per-call overhead.
+    # Tables grow to the longest context seen (power-of-two widths), so short traces stay small.
+    TABLE_MAX_Q = 64  # larger verify queries (or draft positions) fall back to the formulas
+    TABLE_MAX_CONTEXT = 1 << 18  # 18 rows of 256K contexts are ~40 MB: beyond, the formulas
+
+    def _tables_fit(self, width: int, rows: int) -> bool:
+        """Make the tables cover contexts < width and query / position rows < rows, if allowed."""
+        if width <= self._tbl_width and rows <= self._tbl_rows:
+            return True
+        if width > self.TABLE_MAX_CONTEXT or rows > self.TABLE_MAX_Q:
+            return False
+        w = max(self._tbl_width, 4096)
+        while w < width:
+            w *= 2
+        self._tbl_width, self._tbl_rows = w, max(self._tbl_rows, rows, 18)
+        self._verify_tbl = None
+        self._draft_tbls = {}
+        return True
+
+    def _verify_table(self) -> np.ndarray:
+        """[q, context] -> _full_attn(context, q); row 0 (not verifying) is 0."""
+        if self._verify_tbl is None:
+            c = np.arange(self._tbl_width, dtype=np.int64)
+            tbl = np.zeros((self._tbl_rows, self._tbl_width))
+            for q in range(1, self._tbl_rows):  # row by row: small temporaries
+                tbl[q] = self._full_attn(c, np.full_like(c, q))
+            self._verify_tbl = tbl
+        return self._verify_tbl
+
+    def _draft_table(self, budget: int, method: int) -> np.ndarray:
+        """[draft_pos, context] -> _draft_attn(context, budget, method, draft_pos)."""
+        tbl = self._draft_tbls.get((budget, method))
+        if tbl is None:
+            c = np.arange(self._tbl_width, dtype=np.int64)
+            b, m = np.full_like(c, budget), np.full_like(c, method)
+            tbl = np.empty((self._tbl_rows, self._tbl_width))
+            for pos in range(self._tbl_rows):
+                tbl[pos] = self._draft_attn(c, b, m, np.full_like(c, pos))
+            self._draft_tbls[(budget, method)] = tbl
+        return tbl
+
+    def _overhead_table(self, tokens: int) -> np.ndarray:
+        """[tokens] -> _overhead_vec(tokens, tokens), covering at least `tokens`."""
+        if len(self._ovh_tbl) <= tokens:
+            n = max(2 * len(self._ovh_tbl), tokens + 1, 1024)
+            t = np.arange(n, dtype=np.int64)
+            self._ovh_tbl = self._overhead_vec(t, t)
+        return self._ovh_tbl
+
     def segment_times(self, seg: DecodeSegment) -> np.ndarray:
+        kind, ctx = seg.kind, seg.context
+        draft, verify = kind == DecodeSegment.DRAFT, kind == DecodeSegment.VERIFY
+        q = np.where(verify, seg.query, 0)
+        has_draft = draft.any()
+        budget = method = 0
+        if has_draft:  # one (budget, method) for all requests: the batcher's configuration
+            budget, method = int(seg.budget[0]), int(seg.method[0])
+            uniform = (seg.budget == budget).all() and (seg.method == method).all()
+            rows = max(int(q.max()), int(seg.draft_pos.max())) + 1
+        else:
+            uniform, rows = True, int(q.max()) + 1
+        if not (uniform and self._tables_fit(int(ctx.max()) + 1, rows)):
+            return self._segment_times_formula(seg)
+        att = self._verify_table()[q, ctx]
+        if has_draft:
+            att = np.where(draft, self._draft_table(budget, method)[seg.draft_pos, ctx], att)
+        tokens = q.sum(axis=1) + draft.sum(axis=1)
+        return self._overhead_table(int(tokens.max()))[tokens] + att.sum(axis=1)
+
+    def _segment_times_formula(self, seg: DecodeSegment) -> np.ndarray:
+        """segment_times without tables (the definition the tables reproduce)."""
         kind, ctx = seg.kind, seg.context
         draft, verify = kind == DecodeSegment.DRAFT, kind == DecodeSegment.VERIFY
         q = np.where(verify, seg.query, 0)
