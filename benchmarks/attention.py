@@ -4,7 +4,8 @@
 
 Parts: decode (full, 1 query), verify (k+1 = 9 queries), draft (sparse, 2K-token budget, random
 page lists per KV head; FlexAttention on the same pages), select (Quest scoring + top pages),
-mixed (half drafting, half verifying in one launch). Every time is the median of
+mixed (half drafting, half verifying in one launch), v5 (the draft at b=16/32/64 and decode at b=1/16
+with each V5_VARIANTS short-tile loop; `--batches` is ignored for it). Every time is the median of
 `triton.testing.do_bench` (L2 flushed before each run) over a CUDA-graph replay, so host launch
 overhead is out. Bandwidth = bytes the kernel must read (K and V of the listed tokens) / time.
 """
@@ -355,6 +356,105 @@ def bench_mixed(batch, ctx, ps, rows, budget=2048, k1=9):
     c.free()
 
 
+# v5 candidates for short tiles (decode, draft): plan keyword arguments. "v4" is the planner's default
+# (cp.async, 2 K/V buffers); "r<n>" loads the next n blocks' K/V into registers (num_stages=1), "ev"
+# adds the L2 evict_first hint (Triton 3.6 drops it from cp.async, so only the register loop has it).
+V5_VARIANTS = {"v4": {}, "r1": dict(kv_regs=1), "r1ev": dict(kv_regs=1, evict="evict_first"),
+               "r2ev-bn64": dict(kv_regs=2, evict="evict_first", block_n=64, num_warps=8),
+               "r2ev": dict(kv_regs=2, evict="evict_first")}
+
+
+def timed_clean_l2(fn, reps=50) -> float:
+    """Median ms with L2 emptied by a 256 MiB READ before each run (clean lines, nothing to write
+    back), against do_bench's zero_() flush, which leaves L2 full of dirty lines. Diagnostic only."""
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        fn()
+    buf = torch.ones(64 * 1024 * 1024, device="cuda", dtype=torch.int32)
+    acc = torch.zeros((), device="cuda", dtype=torch.int64)
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for a, b in ev:
+        acc += buf.sum()
+        a.record()
+        g.replay()
+        b.record()
+    torch.cuda.synchronize()
+    return float(np.median([a.elapsed_time(b) for a, b in ev]))
+
+
+def bench_v5(ctx, ps, rows, batches_draft=(16, 32, 64), batches_full=(1, 16), budget=2048, flex=True, save=None):
+    """v5: the draft at b=16/32/64 and decode/verify at b=1/16 with each short-tile variant, in one process."""
+    for batch in batches_draft:
+        c = Cache(batch, ctx, ps, dense=flex and batch <= 64)
+        bp = budget // ps
+        gen = torch.Generator(device="cuda").manual_seed(ctx + batch)
+        sel = random_selection(batch, c.npg, bp, gen)
+        lists = selected_page_lists(c.page_table, sel, np.full(batch * HKV, bp), np.full(batch, ctx), HKV, ps)
+        nbytes = batch * budget * KV_BYTES_PER_TOKEN
+        q1 = torch.randn((batch, HQ, D), device="cuda", dtype=DT)
+        t_flex = float("nan")
+        if flex:
+            try:
+                t_flex = timed(flex_sparse(c, sel, bp))
+            except Exception as e:  # noqa: BLE001
+                print(f"  flex failed: {type(e).__name__}: {str(e)[:200]}")
+        for name, kw in V5_VARIANTS.items():
+            try:
+                plan = A.plan_attention(np.ones(batch, np.int64), lists, HQ, **kw)
+                fn = lambda: A.mixed_attention(q1, c.k, c.v, plan)  # noqa: E731
+                t = timed(fn)
+                t_clean = timed_clean_l2(fn) if batch == 16 and name in ("v4", "r1ev", "r2ev") else float("nan")
+            except Exception as e:  # noqa: BLE001
+                print(f"  draft b={batch} {name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                continue
+            rows.append({"part": "draft", "variant": name, "batch": batch, "ctx": ctx, "page_size": ps, "budget": budget,
+                         "bytes": nbytes, "ours_ms": t, "ours_tbps": nbytes / t / 1e9, "flex_ms": t_flex,
+                         "speedup_vs_flex": t_flex / t, "clean_l2_ms": t_clean, "block_n": plan.block_n,
+                         "num_warps": plan.num_warps, "items": int(plan.work.shape[0]), "split_tokens": plan.tokens_per_split})
+            print(f"draft   b={batch:3d} {name:10s} {t*1e3:7.1f}us {nbytes/t/1e9:.2f}TB/s  flex {t_flex*1e3:7.1f}us "
+                  f"({t_flex/t:.2f}x)  clean-L2 {t_clean*1e3:7.1f}us", flush=True)
+        c.free()
+        torch.cuda.empty_cache()
+        if save:
+            save()
+    for batch in batches_full:
+        c = Cache(batch, ctx, ps)
+        lists = c.full_lists()
+        nbytes = batch * ctx * KV_BYTES_PER_TOKEN
+        q1 = torch.randn((batch, HQ, D), device="cuda", dtype=DT)
+        t_sdpa = timed(lambda: sdpa(q1.view(batch, HQ, 1, D), c.kd, c.vd))
+        k1 = 9
+        q9 = torch.randn((batch * k1, HQ, D), device="cuda", dtype=DT)
+        p9 = A.plan_attention(np.full(batch, k1), lists, HQ)
+        t_ver = timed(lambda: A.mixed_attention(q9, c.k, c.v, p9))
+        for name, kw in V5_VARIANTS.items():
+            if name == "r1":
+                continue
+            try:
+                p1 = A.plan_attention(np.ones(batch, np.int64), lists, HQ, **kw)
+                t = timed(lambda: A.mixed_attention(q1, c.k, c.v, p1))
+            except Exception as e:  # noqa: BLE001
+                print(f"  decode b={batch} {name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                continue
+            rows.append({"part": "decode", "variant": name, "batch": batch, "ctx": ctx, "page_size": ps, "bytes": nbytes,
+                         "sdpa_ms": t_sdpa, "ours_ms": t, "ratio_to_sdpa_bw": t_sdpa / t, "ours_tbps": nbytes / t / 1e9,
+                         "verify_ms": t_ver, "verify_over_decode": t_ver / t, "items": int(p1.work.shape[0]),
+                         "split_tokens": p1.tokens_per_split})
+            print(f"decode  b={batch:3d} {name:10s} {t*1e3:7.1f}us = {t_sdpa/t*100:.0f}% of sdpa ({t_sdpa*1e3:.1f}us); "
+                  f"verify {t_ver*1e3:.1f}us = {t_ver/t:.2f}x", flush=True)
+        c.free()
+        torch.cuda.empty_cache()
+        if save:
+            save()
+
+
 def _no_nan(x):
     """JSON has no NaN: a failed comparison is written as null."""
     if isinstance(x, dict):
@@ -385,6 +485,14 @@ def main(argv=None):
         if a.out:
             with open(a.out, "w") as f:
                 json.dump(_no_nan({**meta(), "argv": sys.argv[1:], "wall_s": time.time() - t0, "rows": rows}), f, indent=1)
+    def save():
+        if a.out:
+            with open(a.out, "w") as f:
+                json.dump(_no_nan({**meta(), "argv": sys.argv[1:], "wall_s": time.time() - t0, "rows": rows}), f, indent=1)
+
+    if "v5" in parts:
+        for ctx in [int(x) for x in a.contexts.split(",")]:
+            bench_v5(ctx, a.page_size, rows, flex=not a.no_flex, save=save)
     for ctx in [int(x) for x in a.contexts.split(",")]:
         for b in [int(x) for x in a.batches.split(",")]:
             if b * ctx > a.max_tokens:

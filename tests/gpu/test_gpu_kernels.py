@@ -74,6 +74,20 @@ def test_tile_configs(tall, bn, nw, st, prefetch):
     assert plan.block_m == (64 if tall else 16) and int(plan.merge[:, 4].max()) > 17
 
 
+@pytest.mark.parametrize("tall,bn,nw,kv_regs,evict", [(False, 128, 8, 1, "evict_first"), (False, 128, 8, 1, ""),
+                                                        (False, 64, 8, 2, "evict_first"), (False, 128, 8, 2, "evict_first"),
+                                                        (True, 64, 4, 1, "evict_first")])
+def test_kv_regs_loops(tall, bn, nw, kv_regs, evict):
+    """v5 loop: K/V of the next 1 or 2 blocks in registers (num_stages=1), with and without the L2
+    hint; splits of 2 blocks and more, short and 64-row tiles, a draft whose list ends mid-page."""
+    reqs = [Req("decode", 3000), Req("draft", 4000, budget=1000), Req("decode", 7)]
+    if tall:
+        reqs.append(Req("verify", 2500, q=9))
+    for sp in (2 * bn, 1024):
+        run_case(f"gpu_kvregs_{tall}_{bn}_{kv_regs}_{sp}", reqs, hkv=8, g=4, block_n=bn, num_warps=nw,
+                 kv_regs=kv_regs, evict=evict, tokens_per_split=sp)
+
+
 def test_fp16():
     run_case("gpu_fp16", [Req("verify", 3000, q=9), Req("draft", 3000, budget=512)], dtype=torch.float16)
 
