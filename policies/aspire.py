@@ -22,14 +22,12 @@ def best_k(cost, view: DecodeView, tokens_fn, k_max: int, k_min: int = 0) -> np.
     """argmax over k in [k_min, k_max] of tokens_fn(k) / cycle cost, per request.
 
     tokens_fn(ks) -> (r, K) expected tokens for the draft lengths `ks` (K,)."""
-    r = len(view.ids)
     ks = np.arange(k_min, k_max + 1, dtype=np.int64)
-    shape = (r, len(ks))
-    # 2-D arrays: one vectorised cost-model call for every (request, k)
-    ctx = np.broadcast_to(view.context[:, None], shape)
-    draft_m, verify_m = cost.marginal(ctx, np.broadcast_to(view.budget[:, None], shape),
-                                      np.broadcast_to(view.method[:, None], shape),
-                                      np.broadcast_to(ks[None, :] + 1, shape))
+    K = len(ks)
+    # 2-D arrays: one vectorised cost-model call for every (request, k) (repeat, not
+    # broadcast_to: the same arrays for ~1 us instead of ~7 us each, asked every decision)
+    draft_m, verify_m = cost.marginal(view.context[:, None].repeat(K, 1), view.budget[:, None].repeat(K, 1),
+                                      view.method[:, None].repeat(K, 1), (ks + 1)[None, :].repeat(len(view.ids), 0))
     share = cost.pass_overhead(max(view.num_decode, 1)) / max(view.num_decode, 1)
     cycle = (ks + 1) * share + ks * draft_m + verify_m
     rate = tokens_fn(ks) / cycle

@@ -90,5 +90,5 @@ class Policy:
 def expected_tokens(alpha: np.ndarray, k: np.ndarray) -> np.ndarray:
     """Tokens a verification emits after k drafts when each is accepted with prob alpha
     independently: accepted prefix plus the target token, sum_{i=0..k} alpha^i."""
-    alpha = np.clip(alpha, 0.0, 0.999999)
+    alpha = np.minimum(np.maximum(alpha, 0.0), 0.999999)  # np.clip, without its ~3 us wrapper
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)

@@ -75,6 +75,11 @@ class Batcher:
         self.passes = 0
         self.finished = 0
         self.on_done = None  # callable(rid, now) when a request finishes or is rejected
+        # per-request constants, sliced (views) instead of made for every plan and view;
+        # read-only: a batch never holds more than max_batch requests
+        self._budget = np.full(cfg.max_batch, cfg.draft_budget, I64)
+        self._method = np.full(cfg.max_batch, cfg.draft_method, I64)
+        self._budget.flags.writeable = self._method.flags.writeable = False
 
     # ---------------------------------------------------------------- arrivals and admission
     @property
@@ -193,11 +198,13 @@ class Batcher:
         if len(ask) == 0:
             return
         cfg = self.cfg
+        n = len(ask)
+        committed = t.committed[ask]
         view = DecodeView(
-            ids=ask, context=t.ctx[ask], drafted=t.drafted[ask], remaining=t.output[ask] - t.committed[ask],
-            budget=np.full(len(ask), cfg.draft_budget, I64), method=np.full(len(ask), cfg.draft_method, I64),
+            ids=ask, context=t.ctx[ask], drafted=t.drafted[ask], remaining=t.output[ask] - committed,
+            budget=self._budget[:n], method=self._method[:n],
             last_entropy=t.last_entropy[ask], sum_entropy=t.sum_entropy[ask], num_decode=len(dec),
-            prefill_tokens=0, max_draft=cfg.max_draft, committed=t.committed[ask])
+            prefill_tokens=0, max_draft=cfg.max_draft, committed=committed)
         t.target[ask] = np.asarray(pol.targets(view), I64)
 
     def _effective_target(self, dec: np.ndarray) -> np.ndarray:
@@ -233,8 +240,8 @@ class Batcher:
             d, v = dec[~verify], dec[verify]
             plan.draft_ids = d
             plan.draft_context = t.ctx[d]
-            plan.draft_budget = np.full(len(d), cfg.draft_budget, I64)
-            plan.draft_method = np.full(len(d), cfg.draft_method, I64)
+            plan.draft_budget = self._budget[:len(d)]
+            plan.draft_method = self._method[:len(d)]
             plan.draft_pos = t.drafted[d]
             plan.verify_ids = v
             plan.verify_query = t.drafted[v] + 1
@@ -267,7 +274,7 @@ class Batcher:
         d = t.drafted[dec]
         return DecodeSegment(np.where(verify, 2, 1).astype(np.int8)[None, :],
                              np.where(verify, d + 1, 1)[None, :], t.ctx[dec][None, :], d[None, :],
-                             np.full(len(dec), cfg.draft_budget, I64), np.full(len(dec), cfg.draft_method, I64))
+                             self._budget[:len(dec)], self._method[:len(dec)])
 
     # ---------------------------------------------------------------- outcomes
     def apply(self, plan: PassPlan, out: Outcome, t_end: float) -> None:
@@ -396,8 +403,7 @@ class Batcher:
             dpos = np.where(ar_like[None, :], 0, d[None, :] + i)
             query = np.where(is_verify, dpos + 1, 1)
             ctx = ctx0[None, :] + np.where(ar_like[None, :], i, 0)
-        seg = DecodeSegment(kind, query, ctx, dpos, np.full(r, cfg.draft_budget, I64),
-                            np.full(r, cfg.draft_method, I64))
+        seg = DecodeSegment(kind, query, ctx, dpos, self._budget[:r], self._method[:r])
         return SegmentPlan(run, seg, ar_like, np.where(ar_like, n, wait))
 
     def apply_segment(self, sp: SegmentPlan, n: int, ends: np.ndarray, accepted: np.ndarray) -> None:

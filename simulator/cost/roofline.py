@@ -329,8 +329,16 @@ class RooflineCostModel:
         """Attention seconds a request adds when it drafts one token (at `draft_pos`, default 0)
         and when it verifies `query` tokens; the shared linear part is `pass_overhead`."""
         context, budget, method, query = (np.asarray(a, dtype=np.int64) for a in (context, budget, method, query))
+        scalar = context.ndim == 1 and len(context) <= self.SCALAR_MAX
+        if draft_pos is None and not scalar and context.shape == query.shape:
+            # policies' (request, k) grids (first draft of a run): table lookups, when (budget,
+            # method) is one pair, as the batcher configures it
+            b, m = int(budget.flat[0]), int(method.flat[0])
+            if ((budget == b).all() and (method == m).all()
+                    and self._tables_fit(int(context.max()) + 1, int(query.max()) + 1)):
+                return self._draft_table(b, m)[0][context], self._verify_table()[query, context]
         pos = np.zeros_like(context) if draft_pos is None else np.asarray(draft_pos, dtype=np.int64)
-        if context.ndim == 1 and len(context) <= self.SCALAR_MAX:
+        if scalar:
             L, f, g = self.L, self._layer1, self._draft1
             cl, ql = context.tolist(), query.tolist()
             d = [g(c, b, m, p) for c, b, m, p in zip(cl, budget.tolist(), method.tolist(), pos.tolist())]
