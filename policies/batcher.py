@@ -11,6 +11,10 @@ prompt blocks shared through the prefix cache. When a decode step cannot get a p
 recently admitted request is preempted and later recomputed (vLLM's recompute policy). Requests
 that can never fit, or exceed the model's context window, are rejected at arrival with a reason.
 
+Reductions of per-batch arrays (counts, sums of ints, any) go through `.tolist()` and Python's
+builtins: batches are small and numpy's reductions cost ~2 us per call, which adds up to much of
+a pass's bookkeeping.
+
 `segment()` is the fast path: when every request is decoding under a policy that plans ahead, the
 next passes are known until the first verification whose outcome is random, a completion, a page
 shortage or a horizon (the next arrival): it returns them as one DecodeSegment, and
@@ -31,6 +35,8 @@ from .kv import KVPool
 from .request import Phase, RequestTable
 
 I64 = np.int64
+NO_IDS = np.zeros(0, I64)
+NO_IDS.flags.writeable = False
 # plain ints: IntEnum attribute access is slow in per-pass code
 WAITING, PREFILL, DECODE, DONE, REJECTED = (int(p) for p in (Phase.WAITING, Phase.PREFILL, Phase.DECODE,
                                                              Phase.DONE, Phase.REJECTED))
@@ -55,7 +61,8 @@ class SegmentPlan:
     rids: np.ndarray
     seg: DecodeSegment
     ar_like: np.ndarray  # bool per request: verifies every pass with no drafts
-    verify_at: np.ndarray  # pass index of each speculative request's verification (or n)
+    verify_at: np.ndarray | None  # pass index of each speculative request's verification (or n)
+    all_ar: bool = False  # every request AR-like (verify_at is None)
 
 
 class Batcher:
@@ -217,7 +224,7 @@ class Batcher:
         while len(dec):
             need = -(-(t.ctx[dec] + t.drafted[dec] + 1 - t.shared_tokens[dec]) // self.cfg.page_size)
             delta = need - t.pages[dec]
-            if pool.reserve(int(delta.sum())):
+            if pool.reserve(sum(delta.tolist())):
                 t.pages[dec] = need
                 return dec
             victim = self.running[-1]
@@ -235,7 +242,7 @@ class Batcher:
         if len(dec):
             self._ask_policy(dec)
             verify = t.drafted[dec] >= self._effective_target(dec)
-            if self.policy.synchronous and verify.any():
+            if self.policy.synchronous and any(verify.tolist()):
                 verify[:] = True
             d, v = dec[~verify], dec[verify]
             plan.draft_ids = d
@@ -247,7 +254,7 @@ class Batcher:
             plan.verify_query = t.drafted[v] + 1
             plan.verify_context = t.ctx[v]
             self._last_decode = (dec, verify)
-            used = len(d) + int(plan.verify_query.sum())
+            used = len(d) + sum(plan.verify_query.tolist())
         else:
             self._last_decode = None
         left = cfg.token_budget - used
@@ -291,7 +298,8 @@ class Batcher:
             t.drafts[d] += 1
             ent = out.draft_entropy
             t.last_entropy[d] = ent
-            t.sum_entropy[d] += np.nan_to_num(ent)
+            if not np.isnan(ent).all():  # all NaN when no entropy is wanted: adds nothing
+                t.sum_entropy[d] += np.nan_to_num(ent)
         v = plan.verify_ids
         if len(v):
             self._verified(v, plan.verify_query - 1, np.asarray(out.accepted, I64), t_end)
@@ -338,18 +346,18 @@ class Batcher:
         t.verifies[v] += 1
         t.accepted[v] += accepted
         need = -(-(t.ctx[v] - t.shared_tokens[v]) // self.cfg.page_size)
-        self.pool.private += int((need - t.pages[v]).sum())
+        self.pool.private += sum((need - t.pages[v]).tolist())
         t.pages[v] = need
         self.itl.append(now - t.t_last_emit[v])
         t.t_last_emit[v] = now
         spec = drafted > 0
-        if spec.any():
+        if any(spec.tolist()):
             sv = v[spec]
             t.spec_verifies[sv] += 1
             t.target[sv] = -1
             self.policy.on_verify(sv, drafted[spec], accepted[spec])
         done = t.committed[v] >= t.output[v]
-        if done.any():
+        if any(done.tolist()):
             for rid in v[done].tolist():
                 self._finish(rid, now)
 
@@ -367,14 +375,15 @@ class Batcher:
         eff = np.minimum(np.minimum(t.target[run], rem - 1), cfg.max_draft)
         d = t.drafted[run]
         ar_like = (eff <= 0) & (d == 0)
-        wait = np.maximum(eff - d, 0)  # passes of drafting before the verify
-        all_ar = bool(ar_like.all())
+        n_ar = sum(ar_like.tolist())
+        all_ar = n_ar == len(run)
+        wait = None if all_ar else np.maximum(eff - d, 0)  # passes of drafting before the verify
         if all_ar:
-            n = min(max_passes, int(rem.min()))
-        elif not ar_like.any():
-            n = min(max_passes, int(wait.min()) + 1)
+            n = min(max_passes, min(rem.tolist()))
+        elif n_ar == 0:
+            n = min(max_passes, min(wait.tolist()) + 1)
         else:
-            n = min(max_passes, int(wait[~ar_like].min()) + 1, int(rem[ar_like].min()))
+            n = min(max_passes, min(wait[~ar_like].tolist()) + 1, min(rem[ar_like].tolist()))
         if n < 2:
             return None
         # pages: before pass i a request holds ctx + drafted + i tokens and needs room for one
@@ -382,8 +391,8 @@ class Batcher:
         ctx0 = t.ctx[run]
         base = ctx0 + d - t.shared_tokens[run] + 1
         r, ps, free = len(run), cfg.page_size, self.pool.free()
-        held = int(t.pages[run].sum())
-        if (int(base.sum()) + r * (n - 1)) // ps + r - held > free:
+        held = sum(t.pages[run].tolist())
+        if (sum(base.tolist()) + r * (n - 1)) // ps + r - held > free:
             i = np.arange(n, dtype=I64)[:, None]
             extra = (-(-(base[None, :] + i) // ps)).sum(axis=1) - held
             fits = extra <= free
@@ -396,24 +405,25 @@ class Batcher:
             kind = np.full((n, r), DecodeSegment.VERIFY, np.int8)
             query = np.ones((n, r), I64)
             dpos = np.zeros((n, r), I64)
-            ctx = ctx0[None, :] + i
+            ctx = ctx0 + i
+            verify_at = None
         else:
-            is_verify = ar_like[None, :] | (i == wait[None, :])
+            is_verify = ar_like | (i == wait)
             kind = np.where(is_verify, DecodeSegment.VERIFY, DecodeSegment.DRAFT).astype(np.int8)
-            dpos = np.where(ar_like[None, :], 0, d[None, :] + i)
+            dpos = np.where(ar_like, 0, d + i)
             query = np.where(is_verify, dpos + 1, 1)
-            ctx = ctx0[None, :] + np.where(ar_like[None, :], i, 0)
+            ctx = ctx0 + np.where(ar_like, i, 0)
+            verify_at = np.where(ar_like, n, wait)
         seg = DecodeSegment(kind, query, ctx, dpos, self._budget[:r], self._method[:r])
-        return SegmentPlan(run, seg, ar_like, np.where(ar_like, n, wait))
+        return SegmentPlan(run, seg, ar_like, verify_at, all_ar)
 
     def apply_segment(self, sp: SegmentPlan, n: int, ends: np.ndarray, accepted: np.ndarray) -> None:
         """Apply the first `n` passes of a segment. `ends[i]` is when pass i ended; `accepted` the
         outcome of the speculative verifications in pass n-1 (aligned with `last_verify_ids`)."""
         t, ps = self.t, self.cfg.page_size
-        run, ar = sp.rids, sp.ar_like
+        run, ar, all_ar = sp.rids, sp.ar_like, sp.all_ar
         self.passes += n
         end = ends[n - 1]
-        all_ar = bool(ar.all())
         a = run if all_ar else run[ar]
         if len(a):  # AR-like requests: one token per pass, each pass an emission
             t.committed[a] += n
@@ -421,7 +431,7 @@ class Batcher:
             t.verifies[a] += n
             gaps = np.empty((n, len(a)))
             gaps[0] = ends[0] - t.t_last_emit[a]
-            gaps[1:] = np.diff(ends[:n])[:, None]
+            gaps[1:] = (ends[1:n] - ends[:n - 1])[:, None]  # np.diff, without its wrapper
             self.itl.append(gaps.ravel())
             t.t_last_emit[a] = end
         if not all_ar:  # speculative requests: drafts through pass n-1, verifying there if due
@@ -437,7 +447,7 @@ class Batcher:
             held = held + np.where(ar, 0, t.drafted[run] + 0)
             held[~ar] += ver
         need = -(-held // ps)
-        self.pool.private += int((need - t.pages[run]).sum())
+        self.pool.private += sum((need - t.pages[run]).tolist())
         if self.pool.used > self.pool.peak:
             self.pool.peak = self.pool.used
         t.pages[run] = need
@@ -447,10 +457,12 @@ class Batcher:
                 self._verified(vr, t.drafted[vr].copy(), np.asarray(accepted, I64), end)
         if len(a):
             done = t.committed[a] >= t.output[a]
-            if done.any():
+            if any(done.tolist()):
                 for rid in a[done].tolist():
                     self._finish(rid, end)
 
     def last_verify_ids(self, sp: SegmentPlan, n: int) -> np.ndarray:
+        if sp.all_ar:
+            return NO_IDS
         s = ~sp.ar_like
         return sp.rids[s][sp.verify_at[s] == n - 1]

@@ -96,7 +96,7 @@ class Replica:
         vids = b.last_verify_ids(sp, n)
         accepted = self.ex.verify(vids, b.t.drafted[vids] + n - 1) if len(vids) else None
         tn = np.rint(times[:n] * 1e9).astype(np.int64)
-        if sp.ar_like.all():  # every pass a pure verify (decode) pass
+        if sp.all_ar:  # every pass a pure verify (decode) pass
             self.cat_ns["verify"] += int(tn.sum())
             self.cat_passes["verify"] += n
         else:
