@@ -245,6 +245,8 @@ class RooflineCostModel:
     # segment costs a few gathers instead of ~40 vector ops over (passes, requests): what the
     # simulator pays per segment, ~200 us, dominated by numpy's per-call overhead.
     # Tables grow to the longest context seen (power-of-two widths), so short traces stay small.
+    # They are laid out [context, q]: a request's candidates (q = 1..k+1) share cache lines, where
+    # [q, context] rows sit megabytes apart and every lookup missed the cache at long contexts.
     TABLE_MAX_Q = 64  # larger verify queries (or draft positions) fall back to the formulas
     TABLE_MAX_CONTEXT = 1 << 18  # 18 rows of 256K contexts are ~40 MB: beyond, the formulas
 
@@ -254,34 +256,44 @@ class RooflineCostModel:
             return True
         if width > self.TABLE_MAX_CONTEXT or rows > self.TABLE_MAX_Q:
             return False
+        if rows > self._tbl_rows:  # more columns (rare: larger drafts): rebuild on next use
+            self._tbl_rows = max(rows, 18)
+            self._verify_tbl, self._draft_tbls = None, {}
         w = max(self._tbl_width, 4096)
         while w < width:
             w *= 2
-        self._tbl_width, self._tbl_rows = w, max(self._tbl_rows, rows, 18)
-        self._verify_tbl = None
-        self._draft_tbls = {}
+        self._tbl_width = w  # existing tables are extended on their next use
         return True
 
+    def _extended(self, tbl: np.ndarray | None, block) -> np.ndarray:
+        """`tbl` with rows for the contexts it lacks below the current width, from `block(c)`."""
+        have = 0 if tbl is None else len(tbl)
+        if have >= self._tbl_width:
+            return tbl
+        new = block(np.arange(have, self._tbl_width, dtype=np.int64))
+        return new if tbl is None else np.concatenate([tbl, new])
+
     def _verify_table(self) -> np.ndarray:
-        """[q, context] -> _full_attn(context, q); row 0 (not verifying) is 0."""
-        if self._verify_tbl is None:
-            c = np.arange(self._tbl_width, dtype=np.int64)
-            tbl = np.zeros((self._tbl_rows, self._tbl_width))
-            for q in range(1, self._tbl_rows):  # row by row: small temporaries
-                tbl[q] = self._full_attn(c, np.full_like(c, q))
-            self._verify_tbl = tbl
+        """[context, q] -> _full_attn(context, q); q = 0 (not verifying) is 0."""
+        def block(c):
+            out = np.zeros((len(c), self._tbl_rows))
+            for q in range(1, self._tbl_rows):  # one q at a time: small temporaries
+                out[:, q] = self._full_attn(c, np.full_like(c, q))
+            return out
+
+        self._verify_tbl = self._extended(self._verify_tbl, block)
         return self._verify_tbl
 
     def _draft_table(self, budget: int, method: int) -> np.ndarray:
-        """[draft_pos, context] -> _draft_attn(context, budget, method, draft_pos)."""
-        tbl = self._draft_tbls.get((budget, method))
-        if tbl is None:
-            c = np.arange(self._tbl_width, dtype=np.int64)
+        """[context, draft_pos] -> _draft_attn(context, budget, method, draft_pos)."""
+        def block(c):
             b, m = np.full_like(c, budget), np.full_like(c, method)
-            tbl = np.empty((self._tbl_rows, self._tbl_width))
+            out = np.empty((len(c), self._tbl_rows))
             for pos in range(self._tbl_rows):
-                tbl[pos] = self._draft_attn(c, b, m, np.full_like(c, pos))
-            self._draft_tbls[(budget, method)] = tbl
+                out[:, pos] = self._draft_attn(c, b, m, np.full_like(c, pos))
+            return out
+
+        tbl = self._draft_tbls[(budget, method)] = self._extended(self._draft_tbls.get((budget, method)), block)
         return tbl
 
     def _overhead_table(self, tokens: int) -> np.ndarray:
@@ -306,9 +318,9 @@ class RooflineCostModel:
             uniform, rows = True, int(q.max()) + 1
         if not (uniform and self._tables_fit(int(ctx.max()) + 1, rows)):
             return self._segment_times_formula(seg)
-        att = self._verify_table()[q, ctx]
+        att = self._verify_table()[ctx, q]
         if has_draft:
-            att = np.where(draft, self._draft_table(budget, method)[seg.draft_pos, ctx], att)
+            att = np.where(draft, self._draft_table(budget, method)[ctx, seg.draft_pos], att)
         tokens = q.sum(axis=1) + draft.sum(axis=1)
         return self._overhead_table(int(tokens.max()))[tokens] + att.sum(axis=1)
 
@@ -336,7 +348,7 @@ class RooflineCostModel:
             b, m = int(budget.flat[0]), int(method.flat[0])
             if ((budget == b).all() and (method == m).all()
                     and self._tables_fit(int(context.max()) + 1, int(query.max()) + 1)):
-                return self._draft_table(b, m)[0][context], self._verify_table()[query, context]
+                return self._draft_table(b, m)[context, 0], self._verify_table()[context, query]
         pos = np.zeros_like(context) if draft_pos is None else np.asarray(draft_pos, dtype=np.int64)
         if scalar:
             L, f, g = self.L, self._layer1, self._draft1
