@@ -6,25 +6,41 @@ import numpy as np
 
 
 class AcceptanceEMA:
-    """Exponential moving average of each request's per-token acceptance probability.
+    """Each request's per-token acceptance probability, from exponentially decayed counts.
 
-    One verification with d drafts and a accepted is a run of a successes ended by a failure (if
-    a < d): its per-token estimate is a / (a + [a < d]).
+    A verification with d drafts and a accepted is a runs of successes ended by a failure when
+    a < d: it adds a successes to a + [a < d] trials. The estimate is successes / trials over
+    decayed counts (the maximum-likelihood rate of the truncated geometric), not an average of
+    per-cycle ratios, which short cycles bias low (one early rejection in a 2-draft cycle reads
+    as 0.5) and which then talk a policy into ever shorter drafts.
+
+    Counts start from `prior` worth `strength` trials. A request with no outcome yet starts from
+    the workload's pooled counts: otherwise a request whose first decision is "no speculation"
+    would never produce an outcome and never learn.
     """
 
-    def __init__(self, weight: float, prior: float):
-        self.w, self.prior = weight, prior
-        self.alpha: dict[int, float] = {}
+    def __init__(self, weight: float, prior: float, strength: float = 4.0, population_weight: float = 0.02):
+        self.keep = 1.0 - weight
+        self.pkeep = 1.0 - population_weight
+        self.pop = [prior * strength, strength]  # successes, trials
+        self.counts: dict[int, list[float]] = {}
 
     def get(self, ids: np.ndarray) -> np.ndarray:
-        a, p = self.alpha, self.prior
-        return np.fromiter((a.get(i, p) for i in ids.tolist()), np.float64, len(ids))
+        c, (ps, pt) = self.counts, self.pop
+        default = ps / pt
+        return np.fromiter((x[0] / x[1] if (x := c.get(i)) else default for i in ids.tolist()), np.float64, len(ids))
 
     def update(self, ids: np.ndarray, drafted: np.ndarray, accepted: np.ndarray) -> None:
-        est = accepted / (accepted + (accepted < drafted))
-        w, a, p = self.w, self.alpha, self.prior
-        for i, e in zip(ids.tolist(), est.tolist()):
-            a[i] = (1 - w) * a.get(i, p) + w * e
+        keep, pkeep, pop, c = self.keep, self.pkeep, self.pop, self.counts
+        for i, d, a in zip(ids.tolist(), drafted.tolist(), accepted.tolist()):
+            trials = a + (a < d)
+            x = c.get(i)
+            if x is None:
+                x = c[i] = [pop[0] / pop[1] * 4.0, 4.0]  # start from the workload's rate
+            x[0] = keep * x[0] + a
+            x[1] = keep * x[1] + trials
+            pop[0] = pkeep * pop[0] + a
+            pop[1] = pkeep * pop[1] + trials
 
     def drop(self, rid: int) -> None:
-        self.alpha.pop(rid, None)
+        self.counts.pop(rid, None)

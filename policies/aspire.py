@@ -37,7 +37,7 @@ def best_k(cost, view: DecodeView, tokens_fn, k_max: int, k_min: int = 0) -> np.
 @register
 @dataclass
 class Aspire(Policy):
-    ema: float = 0.3
+    ema: float = 0.1  # weight of each verification in the decayed counts (memory ~10 cycles)
     prior: float = 0.8
     k_max: int = 0  # 0: the batcher's max_draft
     name = "aspire"

@@ -22,7 +22,7 @@ class Entropy(Policy):
     auc: float = 0.64  # how well entropy predicts acceptance (SparseSpec-L reports ~0.64)
     entropy_median: float = 0.6
     entropy_sigma: float = 1.0
-    ema: float = 0.3
+    ema: float = 0.1  # weight of each verification in the decayed counts (memory ~10 cycles)
     prior: float = 0.9
     lookahead: int = 8
     name = "entropy"

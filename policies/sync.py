@@ -20,7 +20,7 @@ from .registry import register
 class Sync(Policy):
     k: int = -1
     k_max: int = 12
-    ema: float = 0.3
+    ema: float = 0.1  # weight of each verification in the decayed counts (memory ~10 cycles)
     prior: float = 0.8
     name = "sync"
     synchronous = True

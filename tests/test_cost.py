@@ -177,7 +177,8 @@ def test_draft_reads_its_budget_and_methods_order(cm):
     assert one(1024, S, 3) < one(2048, S, 3)
     assert one(8192, S, 6) > one(8192, S, 3)  # provisional drafted tokens are read too
     assert one(65536, V, 0) > one(65536, V, 1) == one(65536, S, 1)  # scoring once per draft run
-    assert one(65536, T, 1) > one(65536, V, 0)  # full layer + scoring every step
+    assert one(65536, T, 1) > one(65536, S, 1)  # one designated layer reads the full KV each step
+    assert one(65536, T, 1) < one(65536, V, 0)  # ...and ranks pages itself: no Quest scoring
     assert one(131072, T, 1) > one(65536, T, 1)  # the full layer grows with context
 
 

@@ -21,7 +21,8 @@ Draft-KV methods (spsim.plan.DraftMethod):
       once per draft run, charged to its first draft (draft_pos == 0): the verify group of a plan
       does not say which method its next drafts use, and a run of k = 0 never needs the scores.
   STEP_REFRESH: one designated layer attends to the full context + drafts instead of the budget,
-      and the page scoring runs every step.
+      and its attention scores choose the pages for the other layers (ASPIRE), so no separate
+      Quest scoring is charged.
 All per-pass terms are vectorised: `time(plan)` over the plan's requests, `segment_times(seg)`
 over (passes, requests) with the same formulas (equal to float rounding).
 """
@@ -108,7 +109,7 @@ class RooflineCostModel:
         # [method, min(draft_pos, 1)] -> seconds per scored page (all layers)
         self.score_tbl = np.zeros((3, 2))
         self.score_tbl[DraftMethod.VERIFY_REFRESH, 0] = self.L * self.score_page_s
-        self.score_tbl[DraftMethod.STEP_REFRESH, :] = self.L * self.score_page_s
+        # STEP_REFRESH: the designated full layer's own attention ranks the pages; nothing extra
         self._score_rows = self.score_tbl.tolist()
         self._tbl_width = self._tbl_rows = 0  # segment tables: none yet
         self._verify_tbl, self._draft_tbls = None, {}
@@ -166,7 +167,7 @@ class RooflineCostModel:
         sparse = np.minimum(budget, context) + pos + 1
         t_sparse = self._layer_attn(sparse, sparse, 1)
         t = self.L * t_sparse
-        # page scoring: every step (STEP_REFRESH), or the first draft of a run (VERIFY_REFRESH)
+        # Quest page scoring: the first draft of a VERIFY_REFRESH run
         score = self.score_tbl[method, np.minimum(pos, 1)]
         t = t + score * ((context + (self.page_size - 1)) // self.page_size)
         if (method == DraftMethod.STEP_REFRESH).any():  # the designated layer reads all the KV
