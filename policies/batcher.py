@@ -16,9 +16,9 @@ builtins: batches are small and numpy's reductions cost ~2 us per call, which ad
 a pass's bookkeeping.
 
 `segment()` is the fast path: when every request is decoding under a policy that plans ahead, the
-next passes are known until the first verification whose outcome is random, a completion, a page
-shortage or a horizon (the next arrival): it returns them as one DecodeSegment, and
-`apply_segment()` gives exactly the state that many single passes would.
+next passes are known until the first verification whose outcome is random, a completion or a
+page shortage (an arrival routed here cuts the segment short in the replica): it returns them as
+one DecodeSegment, and `apply_segment()` gives exactly the state that many single passes would.
 """
 
 from __future__ import annotations

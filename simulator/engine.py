@@ -130,7 +130,6 @@ def simulate(trace: Trace, cfg: SimConfig, cost=None, acceptance=None, progress=
                          block_size=trace.block_size or 512)
     n = len(trace)
     state = {"next": 0, "released": 0}
-    released = np.zeros(n, bool)
 
     replicas: list[Replica] = []
     for i in range(cfg.replicas):
@@ -165,7 +164,6 @@ def simulate(trace: Trace, cfg: SimConfig, cost=None, acceptance=None, progress=
         if nxt < n:
             state["released"] = nxt + 1
             table.arrival[nxt] = now
-            released[nxt] = True
             route(nxt, now)
 
     for r in replicas:
@@ -174,7 +172,6 @@ def simulate(trace: Trace, cfg: SimConfig, cost=None, acceptance=None, progress=
         first = min(cfg.concurrency, n)
         state["released"] = first
         for rid in range(first):
-            released[rid] = True
             route(rid, 0.0)
     else:
         env.process(arrival_process())

@@ -31,7 +31,6 @@ class Replica:
         self.fast = fast
         self.max_segment = max_segment
         self.clock = 0.0
-        self.busy_until = 0.0
         self.wake: simpy.Event | None = None
         self.in_segment = False  # interruptible: waiting out a segment's passes
         self.cat_ns = dict.fromkeys(CATEGORIES, 0)  # integer ns: sums independent of order
@@ -67,7 +66,6 @@ class Replica:
             seg = b.decode_segment(plan) if not len(plan.prefill_ids) else None
             out = self.ex.execute(plan, seg)
             end = now + out.elapsed_s
-            self.busy_until = end
             cat = plan.category
             self.cat_ns[cat] += int(np.rint(out.elapsed_s * 1e9))
             self.cat_passes[cat] += 1
@@ -80,7 +78,6 @@ class Replica:
         times = self.ex.cost.segment_times(sp.seg)
         ends = np.cumsum(np.concatenate(([now], times)))[1:]  # sequential sums, as the step path
         n = len(times)
-        self.busy_until = float(ends[-1])
         self.in_segment = True
         try:
             yield env.timeout(ends[-1] - env.now)
@@ -88,7 +85,6 @@ class Replica:
             # keep the passes that started before this instant; the next one sees the arrival
             starts = np.concatenate(([now], ends[:-1]))
             n = max(1, int(np.count_nonzero(starts < env.now)))
-            self.busy_until = float(ends[n - 1])
             yield env.timeout(max(0.0, ends[n - 1] - env.now))
         self.in_segment = False
         self.segments += 1
