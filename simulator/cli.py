@@ -212,6 +212,11 @@ def register(app: typer.Typer) -> None:
             raise SpsimError("--per-request must be csv or parquet")
         tr = _load(trace, trace_format, limit)
         cfg = _config(**kw)
+        if out and per_request == "parquet":  # checked before a long run, not after it
+            try:
+                import pyarrow  # noqa: F401
+            except ImportError:
+                raise SpsimError("--per-request parquet needs pyarrow (pip install pyarrow); csv works without it") from None
         t0 = time.perf_counter()
         res = _run(tr, cfg, f"replay {policy}", quiet=as_json)
         wall = time.perf_counter() - t0
