@@ -117,7 +117,7 @@ class Batcher:
     def _blocks(self, rid: int) -> np.ndarray:
         return self.prefix_ids[self.prefix_indptr[rid]:self.prefix_indptr[rid + 1]]
 
-    def _admit(self, now: float) -> None:
+    def admit(self, now: float) -> None:
         t, cfg, pool = self.t, self.cfg, self.pool
         cache = pool.cache
         while self.waiting and len(self.running) < cfg.max_batch:
@@ -234,7 +234,7 @@ class Batcher:
 
     def plan(self, now: float) -> PassPlan:
         t, cfg = self.t, self.cfg
-        self._admit(now)
+        self.admit(now)
         dec = self._decoding()
         dec = self._grow_pages(dec)
         plan = PassPlan()

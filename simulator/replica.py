@@ -55,7 +55,7 @@ class Replica:
                 self.wake = None
                 continue
             now = self.clock = max(self.clock, env.now)
-            b._admit(now)
+            b.admit(now)  # before segment(): a segment only forms once nothing more can be admitted
             sp = b.segment(self.max_segment) if self.fast else None
             if sp is not None:
                 yield from self._run_segment(sp, now)
