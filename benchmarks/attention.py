@@ -241,15 +241,27 @@ def random_selection(batch, npg, budget_pages, gen):
     return sel.sort(dim=1).values
 
 
+_FLEX = None
+
+
+def _compiled_flex():
+    """One compiled FlexAttention for the process (many layers' masks would otherwise each wrap it anew)."""
+    global _FLEX
+    if _FLEX is None:
+        from torch.nn.attention.flex_attention import flex_attention
+        _FLEX = torch.compile(flex_attention, dynamic=False)
+    return _FLEX
+
+
 def flex_sparse(c: Cache, sel, budget_pages, shared=False):
     """FlexAttention decode over the same pages: a BlockMask with page-sized KV blocks.
 
     Per-KV-head lists (ours) force Flex's main kernel (its decode kernel takes one list for all
     heads under GQA) with BLOCK_N = page size; `shared` gives every head request's head-0 list so
     Flex can use its decode kernel."""
-    from torch.nn.attention.flex_attention import BlockMask, flex_attention
+    from torch.nn.attention.flex_attention import BlockMask
 
-    fa = torch.compile(flex_attention, dynamic=False)
+    fa = _compiled_flex()
     b, npg = c.batch, c.npg
     h = 1 if shared else HQ
     lists = sel.view(b, HKV, 1, budget_pages)
