@@ -17,6 +17,7 @@ the kernel must read (K and V of the listed tokens) / time.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import sys
@@ -39,7 +40,8 @@ GIB = 1 << 30
 MEM_CAP = 96 * GIB  # KV of all layers alive at once (H200: 141 GB)
 MAX_LAYERS = 32  # Llama-3.1-8B has 32
 torch._dynamo.config.cache_size_limit = 64  # one Flex compile serves every layer's mask; never fall back to eager
-DRAFT_VARIANTS = {"v4": {}, "bn128-s4": dict(num_stages=4), "bn64-w4": dict(block_n=64, num_warps=4)}
+DRAFT_VARIANTS = {"v6": {}, "merge-launch": dict(fused_merge=False), "bn64-w4": dict(block_n=64, num_warps=4)}
+SINGLE = False  # set after an OOM: retry the point with one layer (flush timing only)
 
 
 def l2_bytes() -> int:
@@ -50,7 +52,7 @@ def n_layers(read_bytes: int, layer_bytes: int) -> int:
     """Layers so that R reads cover 4x the L2, within the memory cap; 0 if two do not fit."""
     r = min(MAX_LAYERS, max(2, math.ceil(4 * l2_bytes() / max(read_bytes, 1))))
     r = min(r, MEM_CAP // max(layer_bytes, 1))
-    return int(r) if r >= 2 else 0
+    return int(r) if r >= 2 and not SINGLE else 0
 
 
 def timed_layers(fns, reps: int = 40) -> float:
@@ -108,7 +110,9 @@ def point_full(batch, ctx, ps, rows, k1=9):
     q9d = q9.view(batch, k1, HQ, D).transpose(1, 2)
     p1 = [A.plan_attention(np.ones(batch, np.int64), c.full_lists(), HQ) for c in caches]
     p9 = [A.plan_attention(np.full(batch, k1), c.full_lists(), HQ) for c in caches]
+    p1m = [A.plan_attention(np.ones(batch, np.int64), c.full_lists(), HQ, fused_merge=False) for c in caches]
     t = {
+        "ours_decode_merge_launch": both([lambda c=c, p=p: A.mixed_attention(q1, c.k, c.v, p) for c, p in zip(caches, p1m)]),
         "sdpa_decode": both([lambda c=c: sdpa(q1.view(batch, HQ, 1, D), c.kd, c.vd) for c in caches]),
         "ours_decode": both([lambda c=c, p=p: A.mixed_attention(q1, c.k, c.v, p) for c, p in zip(caches, p1)]),
         "ours_verify": both([lambda c=c, p=p: A.mixed_attention(q9, c.k, c.v, p) for c, p in zip(caches, p9)]),
@@ -118,12 +122,14 @@ def point_full(batch, ctx, ps, rows, k1=9):
         sd, od, ov, sv = (t[n][m] for n in ("sdpa_decode", "ours_decode", "ours_verify", "sdpa_verify"))
         rows.append({"part": "decode", "timing": m, "layers": R if m == "layers" else 1, "batch": batch, "ctx": ctx,
                      "page_size": ps, "bytes": nbytes, "sdpa_ms": sd, "ours_ms": od, "sdpa_tbps": _tbps(nbytes, sd),
-                     "ours_tbps": _tbps(nbytes, od), "ratio_to_sdpa_bw": _ratio(sd, od), "items": int(p1[0].work.shape[0])})
+                     "ours_tbps": _tbps(nbytes, od), "ratio_to_sdpa_bw": _ratio(sd, od), "items": int(p1[0].work.shape[0]),
+                     "merges": int(p1[0].merge.shape[0]), "ours_merge_launch_ms": t["ours_decode_merge_launch"][m]})
         rows.append({"part": "verify", "timing": m, "layers": R if m == "layers" else 1, "batch": batch, "ctx": ctx,
                      "page_size": ps, "query": k1, "bytes": nbytes, "ours_ms": ov, "ours_decode_ms": od,
                      "verify_over_decode": _ratio(ov, od), "sdpa_ms": sv, "sdpa_verify_over_sdpa_decode": _ratio(sv, sd)})
         if od is not None:
-            print(f"{m:6s} R={R:2d} b={batch:3d} ctx={ctx:6d} decode {od*1e3:8.1f}us {nbytes/od/1e9:.2f}TB/s = "
+            print(f"{m:6s} R={R:2d} b={batch:3d} ctx={ctx:6d} decode {od*1e3:8.1f}us "
+                  f"(merge launch {(t['ours_decode_merge_launch'][m] or float('nan'))*1e3:.1f}) {nbytes/od/1e9:.2f}TB/s = "
                   f"{(_ratio(sd, od) or float('nan'))*100:.0f}% of sdpa; verify {(_ratio(ov, od) or float('nan')):.2f}x "
                   f"(sdpa {(_ratio(sv, sd) or float('nan')):.2f}x)", flush=True)
     del caches
@@ -152,7 +158,7 @@ def point_draft(batch, ctx, ps, rows, budget=2048, flex=True):
         t["flex"] = both([flex_sparse(c, sel, bp) for c, sel, _ in layers])
         t["flex_shared"] = both([flex_sparse(c, sel, bp, shared=True) for c, sel, _ in layers])
     for m in ("flush", "layers"):
-        ours = t["v4"][m]
+        ours = t["v6"][m]
         rows.append({"part": "draft", "timing": m, "layers": R if m == "layers" else 1, "batch": batch, "ctx": ctx,
                      "page_size": ps, "budget": budget, "bytes": nbytes, "ours_ms": ours, "ours_tbps": _tbps(nbytes, ours),
                      "flex_ms": t["flex"][m], "speedup_vs_flex": _ratio(t["flex"][m], ours),
@@ -253,15 +259,21 @@ def main(argv=None):
     rows: list[dict] = []
     t0 = time.time()
     grid = QUICK if a.quick else GRID
+    global SINGLE
     for part in a.parts.split(","):
         for b, ctx in grid[part]:
-            try:
-                if part == "draft":
-                    point_draft(b, ctx, a.page_size, rows, flex=not a.no_flex)
-                else:
-                    POINT[part](b, ctx, a.page_size, rows)
-            except torch.OutOfMemoryError as e:
-                print(f"OOM at {part} b={b} ctx={ctx}: {str(e)[:120]}", flush=True)
+            for single in (False, True):  # after an OOM, once more with one layer
+                SINGLE = single
+                try:
+                    if part == "draft":
+                        point_draft(b, ctx, a.page_size, rows, flex=not a.no_flex)
+                    else:
+                        POINT[part](b, ctx, a.page_size, rows)
+                    break
+                except torch.OutOfMemoryError as e:
+                    print(f"OOM at {part} b={b} ctx={ctx} (single layer: {single}): {str(e)[:100]}", flush=True)
+                    gc.collect()
+                    torch.cuda.empty_cache()
             torch.cuda.empty_cache()
             doc = {**meta(), "l2_bytes": l2_bytes(), "argv": sys.argv[1:], "wall_s": round(time.time() - t0, 1),
                    "method": __doc__, "rows": rows}

@@ -9,8 +9,9 @@ Work is cut on the host into items `(request, kv_head, first query, token range)
 - the tile's BLOCK_M rows are (query, head-in-group) pairs, `row = query * G + head`, so the
   group's heads share each K/V tile: every page is read once per KV head, not once per query head;
 - long rows are split into token ranges (split-KV) so a small batch still fills the GPU; splits
-  write fp32 partials (acc, max, sum) and a merge kernel combines them. Verify gets the same
-  treatment as decode: it is only a taller tile.
+  write fp32 partials (acc, max, sum) and they are combined by the last split of each unit to
+  finish (a per-unit arrival counter; FUSED_MERGE) or by a separate merge kernel. Verify gets the
+  same treatment as decode: it is only a taller tile.
 All lengths come from device arrays, so new lengths, batch sizes or page counts never recompile;
 the constexprs are the model/cache shape and the tile height.
 """
@@ -28,21 +29,21 @@ import triton.language as tl
 from .interpret import INTERPRET as _INTERPRET  # under it, half-precision dots are unreliable: fp32
 from .pages import PageLists
 
-WORK_FIELDS = 6  # req, kv_head, first query, token lo, token hi, partial slot (-1: write output)
+WORK_FIELDS = 7  # req, kv_head, first query, token lo, token hi, partial slot (-1: write output), merge row
 MERGE_FIELDS = 5  # req, kv_head, first query, first slot, number of slots
 
 
 @triton.jit
 def _attn_fwd(Q, K, V, O, PO, PM, PL, PSCORE, WORK, ROW_START, ROW_COUNT, ROW_LAST, INDICES,
-              Q_START, Q_LEN, scale_log2,
+              Q_START, Q_LEN, MERGE, ARRIVED, scale_log2,
               stride_qt, stride_qh, stride_kp, stride_kh, stride_kt, stride_ot, stride_oh,
               stride_score,
               HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, PS: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr,
               WRITE_SCORES: tl.constexpr, PREFETCH: tl.constexpr, KV_REGS: tl.constexpr = 0,
-              EVICT: tl.constexpr = ""):
+              EVICT: tl.constexpr = "", FUSED_MERGE: tl.constexpr = 0):
     pid = tl.program_id(0).to(tl.int64)
-    w = WORK + pid * 6
+    w = WORK + pid * 7
     req = tl.load(w + 0)
     hkv = tl.load(w + 1)
     qb = tl.load(w + 2)
@@ -164,6 +165,38 @@ def _attn_fwd(Q, K, V, O, PO, PM, PL, PSCORE, WORK, ROW_START, ROW_COUNT, ROW_LA
         tl.store(PO + ps[:, None] * D + offs_d[None, :], acc, mask=row_ok[:, None])
         tl.store(PM + ps, m_i, mask=row_ok)
         tl.store(PL + ps, l_i, mask=row_ok)
+        if FUSED_MERGE:
+            # The unit's last split to arrive merges (saves the merge launch, a large share of a small
+            # pass). Barrier, then one acq_rel atomic: every thread's partial stores are visible to
+            # whichever program sees the final count (the split-K semaphore pattern). That program
+            # resets the counter, so a plan replays from a CUDA graph.
+            mr = tl.load(w + 6)
+            mrow = MERGE + mr.to(tl.int64) * 5
+            slot0 = tl.load(mrow + 3).to(tl.int64)
+            nslot = tl.load(mrow + 4)
+            tl.debug_barrier()
+            arrived = tl.atomic_add(ARRIVED + mr, 1, sem="acq_rel", scope="gpu")
+            if arrived == nslot - 1:
+                tl.debug_barrier()
+                m_t = tl.full([BLOCK_M], -1.0e30, tl.float32)
+                l_t = tl.zeros([BLOCK_M], tl.float32)
+                acc_t = tl.zeros([BLOCK_M, D], tl.float32)
+                for j in range(0, nslot):  # online rescaling, one partial at a time; L1 bypassed (.cg)
+                    pj = (slot0 + j) * BLOCK_M + offs_m
+                    m_j = tl.load(PM + pj, mask=row_ok, other=-1.0e30, cache_modifier=".cg")
+                    l_j = tl.load(PL + pj, mask=row_ok, other=0.0, cache_modifier=".cg")
+                    o_j = tl.load(PO + pj[:, None] * D + offs_d[None, :], mask=row_ok[:, None], other=0.0,
+                                  cache_modifier=".cg")
+                    m_n = tl.maximum(m_t, m_j)
+                    a_t = tl.exp2(m_t - m_n)
+                    a_j = tl.exp2(m_j - m_n)
+                    l_t = l_t * a_t + l_j * a_j
+                    acc_t = acc_t * a_t[:, None] + o_j * a_j[:, None]
+                    m_t = m_n
+                out = acc_t / tl.where(l_t > 0, l_t, 1.0)[:, None]
+                o_ptr = O + (q0 + qi).to(tl.int64)[:, None] * stride_ot + hq[:, None] * stride_oh + offs_d[None, :]
+                tl.store(o_ptr, out.to(O.dtype.element_ty), mask=row_ok[:, None])
+                tl.store(ARRIVED + mr, 0)
 
 
 @triton.jit
@@ -234,6 +267,8 @@ class AttentionPlan:
     merge_rows: int = 8  # tile rows per merge program
     merge_dims: int = 32  # head dims per merge program
     merge_slots: int = 32  # partials per merge step
+    fused_merge: bool = True  # the last split of a unit merges (False: a separate merge launch)
+    arrived: torch.Tensor | None = None  # (merges,) int32 arrival counters, zero between launches
 
     @property
     def group(self) -> int:
@@ -258,7 +293,8 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
                    waves: float = 8.0, min_split_tokens: int = 4096, block_m: int | None = None,
                    block_n: int | None = None, tokens_per_split: int | None = None,
                    num_warps: int | None = None, num_stages: int | None = None,
-                   prefetch: bool = True, kv_regs: int = 0, evict: str = "") -> AttentionPlan:
+                   prefetch: bool = True, kv_regs: int = 0, evict: str = "",
+                   fused_merge: bool = True) -> AttentionPlan:
     """Cut the pass into work items.
 
     Split size: the KV blocks of all (row, query block) units over `num_sms * waves` items, but
@@ -317,7 +353,9 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     hi = np.minimum(lo + tokens_per_split, u_blocks[w_unit] * bn)
     multi = u_splits[w_unit] > 1
     slot = np.where(multi, np.cumsum(multi) - 1, -1)
-    work = np.stack([u_req[w_unit], u_head[w_unit], u_qb[w_unit], lo, hi, slot], 1)
+    merge_row = np.cumsum(u_splits > 1) - 1  # per unit: its row in `merge` (if split)
+    work = np.stack([u_req[w_unit], u_head[w_unit], u_qb[w_unit], lo, hi, slot,
+                     np.where(multi, merge_row[w_unit], -1)], 1)
     mu = np.nonzero(u_splits > 1)[0]
     first_slot = np.cumsum(np.where(u_splits > 1, u_splits, 0)) - u_splits
     merge = np.stack([u_req[mu], u_head[mu], u_qb[mu], first_slot[mu], u_splits[mu]], 1)
@@ -325,14 +363,17 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     t = lambda a: torch.as_tensor(np.ascontiguousarray(a, dtype=np.int32), device=device)  # noqa: E731
     return AttentionPlan(t(work).reshape(-1, WORK_FIELDS), t(merge).reshape(-1, MERGE_FIELDS),
                          t(q_start), t(q_len), lists, num_q_heads, int(multi.sum()), bm, bn,
-                         tokens_per_split, num_warps or cfg_nw, num_stages or cfg_st, prefetch, kv_regs, evict)
+                         tokens_per_split, num_warps or cfg_nw, num_stages or cfg_st, prefetch, kv_regs, evict,
+                         fused_merge=fused_merge, arrived=torch.zeros(max(len(mu), 1), dtype=torch.int32, device=device))
 
 
 def mixed_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan: AttentionPlan,
                     out: torch.Tensor | None = None, sm_scale: float | None = None,
                     page_scores: torch.Tensor | None = None, num_warps: int | None = None,
                     num_stages: int | None = None) -> torch.Tensor:
-    """Attention for every request of a pass in one launch (plus one merge launch if any split).
+    """Attention for every request of a pass in one launch (plus a merge launch if any request is
+    split and the plan does not fuse the merge; a fused plan must not run in two streams at once:
+    its arrival counters are shared).
 
     q, out: `[total query tokens, num_q_heads, head_dim]` (requests' tokens back to back).
     k_cache, v_cache: `[num_pages, num_kv_heads, page_size, head_dim]`.
@@ -356,13 +397,14 @@ def mixed_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     if n_items:
         _attn_fwd[(n_items,)](
             q, k_cache, v_cache, out, po, pm, pl, scores, plan.work, plan.lists.start, plan.lists.count,
-            plan.lists.last_len, plan.lists.indices, plan.q_start, plan.q_len, sm_scale * 1.4426950408889634,
+            plan.lists.last_len, plan.lists.indices, plan.q_start, plan.q_len, plan.merge, plan.arrived,
+            sm_scale * 1.4426950408889634,
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             out.stride(0), out.stride(1), scores.stride(0) if page_scores is not None else 0,
             HKV=hkv, G=plan.group, D=d, PS=ps, BLOCK_M=bm, BLOCK_N=bn, UPCAST=_INTERPRET,
             WRITE_SCORES=page_scores is not None, PREFETCH=plan.prefetch, KV_REGS=plan.kv_regs, EVICT=plan.evict,
-            num_warps=nw, num_stages=1 if plan.kv_regs else num_stages)
-    if plan.merge.shape[0]:
+            FUSED_MERGE=int(plan.fused_merge), num_warps=nw, num_stages=1 if plan.kv_regs else num_stages)
+    if plan.merge.shape[0] and not plan.fused_merge:
         mb, db = min(plan.merge_rows, bm), min(plan.merge_dims, d)
         _attn_merge[(plan.merge.shape[0], bm // mb, d // db)](
             out, po, pm, pl, plan.merge, plan.q_start, plan.q_len, out.stride(0), out.stride(1),

@@ -147,3 +147,17 @@ def test_scale_and_large_logits():
     out = A.mixed_attention(q, b.k_cache, b.v_cache, plan, sm_scale=1 / math.sqrt(64))
     ref = mixed_attention_ref(q, b.k_cache, b.v_cache, b.q_len, b.lists)
     assert torch.isfinite(out).all() and rel_err(out, ref) < 1e-5
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_merge_fused_or_separate_and_plan_reused(fused):
+    """Both merges give the reference; a fused plan's arrival counters are reset by the merging
+    program, so the same plan run again (as a CUDA graph replays it) is right again."""
+    reqs = [Req("decode", 700), Req("verify", 300, q=9), Req("draft", 900, budget=128), Req("decode", 3)]
+    plan, b = run_case(f"merge_{fused}", reqs, tokens_per_split=64, block_n=32, fused_merge=fused)
+    assert plan.merge.shape[0] >= 3 and plan.fused_merge is fused
+    assert int(plan.arrived.abs().sum()) == 0  # counters back at zero after the launch
+    out = torch.full_like(b.q, float("nan"))
+    A.mixed_attention(b.q, b.k_cache, b.v_cache, plan, out=out)
+    ref = mixed_attention_ref(b.q, b.k_cache, b.v_cache, b.q_len, b.lists)
+    assert rel_err(out, ref) < TOL[torch.float32]

@@ -62,15 +62,16 @@ def test_mixed_all_kinds_many_splits():
 @pytest.mark.parametrize("tall,bn,nw,st", [(False, 128, 8, 3), (False, 128, 8, 4), (False, 64, 4, 3), (False, 64, 4, 4),
                                              (False, 64, 8, 4), (True, 64, 4, 3), (True, 64, 4, 4), (True, 32, 4, 4),
                                              (True, 32, 4, 5), (True, 64, 8, 3)])
-@pytest.mark.parametrize("prefetch", [True, False])
-def test_tile_configs(tall, bn, nw, st, prefetch):
+@pytest.mark.parametrize("prefetch,fused", [(True, True), (True, False), (False, True)])
+def test_tile_configs(tall, bn, nw, st, prefetch, fused):
     """The (BLOCK_N, warps, stages) the sweeps try on short (decode, draft) and 64-row (with a
-    verify) tiles, both page-id loops, 17+ splits per unit (merge steps of 8 with a remainder)."""
+    verify) tiles, both page-id loops, both merges, 17+ splits per unit (merge steps of 8 with a
+    remainder)."""
     reqs = [Req("decode", 3000), Req("draft", 4000, budget=1024), Req("decode", 7)]
     if tall:
         reqs.append(Req("verify", 2500, q=9))
     plan = run_case(f"gpu_tiles_{tall}_{bn}_{nw}_{st}", reqs, hkv=8, g=4, block_n=bn, num_warps=nw, num_stages=st,
-                    prefetch=prefetch, tokens_per_split=128)
+                    prefetch=prefetch, tokens_per_split=128, fused_merge=fused)
     assert plan.block_m == (64 if tall else 16) and int(plan.merge[:, 4].max()) > 17
 
 
@@ -86,6 +87,32 @@ def test_kv_regs_loops(tall, bn, nw, kv_regs, evict):
     for sp in (2 * bn, 1024):
         run_case(f"gpu_kvregs_{tall}_{bn}_{kv_regs}_{sp}", reqs, hkv=8, g=4, block_n=bn, num_warps=nw,
                  kv_regs=kv_regs, evict=evict, tokens_per_split=sp)
+
+
+def test_fused_merge_graph_replays():
+    """The last split to arrive merges and resets its counter: 20 replays of one CUDA graph, with
+    new queries each time, all match the reference (a stale counter or an unpublished partial
+    would show as a wrong or unwritten output)."""
+    rng = rng_for("gpu_fused_replay")
+    reqs = [Req("decode", 30000), Req("verify", 9000, q=9), Req("draft", 20000, budget=2048), Req("decode", 40)]
+    b = make_batch(reqs, 8, 4, 128, 16, torch.bfloat16, DEV, rng)
+    plan = A.plan_attention(b.q_len, b.lists, 32)
+    assert plan.fused_merge and int(plan.merge[:, 4].max()) >= 8
+    out = torch.empty_like(b.q)
+    A.mixed_attention(b.q, b.k_cache, b.v_cache, plan, out=out)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        A.mixed_attention(b.q, b.k_cache, b.v_cache, plan, out=out)
+    for i in range(20):
+        b.q.copy_(torch.randn_like(b.q))
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        ref = mixed_attention_ref(b.q, b.k_cache, b.v_cache, b.q_len, b.lists)
+        assert not torch.isnan(out).any(), f"replay {i}: unwritten output"
+        assert rel_err(out, ref) < TOL[torch.bfloat16], f"replay {i}"
+    assert int(plan.arrived.abs().sum()) == 0
 
 
 def test_fp16():
