@@ -275,6 +275,11 @@ class AttentionPlan:
         return self.num_q_heads // self.lists.num_kv_heads
 
 
+# Units of at most this many splits merge in the main kernel (the last split to finish merges);
+# more go to the merge launch, which reads 32 partials per step. H200, v6 (NOTES.md): draft b=4
+# (4 splits) 24.0 vs 26.3 us fused; b=1 (16 splits) 20.8 vs 17.3 us.
+FUSED_MAX_SPLITS = 4
+
 # (BLOCK_N, num_warps, num_stages) by tile height: short tiles (decode, draft: <= 32 rows),
 # tall (verify, 64 rows), prefill (128 rows). See NOTES.md for the sweeps behind them.
 SHORT_TILE = (128, 8, 3)
@@ -294,7 +299,7 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
                    block_n: int | None = None, tokens_per_split: int | None = None,
                    num_warps: int | None = None, num_stages: int | None = None,
                    prefetch: bool = True, kv_regs: int = 0, evict: str = "",
-                   fused_merge: bool = True) -> AttentionPlan:
+                   fused_merge: bool | None = None) -> AttentionPlan:
     """Cut the pass into work items.
 
     Split size: the KV blocks of all (row, query block) units over `num_sms * waves` items, but
@@ -357,6 +362,8 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     work = np.stack([u_req[w_unit], u_head[w_unit], u_qb[w_unit], lo, hi, slot,
                      np.where(multi, merge_row[w_unit], -1)], 1)
     mu = np.nonzero(u_splits > 1)[0]
+    if fused_merge is None:  # the fused merge reads partials one at a time: a launch wins past a few
+        fused_merge = int(u_splits.max(initial=1)) <= FUSED_MAX_SPLITS
     first_slot = np.cumsum(np.where(u_splits > 1, u_splits, 0)) - u_splits
     merge = np.stack([u_req[mu], u_head[mu], u_qb[mu], first_slot[mu], u_splits[mu]], 1)
     q_start = np.concatenate([[0], np.cumsum(q_len)[:-1]]) if n_req else np.zeros(0, np.int64)

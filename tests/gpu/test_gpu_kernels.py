@@ -96,7 +96,7 @@ def test_fused_merge_graph_replays():
     rng = rng_for("gpu_fused_replay")
     reqs = [Req("decode", 30000), Req("verify", 9000, q=9), Req("draft", 20000, budget=2048), Req("decode", 40)]
     b = make_batch(reqs, 8, 4, 128, 16, torch.bfloat16, DEV, rng)
-    plan = A.plan_attention(b.q_len, b.lists, 32)
+    plan = A.plan_attention(b.q_len, b.lists, 32, fused_merge=True)
     assert plan.fused_merge and int(plan.merge[:, 4].max()) >= 8
     out = torch.empty_like(b.q)
     A.mixed_attention(b.q, b.k_cache, b.v_cache, plan, out=out)
