@@ -56,13 +56,14 @@ class BatcherConfig:
     block_size: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class SegmentPlan:
-    rids: np.ndarray
-    seg: DecodeSegment
-    ar_like: np.ndarray  # bool per request: verifies every pass with no drafts
-    verify_at: np.ndarray | None  # pass index of each speculative request's verification (or n)
-    all_ar: bool = False  # every request AR-like (verify_at is None)
+    rids: np.ndarray | list[int]  # running order (a list when every request decodes plainly)
+    n: int  # passes
+    seg: DecodeSegment | None  # None: every request decodes plainly, priced by `decode_times`
+    context: list[int] | None = None  # plain decode: each request's context before the first pass
+    ar_like: np.ndarray | None = None  # bool per request: verifies every pass with no drafts
+    verify_at: np.ndarray | None = None  # pass index of each speculative request's verification (or n)
 
 
 class Batcher:
@@ -196,6 +197,8 @@ class Batcher:
         return run[self.t.phase[run] == DECODE]
 
     def _ask_policy(self, dec: np.ndarray) -> None:
+        if not self.cfg.max_draft:  # no drafting (ar): every request verifies each pass anyway
+            return
         t, pol = self.t, self.policy
         if pol.plans_ahead and not self.dirty:
             ask = dec[t.target[dec] < 0]
@@ -362,6 +365,11 @@ class Batcher:
                 self._finish(rid, now)
 
     # ---------------------------------------------------------------- fast path
+    # Plain-decode segments (every request verifies one token per pass, no drafts) of up to this
+    # many requests are planned and applied on Python scalars: at ~1.5 requests per pass, numpy's
+    # ~1 us per call on tiny arrays was most of a segment's cost.
+    SCALAR_MAX = 8
+
     def segment(self, max_passes: int) -> SegmentPlan | None:
         """The next passes as one segment, or None when the step path must plan: a prefill is in
         progress, the policy is asked every pass, nothing runs, or fewer than two passes are
@@ -369,16 +377,25 @@ class Batcher:
         if self.prefilling or not self.running or not self.policy.plans_ahead:
             return None
         t, cfg = self.t, self.cfg
+        self._ask_policy(np.array(self.running, dtype=I64))
+        if len(self.running) <= self.SCALAR_MAX and (n := self._plain_passes(max_passes)) >= 0:
+            if n < 2:
+                return None
+            rids = list(self.running)
+            ctx, sh, pg = t.ctx, t.shared_tokens, t.pages
+            context = [ctx.item(rid) for rid in rids]
+            base = [c - sh.item(rid) + 1 for c, rid in zip(context, rids)]
+            n = self._fit_pages(base, sum(pg.item(rid) for rid in rids), n)
+            return SegmentPlan(rids, n, None, context) if n >= 2 else None
         run = np.array(self.running, dtype=I64)
-        self._ask_policy(run)
         rem = t.output[run] - t.committed[run]
         eff = np.minimum(np.minimum(t.target[run], rem - 1), cfg.max_draft)
         d = t.drafted[run]
         ar_like = (eff <= 0) & (d == 0)
         n_ar = sum(ar_like.tolist())
-        all_ar = n_ar == len(run)
-        wait = None if all_ar else np.maximum(eff - d, 0)  # passes of drafting before the verify
-        if all_ar:
+        plain = n_ar == len(run)
+        wait = None if plain else np.maximum(eff - d, 0)  # passes of drafting before the verify
+        if plain:
             n = min(max_passes, min(rem.tolist()))
         elif n_ar == 0:
             n = min(max_passes, min(wait.tolist()) + 1)
@@ -386,43 +403,60 @@ class Batcher:
             n = min(max_passes, min(wait[~ar_like].tolist()) + 1, min(rem[ar_like].tolist()))
         if n < 2:
             return None
-        # pages: before pass i a request holds ctx + drafted + i tokens and needs room for one
-        # more; a cheap upper bound first, the exact count only when it does not fit
         ctx0 = t.ctx[run]
         base = ctx0 + d - t.shared_tokens[run] + 1
-        r, ps, free = len(run), cfg.page_size, self.pool.free()
-        held = sum(t.pages[run].tolist())
-        if (sum(base.tolist()) + r * (n - 1)) // ps + r - held > free:
-            i = np.arange(n, dtype=I64)[:, None]
-            extra = (-(-(base[None, :] + i) // ps)).sum(axis=1) - held
-            fits = extra <= free
-            if not fits.all():
-                n = int(np.argmin(fits))
-                if n < 2:
-                    return None
+        n = self._fit_pages(base.tolist(), sum(t.pages[run].tolist()), n)
+        if n < 2:
+            return None
+        if plain:
+            return SegmentPlan(run.tolist(), n, None, ctx0.tolist())
         i = np.arange(n, dtype=I64)[:, None]
-        if all_ar:
-            kind = np.full((n, r), DecodeSegment.VERIFY, np.int8)
-            query = np.ones((n, r), I64)
-            dpos = np.zeros((n, r), I64)
-            ctx = ctx0 + i
-            verify_at = None
-        else:
-            is_verify = ar_like | (i == wait)
-            kind = np.where(is_verify, DecodeSegment.VERIFY, DecodeSegment.DRAFT).astype(np.int8)
-            dpos = np.where(ar_like, 0, d + i)
-            query = np.where(is_verify, dpos + 1, 1)
-            ctx = ctx0 + np.where(ar_like, i, 0)
-            verify_at = np.where(ar_like, n, wait)
-        seg = DecodeSegment(kind, query, ctx, dpos, self._budget[:r], self._method[:r])
-        return SegmentPlan(run, seg, ar_like, verify_at, all_ar)
+        is_verify = ar_like | (i == wait)
+        kind = np.where(is_verify, DecodeSegment.VERIFY, DecodeSegment.DRAFT).astype(np.int8)
+        dpos = np.where(ar_like, 0, d + i)
+        query = np.where(is_verify, dpos + 1, 1)
+        ctx = ctx0 + np.where(ar_like, i, 0)
+        verify_at = np.where(ar_like, n, wait)
+        seg = DecodeSegment(kind, query, ctx, dpos, self._budget[:len(run)], self._method[:len(run)])
+        return SegmentPlan(run, n, seg, None, ar_like, verify_at)
+
+    def _plain_passes(self, max_passes: int) -> int:
+        """Passes until the first finish (at most max_passes) if every running request decodes
+        plainly (its effective target is 0 and it holds no drafts), else -1. Scalar code."""
+        t = self.t
+        out, com, dr, tg = t.output, t.committed, t.drafted, t.target
+        spec = self.cfg.max_draft > 0
+        n = max_passes
+        for rid in self.running:
+            rem = out.item(rid) - com.item(rid)
+            if spec and (dr.item(rid) or (rem > 1 and tg.item(rid) > 0)):
+                return -1
+            if rem < n:
+                n = rem
+        return n
+
+    def _fit_pages(self, base: list[int], held: int, n: int) -> int:
+        """Passes (at most n) whose pages fit: before pass i a request holds base - 1 + i tokens
+        and needs room for one more. A cheap upper bound first, the exact count only when it
+        does not fit."""
+        ps, free, r = self.cfg.page_size, self.pool.free(), len(base)
+        if (sum(base) + r * (n - 1)) // ps + r - held <= free:
+            return n
+        i = np.arange(n, dtype=I64)[:, None]
+        extra = (-(-(np.asarray(base, I64)[None, :] + i) // ps)).sum(axis=1) - held
+        fits = extra <= free
+        return n if fits.all() else int(np.argmin(fits))
 
     def apply_segment(self, sp: SegmentPlan, n: int, ends: np.ndarray, accepted: np.ndarray) -> None:
         """Apply the first `n` passes of a segment. `ends[i]` is when pass i ended; `accepted` the
         outcome of the speculative verifications in pass n-1 (aligned with `last_verify_ids`)."""
-        t, ps = self.t, self.cfg.page_size
-        run, ar, all_ar = sp.rids, sp.ar_like, sp.all_ar
         self.passes += n
+        if sp.seg is None and len(sp.rids) <= self.SCALAR_MAX:
+            return self._apply_plain(sp.rids, n, ends)
+        t, ps = self.t, self.cfg.page_size
+        all_ar = sp.seg is None
+        run = np.asarray(sp.rids, I64)
+        ar = sp.ar_like
         end = ends[n - 1]
         a = run if all_ar else run[ar]
         if len(a):  # AR-like requests: one token per pass, each pass an emission
@@ -461,8 +495,36 @@ class Batcher:
                 for rid in a[done].tolist():
                     self._finish(rid, end)
 
+    def _apply_plain(self, rids: list[int], n: int, ends: np.ndarray) -> None:
+        """apply_segment of a small plain-decode segment, one request at a time on scalars."""
+        t, ps, pool = self.t, self.cfg.page_size, self.pool
+        com, ctx, ver, last, sh, pg = t.committed, t.ctx, t.verifies, t.t_last_emit, t.shared_tokens, t.pages
+        end = ends[n - 1]
+        e0 = ends.item(0)
+        gaps = np.empty((n, len(rids)))
+        gaps[1:] = (ends[1:n] - ends[:n - 1])[:, None]
+        first, grown, done = [], 0, []
+        for rid in rids:
+            com[rid] = c = com.item(rid) + n
+            ctx[rid] = k = ctx.item(rid) + n
+            ver[rid] += n
+            first.append(e0 - last.item(rid))
+            last[rid] = end
+            need = -(-(k - sh.item(rid)) // ps)  # room for one more token before pass n-1
+            grown += need - pg.item(rid)
+            pg[rid] = need
+            if c >= t.output.item(rid):
+                done.append(rid)
+        gaps[0] = first
+        self.itl.append(gaps.ravel())
+        pool.private += grown
+        if pool.used > pool.peak:
+            pool.peak = pool.used
+        for rid in done:
+            self._finish(rid, end)
+
     def last_verify_ids(self, sp: SegmentPlan, n: int) -> np.ndarray:
-        if sp.all_ar:
+        if sp.seg is None:
             return NO_IDS
         s = ~sp.ar_like
         return sp.rids[s][sp.verify_at[s] == n - 1]

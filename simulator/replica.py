@@ -75,27 +75,33 @@ class Replica:
 
     def _run_segment(self, sp, now: float):
         env = self.env
-        times = self.ex.cost.segment_times(sp.seg)
-        ends = np.cumsum(np.concatenate(([now], times)))[1:]  # sequential sums, as the step path
-        n = len(times)
+        if sp.seg is None:
+            times = self.ex.cost.decode_times(sp.context, sp.n)
+        else:
+            times = self.ex.cost.segment_times(sp.seg)
+        ends = times.copy()
+        ends[0] += now
+        ends.cumsum(out=ends)  # sequential sums from `now`, as the step path adds pass times
+        n = sp.n
         self.in_segment = True
         try:
-            yield env.timeout(ends[-1] - env.now)
+            yield env.timeout(ends.item(n - 1) - env.now)
         except simpy.Interrupt:
             # keep the passes that started before this instant; the next one sees the arrival
             starts = np.concatenate(([now], ends[:-1]))
             n = max(1, int(np.count_nonzero(starts < env.now)))
-            yield env.timeout(max(0.0, ends[n - 1] - env.now))
+            yield env.timeout(max(0.0, ends.item(n - 1) - env.now))
         self.in_segment = False
         self.segments += 1
         b = self.batcher
-        vids = b.last_verify_ids(sp, n)
-        accepted = self.ex.verify(vids, b.t.drafted[vids] + n - 1) if len(vids) else None
         tn = np.rint(times[:n] * 1e9).astype(np.int64)
-        if sp.all_ar:  # every pass a pure verify (decode) pass
+        if sp.seg is None:  # every pass a pure verify (decode) pass
             self.cat_ns["verify"] += int(tn.sum())
             self.cat_passes["verify"] += n
+            accepted = None
         else:
+            vids = b.last_verify_ids(sp, n)
+            accepted = self.ex.verify(vids, b.t.drafted[vids] + n - 1) if len(vids) else None
             kinds = sp.seg.kind[:n]
             has_d = (kinds == DecodeSegment.DRAFT).any(axis=1)
             has_v = (kinds == DecodeSegment.VERIFY).any(axis=1)
@@ -103,5 +109,5 @@ class Replica:
                 if mask.any():
                     self.cat_ns[cat] += int(tn[mask].sum())
                     self.cat_passes[cat] += int(mask.sum())
-        self.clock = float(ends[n - 1])
+        self.clock = ends.item(n - 1)
         b.apply_segment(sp, n, ends, accepted)

@@ -24,6 +24,11 @@ class CostModel(Protocol):
     def segment_times(self, seg: DecodeSegment) -> np.ndarray:
         """Seconds of each of the `n` passes of a decode segment, in one vectorised call."""
 
+    def decode_times(self, context: list[int], n: int) -> np.ndarray:
+        """`segment_times` of n plain decode passes (every request verifies one token, no drafts)
+        over requests with `context` KV tokens before the first pass: the simulator's commonest
+        segment, priced without building its (n, r) arrays."""
+
     def pass_overhead(self, num_tokens: int) -> float:
         """Seconds of a pass with `num_tokens` tokens and no attention: weights, GEMMs, LM head,
         sampling, host scheduling (and TP communication). Shared by every request in the pass."""

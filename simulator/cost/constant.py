@@ -20,6 +20,9 @@ class ConstantCostModel:
     def segment_times(self, seg: DecodeSegment) -> np.ndarray:
         return np.full(seg.kind.shape[0], self.c)
 
+    def decode_times(self, context: list[int], n: int) -> np.ndarray:
+        return np.full(n, self.c)
+
     def pass_overhead(self, num_tokens: int) -> float:
         return self.c
 

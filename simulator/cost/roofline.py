@@ -325,6 +325,27 @@ class RooflineCostModel:
         tokens = q.sum(axis=1) + draft.sum(axis=1)
         return self._overhead_table(int(tokens.max()))[tokens] + att.sum(axis=1)
 
+    def decode_times(self, context: list[int], n: int) -> np.ndarray:
+        """segment_times of n plain decode passes (every request verifies one token, contexts
+        `context` before the first pass and one more each pass), from slices of the q = 1 column:
+        no (n, r) arrays. Below 8 requests numpy's row sum is a left fold (its pairwise sum
+        starts at 8 terms), so slices added in order give the same bits."""
+        r = len(context)
+        if not self._tables_fit(max(context) + n, 2):
+            ctx = np.asarray(context, np.int64) + np.arange(n, dtype=np.int64)[:, None]
+            one, zero = np.ones((n, r), np.int64), np.zeros(r, np.int64)
+            return self._segment_times_formula(DecodeSegment(
+                np.full((n, r), DecodeSegment.VERIFY, np.int8), one, ctx, one - 1, zero, zero))
+        v = self._verify_table()[:, 1]
+        if r < 8:
+            c = context[0]
+            att = v[c:c + n]
+            for c in context[1:]:
+                att = att + v[c:c + n]
+        else:
+            att = v[np.asarray(context, np.int64) + np.arange(n, dtype=np.int64)[:, None]].sum(axis=1)
+        return self._overhead_table(r)[r] + att
+
     def _segment_times_formula(self, seg: DecodeSegment) -> np.ndarray:
         """segment_times without tables (the definition the tables reproduce)."""
         kind, ctx = seg.kind, seg.context
