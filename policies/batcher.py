@@ -37,6 +37,8 @@ from .request import Phase, RequestTable
 I64 = np.int64
 NO_IDS = np.zeros(0, I64)
 NO_IDS.flags.writeable = False
+NO_DECODE = dict.fromkeys(("draft_ids", "draft_context", "draft_budget", "draft_method", "draft_pos",
+                           "verify_ids", "verify_query", "verify_context"), NO_IDS)  # PassPlan groups
 # plain ints: IntEnum attribute access is slow in per-pass code
 WAITING, PREFILL, DECODE, DONE, REJECTED = (int(p) for p in (Phase.WAITING, Phase.PREFILL, Phase.DECODE,
                                                              Phase.DONE, Phase.REJECTED))
@@ -240,24 +242,20 @@ class Batcher:
         self.admit(now)
         dec = self._decoding()
         dec = self._grow_pages(dec)
-        plan = PassPlan()
         used = 0
+        decode = NO_DECODE
         if len(dec):
             self._ask_policy(dec)
             verify = t.drafted[dec] >= self._effective_target(dec)
             if self.policy.synchronous and any(verify.tolist()):
                 verify[:] = True
             d, v = dec[~verify], dec[verify]
-            plan.draft_ids = d
-            plan.draft_context = t.ctx[d]
-            plan.draft_budget = self._budget[:len(d)]
-            plan.draft_method = self._method[:len(d)]
-            plan.draft_pos = t.drafted[d]
-            plan.verify_ids = v
-            plan.verify_query = t.drafted[v] + 1
-            plan.verify_context = t.ctx[v]
+            q = t.drafted[v] + 1
+            decode = dict(draft_ids=d, draft_context=t.ctx[d], draft_budget=self._budget[:len(d)],
+                          draft_method=self._method[:len(d)], draft_pos=t.drafted[d],
+                          verify_ids=v, verify_query=q, verify_context=t.ctx[v])
             self._last_decode = (dec, verify)
-            used = len(d) + sum(plan.verify_query.tolist())
+            used = len(d) + sum(q.tolist())
         else:
             self._last_decode = None
         left = cfg.token_budget - used
@@ -270,11 +268,9 @@ class Batcher:
             toks.append(chunk)
             ctxs.append(int(t.prefilled[rid]))
             left -= chunk
-        if ids:
-            plan.prefill_ids = np.asarray(ids, I64)
-            plan.prefill_tokens = np.asarray(toks, I64)
-            plan.prefill_context = np.asarray(ctxs, I64)
-        return plan
+        if not ids:
+            return PassPlan(NO_IDS, NO_IDS, NO_IDS, **decode)
+        return PassPlan(np.asarray(ids, I64), np.asarray(toks, I64), np.asarray(ctxs, I64), **decode)
 
     def decode_segment(self, plan: PassPlan) -> DecodeSegment:
         """A decode-only plan as a one-pass segment with its requests in running order, the same

@@ -81,7 +81,7 @@ class Replica:
             times = self.ex.cost.segment_times(sp.seg)
         ends = times.copy()
         ends[0] += now
-        ends.cumsum(out=ends)  # sequential sums from `now`, as the step path adds pass times
+        ends = ends.cumsum()  # sequential sums from `now`, as the step path adds pass times
         n = sp.n
         self.in_segment = True
         try:
