@@ -1,6 +1,10 @@
-"""`oracle`: ASPIRE's decision rule fed the simulator's latent acceptance probabilities instead
-of estimates. An upper bound for the other policies (marked as such in reports); simulator only,
-or the GPU runtime with oracle acceptance."""
+"""`oracle`: clairvoyant draft lengths. Before each cycle it asks the simulator's acceptance model
+how many of its next drafts verification would accept (outcomes are keyed by request and output
+position, so asking changes nothing), then applies ASPIRE's rate rule to those exact counts: it
+never drafts a token that will be rejected unless drafting on still pays. A reference point for
+what any draft-length rule could gain (marked as such in reports), not a guarantee: it optimises
+each request's own rate, not the batch's. Simulator only, or the GPU runtime with simulated
+acceptance."""
 
 from dataclasses import dataclass
 
@@ -20,15 +24,14 @@ class Oracle(Policy):
     name = "oracle"
     oracle = True
     default_draft_method = DraftMethod.STEP_REFRESH
-    description = "upper bound: ASPIRE's rule with the latent acceptance (simulator only)"
+    description = "reference: ASPIRE's rule with the exact accepted counts (simulator only)"
 
     def targets(self, view: DecodeView) -> np.ndarray:
         acc = self.ctx.acceptance
         if acc is None:
             raise RuntimeError("the oracle policy needs the simulator's acceptance model")
         k_max = self.k_max or view.max_draft
-        p = np.stack([acc.latent(int(i), int(c), k_max, int(x), int(b), int(m)) for i, c, x, b, m in
-                      zip(view.ids, view.committed, view.context, view.budget, view.method)]) if len(view.ids) else np.zeros((0, k_max))
-        # expected tokens after k drafts: 1 + sum_{i<k} prod_{l<=i} p_l
-        tok = np.concatenate([np.ones((len(view.ids), 1)), 1 + np.cumsum(np.cumprod(p, axis=1), axis=1)], axis=1)
-        return best_k(self.ctx.cost, view, lambda ks: tok[:, ks], k_max)
+        # accepted drafts out of k_max = where the first rejection would fall
+        first_reject = acc.verify(view.ids, view.committed, np.full(len(view.ids), k_max, np.int64),
+                                  view.context, view.budget, view.method)
+        return best_k(self.ctx.cost, view, lambda ks: np.minimum(ks[None, :], first_reject[:, None]) + 1.0, k_max)
