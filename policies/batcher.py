@@ -449,47 +449,45 @@ class Batcher:
         self.passes += n
         if sp.seg is None and len(sp.rids) <= self.SCALAR_MAX:
             return self._apply_plain(sp.rids, n, ends)
-        t, ps = self.t, self.cfg.page_size
-        all_ar = sp.seg is None
+        t, ps, pool = self.t, self.cfg.page_size, self.pool
         run = np.asarray(sp.rids, I64)
-        ar = sp.ar_like
-        end = ends[n - 1]
-        a = run if all_ar else run[ar]
-        if len(a):  # AR-like requests: one token per pass, each pass an emission
-            t.committed[a] += n
-            t.ctx[a] += n
-            t.verifies[a] += n
-            gaps = np.empty((n, len(a)))
+        ar = np.ones(len(run), bool) if sp.seg is None else sp.ar_like
+        a, sr = run[ar], run[~ar]
+        m = n - 1  # passes before the last, whose verifications are applied together below
+        if len(a) and m:  # AR-like requests: one token per pass, each pass an emission
+            t.committed[a] += m
+            t.ctx[a] += m
+            t.verifies[a] += m
+            gaps = np.empty((m, len(a)))
             gaps[0] = ends[0] - t.t_last_emit[a]
-            gaps[1:] = (ends[1:n] - ends[:n - 1])[:, None]  # np.diff, without its wrapper
+            gaps[1:] = (ends[1:m] - ends[:m - 1])[:, None]  # np.diff, without its wrapper
             self.itl.append(gaps.ravel())
-            t.t_last_emit[a] = end
-        if not all_ar:  # speculative requests: drafts through pass n-1, verifying there if due
-            sr = run[~ar]
-            ver = sp.verify_at[~ar] == n - 1
-            drafted_passes = np.where(ver, n - 1, n)
+            t.t_last_emit[a] = ends[m - 1]
+        ver = np.zeros(0, bool)
+        if len(sr):  # speculative requests: drafts through pass n-1, verifying there if due
+            ver = sp.verify_at[~ar] == m
+            drafted_passes = np.where(ver, m, n)
             t.drafted[sr] += drafted_passes
             t.drafts[sr] += drafted_passes
         # pages as the step path leaves them: room reserved before pass n-1 for one more token
-        # (AR-like: ctx - 1 + 1; drafting: ctx + drafted - 1 + 1; verifying: ctx + drafted + 1)
-        held = t.ctx[run] - t.shared_tokens[run]
-        if not all_ar:
-            held = held + np.where(ar, 0, t.drafted[run] + 0)
-            held[~ar] += ver
+        # (AR-like: ctx + 1; drafting: ctx + drafted - 1 + 1; verifying: ctx + drafted + 1)
+        held = t.ctx[run] - t.shared_tokens[run] + np.where(ar, 1, t.drafted[run])
+        held[~ar] += ver
         need = -(-held // ps)
-        self.pool.private += sum((need - t.pages[run]).tolist())
-        if self.pool.used > self.pool.peak:
-            self.pool.peak = self.pool.used
+        pool.private += sum((need - t.pages[run]).tolist())
+        if pool.used > pool.peak:
+            pool.peak = pool.used
         t.pages[run] = need
-        if not all_ar:
-            vr = sr[ver]
-            if len(vr):
-                self._verified(vr, t.drafted[vr].copy(), np.asarray(accepted, I64), end)
-        if len(a):
-            done = t.committed[a] >= t.output[a]
-            if any(done.tolist()):
-                for rid in a[done].tolist():
-                    self._finish(rid, end)
+        # pass n-1's verifications, AR-like and speculative together in running order, as the
+        # step path applies them (the order of emission gaps and finishes)
+        last = ar.copy()
+        last[~ar] = ver
+        v = run[last]
+        if len(v):
+            acc = np.zeros(len(v), I64)
+            if accepted is not None:
+                acc[~ar[last]] = accepted
+            self._verified(v, t.drafted[v].copy(), acc, ends[m])
 
     def _apply_plain(self, rids: list[int], n: int, ends: np.ndarray) -> None:
         """apply_segment of a small plain-decode segment, one request at a time on scalars."""
