@@ -2,9 +2,10 @@
 
 After each of its verifications a request picks its next draft length k to maximise expected
 committed tokens per unit of time it costs the batch: (1 - a^(k+1)) / (1 - a) tokens, from its
-smoothed acceptance a, over (k+1) passes' share of the per-pass overhead plus its own marginal
-attention cost for k drafts and one (k+1)-token verification, priced by the cost model at its
-actual context. Drafts use the per-step refreshed sparse index by default.
+smoothed acceptance a, over (k+1) passes' share of the per-pass overhead (prefill chunks in the
+pass included) plus its own marginal attention cost for k drafts and one (k+1)-token verification,
+priced by the cost model at its actual context. Drafts use the per-step refreshed sparse index by
+default.
 """
 
 from dataclasses import dataclass
@@ -28,7 +29,9 @@ def best_k(cost, view: DecodeView, tokens_fn, k_max: int, k_min: int = 0) -> np.
     # broadcast_to: the same arrays for ~1 us instead of ~7 us each, asked every decision)
     draft_m, verify_m = cost.marginal(view.context[:, None].repeat(K, 1), view.budget[:, None].repeat(K, 1),
                                       view.method[:, None].repeat(K, 1), (ks + 1)[None, :].repeat(len(view.ids), 0))
-    share = cost.pass_overhead(max(view.num_decode, 1)) / max(view.num_decode, 1)
+    # a pass carrying a prefill chunk is longer for every request in it: drafting then costs more
+    nd = max(view.num_decode, 1)
+    share = cost.pass_overhead(nd, prefill_tokens=view.prefill_tokens) / nd
     cycle = (ks + 1) * share + ks * draft_m + verify_m
     rate = tokens_fn(ks) / cycle
     return ks[np.argmax(rate, axis=1)]

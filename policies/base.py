@@ -39,7 +39,7 @@ class DecodeView:
     last_entropy: np.ndarray  # entropy of each request's latest draft (NaN if none)
     sum_entropy: np.ndarray  # sum of entropies of the drafts held
     num_decode: int  # decode requests in the batch (including those not in this view)
-    prefill_tokens: int  # prefill tokens in this pass (0: prefill is planned after decode)
+    prefill_tokens: int  # prefill tokens the pass carries (the chunks about to run; 0 in segments)
     max_draft: int  # the batcher forces a verify at this many drafts
 
 

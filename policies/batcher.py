@@ -216,8 +216,17 @@ class Batcher:
             ids=ask, context=t.ctx[ask], drafted=t.drafted[ask], remaining=t.output[ask] - committed,
             budget=self._budget[:n], method=self._method[:n],
             last_entropy=t.last_entropy[ask], sum_entropy=t.sum_entropy[ask], num_decode=len(dec),
-            prefill_tokens=0, max_draft=cfg.max_draft, committed=committed)
+            prefill_tokens=self._prefill_load(len(dec)), max_draft=cfg.max_draft, committed=committed)
         t.target[ask] = np.asarray(pol.targets(view), I64)
+
+    def _prefill_load(self, num_decode: int) -> int:
+        """Prefill tokens the next pass carries: chunks fill the token budget left after the decode
+        requests (one token each here; a verification's extra query tokens are not known yet)."""
+        if not self.prefilling:
+            return 0
+        t = self.t
+        pending = sum(int(t.prefill_target[rid] - t.prefilled[rid]) for rid in self.prefilling)
+        return max(0, min(pending, self.cfg.token_budget - num_decode))
 
     def _effective_target(self, dec: np.ndarray) -> np.ndarray:
         t = self.t

@@ -29,9 +29,10 @@ class CostModel(Protocol):
         over requests with `context` KV tokens before the first pass: the simulator's commonest
         segment, priced without building its (n, r) arrays."""
 
-    def pass_overhead(self, num_tokens: int) -> float:
-        """Seconds of a pass with `num_tokens` tokens and no attention: weights, GEMMs, LM head,
-        sampling, host scheduling (and TP communication). Shared by every request in the pass."""
+    def pass_overhead(self, num_tokens: int, prefill_tokens: int = 0) -> float:
+        """Seconds of a pass with `num_tokens` decode tokens and no attention: weights, GEMMs, LM
+        head, sampling, host scheduling (and TP communication). Shared by every request in the
+        pass. `prefill_tokens`: a prefill chunk's tokens in the same pass (one logits row)."""
 
     def marginal(self, context: np.ndarray, budget: np.ndarray, method: np.ndarray,
                  query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -57,3 +57,24 @@ def test_small_batches_take_the_scalar_path(monkeypatch):
     monkeypatch.setattr(Batcher, "_apply_plain", lambda self, *a: seen.append(len(a[0])) or orig(self, *a))
     run(make_trace(20, seed=1, span=30.0, prompt=(100, 2000), output=(5, 80)), policy="ar")
     assert seen and max(seen) <= Batcher.SCALAR_MAX
+
+
+@pytest.mark.parametrize("policy", ["aspire", "oracle"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_emission_gaps_in_step_order(policy, seed, monkeypatch):
+    # a segment's last pass verifies AR-like and speculative requests in running order: the gaps
+    # (and so float sums over them) come out in the step path's order, not merely as the same set
+    import spsim.simulator.engine as engine
+
+    gaps = {}
+    summarize = engine.summarize
+
+    def spy(table, replicas, cfg, *a):
+        gaps[cfg.fast] = [np.concatenate(r.batcher.itl) for r in replicas]
+        return summarize(table, replicas, cfg, *a)
+
+    monkeypatch.setattr(engine, "summarize", spy)
+    tr = make_trace(60, seed=seed, span=3.0, prompt=(50, 20000), output=(1, 120), prefix=True)
+    run(tr, policy=policy, fast=True, position=True)
+    run(tr, policy=policy, fast=False, position=True)
+    assert all(np.array_equal(f, s) for f, s in zip(gaps[True], gaps[False], strict=True))

@@ -23,8 +23,8 @@ class ConstantCostModel:
     def decode_times(self, context: list[int], n: int) -> np.ndarray:
         return np.full(n, self.c)
 
-    def pass_overhead(self, num_tokens: int) -> float:
-        return self.c
+    def pass_overhead(self, num_tokens: int, prefill_tokens: int = 0) -> float:
+        return self.c  # every pass, prefill or not
 
     def marginal(self, context, budget, method, query):
         n = len(context)

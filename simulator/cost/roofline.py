@@ -116,12 +116,16 @@ class RooflineCostModel:
         self._ovh_tbl = np.zeros(0)
 
     # ---- linear part ----
-    def pass_overhead(self, num_tokens: int, num_logits: int | None = None) -> float:
+    def pass_overhead(self, num_tokens: int, num_logits: int | None = None, prefill_tokens: int = 0) -> float:
         """Seconds of a pass with `num_tokens` tokens and no attention (logits for every token
-        unless `num_logits` says otherwise)."""
+        unless `num_logits` says otherwise), plus `prefill_tokens` of prefill chunks (one more
+        logits row: a chunk's last token)."""
+        n_log = num_tokens if num_logits is None else num_logits
+        if prefill_tokens > 0:
+            num_tokens += prefill_tokens
+            n_log += 1
         if num_tokens <= 0:
             return 0.0
-        n_log = num_tokens if num_logits is None else num_logits
         p = self.p.smooth_p
         c = num_tokens * self.token_flop_s + n_log * self.logit_flop_s
         lin = (self.weights_s ** p + c ** p) ** self.inv_p
