@@ -37,8 +37,9 @@ import numpy as np
 SYNC = ["sync", "sync:k=2", "sync:k=4", "sync:k=6"]
 FIXED = ["fixed-k:k=2", "fixed-k:k=4", "fixed-k:k=6", "fixed-k:k=8", "fixed-k:k=12"]
 OTHERS = ["ar", "entropy", "aspire", "oracle"]
+# the adaptive policies with the other refresh method; sync with MagicDec's own static window
 ABLATION = [("aspire", "verify-refresh"), ("entropy", "step-refresh"), ("fixed-k:k=8", "step-refresh"),
-            ("sync", "step-refresh")]
+            ("sync", "step-refresh"), ("sync", "static"), ("sync:k=2", "static")]
 KEYS = ["output_throughput", "request_goodput", "mean_tpot_ms", "p99_tpot_ms", "mean_ttft_ms", "p99_ttft_ms",
         "mean_e2el_ms", "tokens_per_verify", "draft_acceptance_rate", "spec_drafts_per_verify", "completed",
         "preemptions", "prefix_cache_hit_rate", "duration"]

@@ -16,24 +16,39 @@ class AcceptanceEMA:
 
     Counts start from `prior` worth `strength` trials. A request with no outcome yet starts from
     the workload's pooled counts: otherwise a request whose first decision is "no speculation"
-    would never produce an outcome and never learn.
+    would never produce an outcome and never learn. For the same reason evidence ages while a
+    request does not speculate: `get(ids, pos)` relaxes the counts of a request that emitted
+    tokens without a verification outcome since it was last looked at towards the pooled rate, by
+    `1 - weight` per such token, so after a hard span it tries drafting again.
     """
 
     def __init__(self, weight: float, prior: float, strength: float = 4.0, population_weight: float = 0.02):
         self.keep = 1.0 - weight
         self.pkeep = 1.0 - population_weight
         self.pop = [prior * strength, strength]  # successes, trials
+        self.strength = strength
         self.counts: dict[int, list[float]] = {}
+        self.seen: dict[int, int] = {}  # output position at the last look, until an outcome arrives
 
-    def get(self, ids: np.ndarray) -> np.ndarray:
+    def get(self, ids: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
         c, (ps, pt) = self.counts, self.pop
         default = ps / pt
+        if pos is not None:
+            seen = self.seen
+            for i, p in zip(ids.tolist(), pos.tolist()):
+                p0 = seen.get(i)
+                if p0 is not None and p > p0 and (x := c.get(i)):
+                    w = self.keep ** (p - p0)  # tokens emitted without speculating since the last look
+                    x[0] = w * x[0] + (1.0 - w) * default * self.strength
+                    x[1] = w * x[1] + (1.0 - w) * self.strength
+                seen[i] = p
         return np.fromiter((x[0] / x[1] if (x := c.get(i)) else default for i in ids.tolist()), np.float64, len(ids))
 
     def update(self, ids: np.ndarray, drafted: np.ndarray, accepted: np.ndarray) -> None:
         keep, pkeep, pop, c = self.keep, self.pkeep, self.pop, self.counts
         for i, d, a in zip(ids.tolist(), drafted.tolist(), accepted.tolist()):
             trials = a + (a < d)
+            self.seen.pop(i, None)  # an outcome: the tokens since the last look were speculated
             x = c.get(i)
             if x is None:
                 x = c[i] = [pop[0] / pop[1] * 4.0, 4.0]  # start from the workload's rate
@@ -44,3 +59,4 @@ class AcceptanceEMA:
 
     def drop(self, rid: int) -> None:
         self.counts.pop(rid, None)
+        self.seen.pop(rid, None)

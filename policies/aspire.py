@@ -61,6 +61,6 @@ class Aspire(Policy):
         self.acc.update(ids, drafted, accepted)
 
     def targets(self, view: DecodeView) -> np.ndarray:
-        a = self.acc.get(view.ids)
+        a = self.acc.get(view.ids, view.committed)
         k_max = self.k_max or view.max_draft
         return best_k(self.ctx.cost, view, lambda ks: expected_tokens(a[:, None], ks[None, :]), k_max)

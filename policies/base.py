@@ -8,7 +8,10 @@ draft one more; `target == 0` is plain autoregressive decoding (speculation off)
 A policy with `plans_ahead = True` promises its targets hold until that request's next
 verification with drafts, or until the replica's batch changes (an admission or a finish): the
 batcher asks again only then, which lets the simulator advance many passes between events. A
-policy with `plans_ahead = False` is asked for every decode request every pass.
+zero target (no speculation) produces no verification with drafts, so it holds for `plain_hold`
+tokens instead; then the policy is asked again (otherwise one "speculation does not pay" answer
+would stick until the batch changes). A policy with `plans_ahead = False` is asked for every
+decode request every pass.
 
 A policy is one dataclass: its fields are its spec parameters (`fixed-k:k=8`), validated in
 `__post_init__`. Add one by writing the class and decorating it with `@register`.
@@ -58,6 +61,7 @@ class Policy:
     name: ClassVar[str] = ""
     synchronous: ClassVar[bool] = False  # never mixes drafting and verifying requests in one pass
     plans_ahead: ClassVar[bool] = True
+    plain_hold: ClassVar[int] = 8  # tokens a zero target holds before the policy is asked again
     needs_entropy: ClassVar[bool] = False
     oracle: ClassVar[bool] = False  # may read the simulator's latent acceptance
     speculative: ClassVar[bool] = True

@@ -203,7 +203,8 @@ class Batcher:
             return
         t, pol = self.t, self.policy
         if pol.plans_ahead and not self.dirty:
-            ask = dec[t.target[dec] < 0]
+            tg = t.target[dec]
+            ask = dec[(tg < 0) | ((tg == 0) & (t.committed[dec] >= t.recheck[dec]))]
         else:
             ask = dec
         self.dirty = False
@@ -218,6 +219,7 @@ class Batcher:
             last_entropy=t.last_entropy[ask], sum_entropy=t.sum_entropy[ask], num_decode=len(dec),
             prefill_tokens=self._prefill_load(len(dec)), max_draft=cfg.max_draft, committed=committed)
         t.target[ask] = np.asarray(pol.targets(view), I64)
+        t.recheck[ask] = committed + pol.plain_hold
 
     def _prefill_load(self, num_decode: int) -> int:
         """Prefill tokens the next pass carries: chunks fill the token budget left after the decode
@@ -406,6 +408,10 @@ class Batcher:
             n = min(max_passes, min(wait.tolist()) + 1)
         else:
             n = min(max_passes, min(wait[~ar_like].tolist()) + 1, min(rem[ar_like].tolist()))
+        if n_ar and cfg.max_draft:  # zero targets expire (Policy.plain_hold): the policy is asked then
+            hold = ar_like & (t.target[run] == 0)
+            if any(hold.tolist()):
+                n = min(n, min((t.recheck[run] - t.committed[run])[hold].tolist()))
         if n < 2:
             return None
         ctx0 = t.ctx[run]
@@ -429,13 +435,16 @@ class Batcher:
         """Passes until the first finish (at most max_passes) if every running request decodes
         plainly (its effective target is 0 and it holds no drafts), else -1. Scalar code."""
         t = self.t
-        out, com, dr, tg = t.output, t.committed, t.drafted, t.target
+        out, com, dr, tg, rc = t.output, t.committed, t.drafted, t.target, t.recheck
         spec = self.cfg.max_draft > 0
         n = max_passes
         for rid in self.running:
             rem = out.item(rid) - com.item(rid)
-            if spec and (dr.item(rid) or (rem > 1 and tg.item(rid) > 0)):
-                return -1
+            if spec:
+                if dr.item(rid) or (rem > 1 and tg.item(rid) > 0):
+                    return -1
+                if tg.item(rid) == 0 and rc.item(rid) - com.item(rid) < n:  # the zero target expires
+                    n = rc.item(rid) - com.item(rid)
             if rem < n:
                 n = rem
         return n

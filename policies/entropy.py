@@ -52,7 +52,7 @@ class Entropy(Policy):
 
     def targets(self, view: DecodeView) -> np.ndarray:
         r, d = len(view.ids), view.drafted
-        prior = self.acc.get(view.ids)
+        prior = self.acc.get(view.ids, view.committed)
         k = max(int(d.max()) if r else 0, 1)
         p_hat = np.ones((r, k))
         est = er.token_acceptance(np.nan_to_num(view.last_entropy, nan=self.entropy_median), prior, self.slope, self.thr)
@@ -65,7 +65,8 @@ class Entropy(Policy):
             if n:
                 p_hat[j, :n] = held[:n]
         draft_c, verify_c = self._marginal_costs(view)
-        share = self.ctx.cost.pass_overhead(max(view.num_decode, 1)) / max(view.num_decode, 1)
+        nd = max(view.num_decode, 1)
+        share = self.ctx.cost.pass_overhead(nd, prefill_tokens=view.prefill_tokens) / nd
         more = er.draft_more(p_hat, d, prior, draft_c + share, verify_c + share,
                              np.minimum(view.max_draft, view.remaining - 1), self.lookahead)
         return np.where(more, d + 1, d)

@@ -25,6 +25,7 @@ class Oracle(Policy):
     oracle = True
     default_draft_method = DraftMethod.STEP_REFRESH
     description = "reference: ASPIRE's rule with the exact accepted counts (simulator only)"
+    plain_hold = 1  # it knows when the next draft would be accepted: look again every token
 
     def targets(self, view: DecodeView) -> np.ndarray:
         acc = self.ctx.acceptance

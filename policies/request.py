@@ -37,6 +37,7 @@ class RequestTable:
         self.committed = z()  # output tokens emitted
         self.drafted = z()  # provisional drafts since the last verification
         self.target = np.full(n, -1, np.int64)  # policy's planned draft count; -1: ask
+        self.recheck = z()  # a zero target expires when committed reaches this (Policy.plain_hold)
         self.pages = z()  # private KV pages held
         self.shared_tokens = z()  # prompt tokens held through the prefix cache
         self.cached_blocks = z()  # prefix blocks referenced in the cache

@@ -42,7 +42,7 @@ class Sync(Policy):
     def _choose(self, view: DecodeView) -> int:
         cost = self.ctx.cost
         k_max = min(self.k_max, view.max_draft)
-        a = self.acc.get(view.ids)
+        a = self.acc.get(view.ids, view.committed)
         n = len(view.ids)
         best, best_rate = 0, -1.0
         for k in range(k_max + 1):
