@@ -19,10 +19,9 @@ from .base import DecodeView, Policy, expected_tokens
 from .registry import register
 
 
-def best_k(cost, view: DecodeView, tokens_fn, k_max: int, k_min: int = 0) -> np.ndarray:
-    """argmax over k in [k_min, k_max] of tokens_fn(k) / cycle cost, per request.
-
-    tokens_fn(ks) -> (r, K) expected tokens for the draft lengths `ks` (K,)."""
+def cycle_costs(cost, view: DecodeView, k_max: int, k_min: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Draft lengths ks = k_min..k_max and each request's cost of a cycle of k drafts and one
+    verification (r, K): k + 1 passes' share of the pass overhead plus its own attention."""
     ks = np.arange(k_min, k_max + 1, dtype=np.int64)
     K = len(ks)
     # 2-D arrays: one vectorised cost-model call for every (request, k) (repeat, not
@@ -32,9 +31,24 @@ def best_k(cost, view: DecodeView, tokens_fn, k_max: int, k_min: int = 0) -> np.
     # a pass carrying a prefill chunk is longer for every request in it: drafting then costs more
     nd = max(view.num_decode, 1)
     share = cost.pass_overhead(nd, prefill_tokens=view.prefill_tokens) / nd
-    cycle = (ks + 1) * share + ks * draft_m + verify_m
-    rate = tokens_fn(ks) / cycle
-    return ks[np.argmax(rate, axis=1)]
+    return ks, (ks + 1) * share + ks * draft_m + verify_m
+
+
+def best_k(cost, view: DecodeView, tokens_fn, k_max: int, k_min: int = 0) -> np.ndarray:
+    """argmax over k in [k_min, k_max] of tokens_fn(k) / cycle cost, per request.
+
+    tokens_fn(ks) -> (r, K) expected tokens for the draft lengths `ks` (K,)."""
+    ks, cycle = cycle_costs(cost, view, k_max, k_min)
+    return ks[np.argmax(tokens_fn(ks) / cycle, axis=1)]
+
+
+def zero_holds(ks: np.ndarray, cycle: np.ndarray, targets: np.ndarray, context: np.ndarray, short: int) -> np.ndarray:
+    """Tokens each zero target holds: `short` where low acceptance made speculation lose (it may
+    pay again after a hard span), but until the context has grown by a quarter where it would lose
+    even if every draft were accepted (short contexts: a draft costs nearly a verification): only
+    the context or the batch (whose changes re-ask anyway) can change that."""
+    perfect = ks[np.argmax((ks + 1.0) / cycle, axis=1)]
+    return np.where((targets == 0) & (perfect == 0), np.maximum(short, context // 4), short)
 
 
 @register
@@ -62,5 +76,10 @@ class Aspire(Policy):
 
     def targets(self, view: DecodeView) -> np.ndarray:
         a = self.acc.get(view.ids, view.committed)
-        k_max = self.k_max or view.max_draft
-        return best_k(self.ctx.cost, view, lambda ks: expected_tokens(a[:, None], ks[None, :]), k_max)
+        ks, cycle = cycle_costs(self.ctx.cost, view, self.k_max or view.max_draft)
+        k = ks[np.argmax(expected_tokens(a[:, None], ks[None, :]) / cycle, axis=1)]
+        self._hold = zero_holds(ks, cycle, k, view.context, self.plain_hold)
+        return k
+
+    def hold(self, view: DecodeView, targets: np.ndarray) -> np.ndarray:
+        return self._hold  # made with the targets: the batcher asks for both on the same view

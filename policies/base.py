@@ -8,9 +8,10 @@ draft one more; `target == 0` is plain autoregressive decoding (speculation off)
 A policy with `plans_ahead = True` promises its targets hold until that request's next
 verification with drafts, or until the replica's batch changes (an admission or a finish): the
 batcher asks again only then, which lets the simulator advance many passes between events. A
-zero target (no speculation) produces no verification with drafts, so it holds for `plain_hold`
-tokens instead; then the policy is asked again (otherwise one "speculation does not pay" answer
-would stick until the batch changes). A policy with `plans_ahead = False` is asked for every
+zero target (no speculation) produces no verification with drafts, so it holds for
+`hold(view, targets)` tokens instead (`plain_hold` unless the policy says otherwise); then the
+policy is asked again (otherwise one "speculation does not pay" answer would stick until the
+batch changes). A policy with `plans_ahead = False` is asked for every
 decode request every pass.
 
 A policy is one dataclass: its fields are its spec parameters (`fixed-k:k=8`), validated in
@@ -82,6 +83,10 @@ class Policy:
 
     def targets(self, view: DecodeView) -> np.ndarray:
         raise NotImplementedError
+
+    def hold(self, view: DecodeView, targets: np.ndarray) -> np.ndarray | int:
+        """Tokens a zero target holds before this policy is asked again (plans-ahead policies)."""
+        return self.plain_hold
 
     @property
     def spec(self) -> str:

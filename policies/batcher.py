@@ -218,8 +218,9 @@ class Batcher:
             budget=self._budget[:n], method=self._method[:n],
             last_entropy=t.last_entropy[ask], sum_entropy=t.sum_entropy[ask], num_decode=len(dec),
             prefill_tokens=self._prefill_load(len(dec)), max_draft=cfg.max_draft, committed=committed)
-        t.target[ask] = np.asarray(pol.targets(view), I64)
-        t.recheck[ask] = committed + pol.plain_hold
+        tg = np.asarray(pol.targets(view), I64)
+        t.target[ask] = tg
+        t.recheck[ask] = committed + pol.hold(view, tg)
 
     def _prefill_load(self, num_decode: int) -> int:
         """Prefill tokens the next pass carries: chunks fill the token budget left after the decode

@@ -60,3 +60,20 @@ def test_batcher_shows_the_pass_prefill_load(monkeypatch):
     for pre, nd, actual in beside_prefill:  # verifications' extra query tokens may shrink the chunk
         assert actual <= pre <= 8192 - nd
     assert all(pre == 0 for pre, _, actual in seen if actual is None)  # segments run no prefill
+
+
+def test_zero_target_holds_long_only_when_speculation_cannot_pay():
+    """A zero target made by cost alone (short context: a draft costs about a verification, so
+    even perfect acceptance loses) holds until the context grows by a quarter; one made by low
+    acceptance holds plain_hold tokens, so the request tries again after a hard span."""
+    pol = Aspire()
+    pol.bind(PolicyContext(RooflineCostModel(), max_draft=16, draft_method=2, draft_budget=2048))
+    short = view(1_200, 2, 0)
+    assert int(pol.targets(short)[0]) == 0
+    assert int(np.asarray(pol.hold(short, np.zeros(1, np.int64)))[0]) == 1_200 // 4
+    pol.acc.update(np.zeros(1, np.int64), np.full(1, 8), np.zeros(1, np.int64))  # request 0 fails early, often
+    for _ in range(30):
+        pol.acc.update(np.zeros(1, np.int64), np.full(1, 8), np.zeros(1, np.int64))
+    long = view(64_000, 2, 0)
+    assert int(pol.targets(long)[0]) == 0
+    assert int(np.asarray(pol.hold(long, np.zeros(1, np.int64)))[0]) == Aspire.plain_hold
