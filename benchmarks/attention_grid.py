@@ -254,11 +254,16 @@ def main(argv=None):
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--quick", action="store_true", help="one or two points per part")
     ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--contexts", default="", help="comma list: replaces the decode and draft contexts")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     rows: list[dict] = []
     t0 = time.time()
-    grid = QUICK if a.quick else GRID
+    grid = QUICK if a.quick else dict(GRID)
+    if a.contexts:
+        ctxs = [int(c) for c in a.contexts.split(",")]
+        grid["decode"] = [(b, c) for c in ctxs for b in (1, 2, 4, 8, 16, 32, 64)]
+        grid["draft"] = [(b, c) for c in ctxs for b in (1, 4, 16, 32, 64)]
     global SINGLE
     for part in a.parts.split(","):
         for b, ctx in grid[part]:
