@@ -177,6 +177,8 @@ class Batcher:
         t.phase[rid] = WAITING
         t.prefill_target[rid] = t.prompt[rid] + t.committed[rid]  # recompute what it had
         t.prefilled[rid] = t.ctx[rid] = t.drafted[rid] = 0
+        t.sum_entropy[rid] = 0.0  # its drafts are gone: so are their signals
+        t.last_entropy[rid] = np.nan
         t.target[rid] = -1
         t.preemptions[rid] += 1
         self.dirty = True
