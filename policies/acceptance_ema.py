@@ -45,13 +45,13 @@ class AcceptanceEMA:
         return np.fromiter((x[0] / x[1] if (x := c.get(i)) else default for i in ids.tolist()), np.float64, len(ids))
 
     def update(self, ids: np.ndarray, drafted: np.ndarray, accepted: np.ndarray) -> None:
-        keep, pkeep, pop, c = self.keep, self.pkeep, self.pop, self.counts
+        keep, pkeep, pop, c, strength = self.keep, self.pkeep, self.pop, self.counts, self.strength
         for i, d, a in zip(ids.tolist(), drafted.tolist(), accepted.tolist()):
             trials = a + (a < d)
             self.seen.pop(i, None)  # an outcome: the tokens since the last look were speculated
             x = c.get(i)
             if x is None:
-                x = c[i] = [pop[0] / pop[1] * 4.0, 4.0]  # start from the workload's rate
+                x = c[i] = [pop[0] / pop[1] * strength, strength]  # start from the workload's rate
             x[0] = keep * x[0] + a
             x[1] = keep * x[1] + trials
             pop[0] = pkeep * pop[0] + a

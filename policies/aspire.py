@@ -34,14 +34,6 @@ def cycle_costs(cost, view: DecodeView, k_max: int, k_min: int = 0) -> tuple[np.
     return ks, (ks + 1) * share + ks * draft_m + verify_m
 
 
-def best_k(cost, view: DecodeView, tokens_fn, k_max: int, k_min: int = 0) -> np.ndarray:
-    """argmax over k in [k_min, k_max] of tokens_fn(k) / cycle cost, per request.
-
-    tokens_fn(ks) -> (r, K) expected tokens for the draft lengths `ks` (K,)."""
-    ks, cycle = cycle_costs(cost, view, k_max, k_min)
-    return ks[np.argmax(tokens_fn(ks) / cycle, axis=1)]
-
-
 def zero_holds(ks: np.ndarray, cycle: np.ndarray, targets: np.ndarray, context: np.ndarray, short: int) -> np.ndarray:
     """Tokens each zero target holds: `short` where low acceptance made speculation lose (it may
     pay again after a hard span), but until the context has grown by a quarter where it would lose
@@ -51,9 +43,23 @@ def zero_holds(ks: np.ndarray, cycle: np.ndarray, targets: np.ndarray, context: 
     return np.where((targets == 0) & (perfect == 0), np.maximum(short, context // 4), short)
 
 
+class RatePlanner(Policy):
+    """A plans-ahead policy that picks each request's k as the argmax of tokens / cycle cost."""
+
+    def plan(self, view: DecodeView, tokens_fn, k_max: int) -> np.ndarray:
+        """tokens_fn(ks) -> (r, K) expected tokens for the draft lengths `ks` (K,)."""
+        ks, cycle = cycle_costs(self.ctx.cost, view, k_max)
+        k = ks[np.argmax(tokens_fn(ks) / cycle, axis=1)]
+        self._hold = zero_holds(ks, cycle, k, view.context, self.plain_hold)
+        return k
+
+    def hold(self, view: DecodeView, targets: np.ndarray) -> np.ndarray:
+        return self._hold  # made with the targets: the batcher asks for both on the same view
+
+
 @register
 @dataclass
-class Aspire(Policy):
+class Aspire(RatePlanner):
     ema: float = 0.1  # weight of each verification in the decayed counts (memory ~10 cycles)
     prior: float = 0.8
     k_max: int = 0  # 0: the batcher's max_draft
@@ -76,10 +82,4 @@ class Aspire(Policy):
 
     def targets(self, view: DecodeView) -> np.ndarray:
         a = self.acc.get(view.ids, view.committed)
-        ks, cycle = cycle_costs(self.ctx.cost, view, self.k_max or view.max_draft)
-        k = ks[np.argmax(expected_tokens(a[:, None], ks[None, :]) / cycle, axis=1)]
-        self._hold = zero_holds(ks, cycle, k, view.context, self.plain_hold)
-        return k
-
-    def hold(self, view: DecodeView, targets: np.ndarray) -> np.ndarray:
-        return self._hold  # made with the targets: the batcher asks for both on the same view
+        return self.plan(view, lambda ks: expected_tokens(a[:, None], ks[None, :]), self.k_max or view.max_draft)

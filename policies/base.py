@@ -64,7 +64,7 @@ class Policy:
     plans_ahead: ClassVar[bool] = True
     plain_hold: ClassVar[int] = 8  # tokens a zero target holds before the policy is asked again
     needs_entropy: ClassVar[bool] = False
-    oracle: ClassVar[bool] = False  # may read the simulator's latent acceptance
+    oracle: ClassVar[bool] = False  # may ask the simulator's acceptance model for outcomes
     speculative: ClassVar[bool] = True
     default_draft_method: ClassVar[DraftMethod] = DraftMethod.VERIFY_REFRESH
     description: ClassVar[str] = ""

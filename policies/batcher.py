@@ -222,7 +222,8 @@ class Batcher:
             prefill_tokens=self._prefill_load(len(dec)), max_draft=cfg.max_draft, committed=committed)
         tg = np.asarray(pol.targets(view), I64)
         t.target[ask] = tg
-        t.recheck[ask] = committed + pol.hold(view, tg)
+        if pol.plans_ahead:  # the others are asked every pass anyway
+            t.recheck[ask] = committed + pol.hold(view, tg)
 
     def _prefill_load(self, num_decode: int) -> int:
         """Prefill tokens the next pass carries: chunks fill the token budget left after the decode

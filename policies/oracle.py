@@ -12,14 +12,14 @@ import numpy as np
 
 from spsim.plan import DraftMethod
 
-from .aspire import cycle_costs, zero_holds
-from .base import DecodeView, Policy
+from .aspire import RatePlanner
+from .base import DecodeView
 from .registry import register
 
 
 @register
 @dataclass
-class Oracle(Policy):
+class Oracle(RatePlanner):
     k_max: int = 0
     name = "oracle"
     oracle = True
@@ -35,10 +35,4 @@ class Oracle(Policy):
         # accepted drafts out of k_max = where the first rejection would fall
         first_reject = acc.verify(view.ids, view.committed, np.full(len(view.ids), k_max, np.int64),
                                   view.context, view.budget, view.method)
-        ks, cycle = cycle_costs(self.ctx.cost, view, k_max)
-        k = ks[np.argmax((np.minimum(ks[None, :], first_reject[:, None]) + 1.0) / cycle, axis=1)]
-        self._hold = zero_holds(ks, cycle, k, view.context, self.plain_hold)
-        return k
-
-    def hold(self, view: DecodeView, targets: np.ndarray) -> np.ndarray:
-        return self._hold  # made with the targets: the batcher asks for both on the same view
+        return self.plan(view, lambda ks: np.minimum(ks[None, :], first_reject[:, None]) + 1.0, k_max)

@@ -30,6 +30,3 @@ class AcceptanceModel(Protocol):
     def verify(self, rid: np.ndarray, out_pos: np.ndarray, drafted: np.ndarray,
                context: np.ndarray, budget: np.ndarray, method: np.ndarray) -> np.ndarray:
         """Accepted drafts per request: the longest accepted prefix of its `drafted` tokens."""
-
-    def latent(self, rid: int, out_pos: int, n: int, context: int, budget: int, method: int) -> np.ndarray:
-        """Probability that each of the next `n` drafts is accepted (for the `oracle` policy only)."""

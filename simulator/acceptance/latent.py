@@ -106,7 +106,7 @@ class LatentAcceptance:
         self.params, self.seed, self.name = params, int(seed), name
         self._toff, self._tcs, self._tst = params.method_terms()  # indexed by method code (np.take)
         self._shift = ent.shift_for_auc(params.auc, params.entropy_sigma)
-        self._store = PositionStore(3, self._build)  # base logit (oracle), margin, entropy noise
+        self._store = PositionStore(2, self._build)  # margin, entropy noise
         self._j = np.arange(64)
 
     def _build(self, rid: int, n: int):
@@ -117,7 +117,7 @@ class LatentAcceptance:
         base = base_logits(p, keyed.level_normal(self.seed, rid), keyed.keys_to_normal(span))
         with np.errstate(divide="ignore"):
             lu = _logit(keyed.keys_to_uniform(accept))
-        return base, base - lu, keyed.keys_to_normal(noise)
+        return base - lu, keyed.keys_to_normal(noise)
 
     # -- AcceptanceModel ---------------------------------------------------------------------
     def begin(self, rid: int, prompt_tokens: int, output_tokens: int) -> None:
@@ -142,7 +142,7 @@ class LatentAcceptance:
         first = np.asarray(out_pos, np.int64)
         st = self._store.ensure(rid, first + k)
         off, stale = self._offsets(context, budget, method)
-        g = self._store.bufs[1][(st + first)[:, None] + j] + (off[:, None] - stale[:, None] * j)
+        g = self._store.bufs[0][(st + first)[:, None] + j] + (off[:, None] - stale[:, None] * j)
         fail = g <= 0.0
         fail |= j >= drafted[:, None]
         return fail.argmax(axis=1)
@@ -152,13 +152,6 @@ class LatentAcceptance:
         pos = np.asarray(out_pos, np.int64) + draft_pos
         at = self._store.ensure(rid, pos + 1) + pos
         off, stale = self._offsets(context, budget, method)
-        acc = self._store.bufs[1][at] + off - stale * draft_pos > 0.0
+        acc = self._store.bufs[0][at] + off - stale * draft_pos > 0.0
         p = self.params
-        return ent.signal(acc, self._store.bufs[2][at], p.entropy_median, p.entropy_sigma, self._shift)
-
-    def latent(self, rid, out_pos, n, context, budget, method) -> np.ndarray:
-        j = np.arange(int(n))
-        st = self._store.ensure(np.array([rid]), np.array([out_pos + n]))
-        off, stale = self._offsets(np.array([context]), np.array([budget]), np.array([method]))
-        lp = self._store.bufs[0][st[0] + out_pos + j] + off[0] - stale[0] * j
-        return 1.0 / (1.0 + np.exp(-lp))
+        return ent.signal(acc, self._store.bufs[1][at], p.entropy_median, p.entropy_sigma, self._shift)

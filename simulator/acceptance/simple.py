@@ -76,9 +76,6 @@ class _Independent:
         acc = self._store.bufs[0][at] < self._threshold(max(draft_pos.tolist(), default=0) + 1)[draft_pos]
         return ent.signal(acc, self._store.bufs[1][at], self.entropy_median, self.entropy_sigma, self._shift)
 
-    def latent(self, rid, out_pos, n, context, budget, method) -> np.ndarray:
-        return np.broadcast_to(self.prob(np.arange(int(n))), (int(n),)).astype(float)
-
 
 @dataclass
 class FixedAcceptance(_Independent):
