@@ -8,6 +8,12 @@ mixed (half drafting, half verifying in one launch), v5 (the draft at b=16/32/64
 with each V5_VARIANTS short-tile loop; `--batches` is ignored for it). Every time is the median of
 `triton.testing.do_bench` (L2 flushed before each run) over a CUDA-graph replay, so host launch
 overhead is out. Bandwidth = bytes the kernel must read (K and V of the listed tokens) / time.
+
+Arms dropped with the kernel variants they timed (removed 2026-11-30, commit "attention: one K/V
+loop"; gpu_runtime/NOTES.md): the `--sweep` "v3" arm (page ids loaded in-iteration, v3 merge and
+split policy) and the v5 register-loop arms r1, r1ev, r2ev, r2ev-bn64 (K/V of the next blocks in
+registers, L2 evict_first hint). Their rows in benchmarks/results (attention_v4_sweep*.json,
+attention_v5_draft.json) were measured with the code before that commit.
 """
 
 from __future__ import annotations
@@ -178,8 +184,8 @@ SWEEP_TILES = {"short": [(128, 8, 3), (64, 4, 3), (64, 8, 4)], "tall": [(64, 4, 
 
 
 def bench_sweep(kind, batch, ctx, ps, rows, splits=(256, 512, 1024, 2048, 4096), budget=2048):
-    """v4 tuning at one point: (BLOCK_N, warps, stages) x split size, the page-id prefetch on, against
-    the v3 kernel and plan (prefetch off, v3 tiles and split policy) measured in the same process."""
+    """v4 tuning at one point: (BLOCK_N, warps, stages) x split size, against the planner's default
+    ("v4-auto"). (Its "v3" arm is gone with the v3 loop: module docstring.)"""
     c = Cache(batch, ctx, ps, dense=False)
     k1 = 9 if kind == "verify" else 1
     if kind == "draft":
@@ -195,9 +201,7 @@ def bench_sweep(kind, batch, ctx, ps, rows, splits=(256, 512, 1024, 2048, 4096),
         span = ctx
     q_len = np.full(batch, k1)
     q = torch.randn((batch * k1, HQ, D), device="cuda", dtype=DT)
-    base = dict(block_n=128 if k1 == 1 else 64, num_warps=8 if k1 == 1 else 4, num_stages=3)
-    cands = [("v3", dict(prefetch=False, merge=(128, 128, 1), waves=8.0, min_split_tokens=2048, **base))]
-    cands.append(("v4-auto", {}))
+    cands = [("v4-auto", {})]
     for bn, nw, st in SWEEP_TILES["short" if k1 == 1 else "tall"]:
         for sp in splits:
             if sp < bn or sp > span or (span // sp) * batch * HKV > 8192:
@@ -206,28 +210,24 @@ def bench_sweep(kind, batch, ctx, ps, rows, splits=(256, 512, 1024, 2048, 4096),
     best = None
     res = {}
     for name, kw in cands:
-        kw = dict(kw)
-        merge = kw.pop("merge", None)
         try:
             plan = A.plan_attention(q_len, lists, HQ, **kw)
-            if merge:
-                plan.merge_rows, plan.merge_dims, plan.merge_slots = merge
             t = timed(lambda: A.mixed_attention(q, c.k, c.v, plan))
         except Exception as e:  # noqa: BLE001 (e.g. out of shared memory)
             print(f"  {kind} b={batch} {name}: {type(e).__name__}: {str(e)[:100]}", flush=True)
             continue
         r = {"part": "sweep", "kind": kind, "batch": batch, "ctx": ctx, "page_size": ps, "query": k1, "variant": name,
              "block_n": plan.block_n, "num_warps": plan.num_warps, "num_stages": plan.num_stages,
-             "tokens_per_split": plan.tokens_per_split, "items": int(plan.work.shape[0]), "prefetch": plan.prefetch,
+             "tokens_per_split": plan.tokens_per_split, "items": int(plan.work.shape[0]),
              "bytes": nbytes, "ours_ms": t, "ours_tbps": nbytes / t / 1e9}
         rows.append(r)
         res[name] = r
         if name.startswith("bn") and (best is None or t < best["ours_ms"]):
             best = r
-    v3, auto = res.get("v3"), res.get("v4-auto")
+    auto = res.get("v4-auto")
     top = sorted((r for r in res.values() if r["variant"].startswith("bn")), key=lambda r: r["ours_ms"])[:3]
     us = lambda r: f"{r['ours_ms']*1e3:7.1f}us items {r['items']:5d}" if r else "failed"  # noqa: E731
-    print(f"sweep {kind:6s} b={batch:3d} ctx={ctx:6d}: v3 {us(v3)}  auto {us(auto)}  best " + "; ".join(f"{r['variant']} {r['ours_ms']*1e3:.1f}us items {r['items']}" for r in top),
+    print(f"sweep {kind:6s} b={batch:3d} ctx={ctx:6d}: auto {us(auto)}  best " + "; ".join(f"{r['variant']} {r['ours_ms']*1e3:.1f}us items {r['items']}" for r in top),
           flush=True)
     c.free()
 
@@ -369,11 +369,8 @@ def bench_mixed(batch, ctx, ps, rows, budget=2048, k1=9):
 
 
 # v5 candidates for short tiles (decode, draft): plan keyword arguments. "v4" is the planner's default
-# (cp.async, 2 K/V buffers); "r<n>" loads the next n blocks' K/V into registers (num_stages=1), "ev"
-# adds the L2 evict_first hint (Triton 3.6 drops it from cp.async, so only the register loop has it).
-V5_VARIANTS = {"v4": {}, "r1": dict(kv_regs=1), "r1ev": dict(kv_regs=1, evict="evict_first"),
-               "r2ev-bn64": dict(kv_regs=2, evict="evict_first", block_n=64, num_warps=8),
-               "r2ev": dict(kv_regs=2, evict="evict_first")}
+# (cp.async, 2 K/V buffers); the register-loop arms went with the loop (module docstring).
+V5_VARIANTS = {"v4": {}}
 
 
 def timed_clean_l2(fn, reps=50) -> float:
@@ -422,7 +419,7 @@ def bench_v5(ctx, ps, rows, batches_draft=(16, 32, 64), batches_full=(1, 16), bu
                 plan = A.plan_attention(np.ones(batch, np.int64), lists, HQ, **kw)
                 fn = lambda: A.mixed_attention(q1, c.k, c.v, plan)  # noqa: E731
                 t = timed(fn)
-                t_clean = timed_clean_l2(fn) if batch == 16 and name in ("v4", "r1ev", "r2ev") else float("nan")
+                t_clean = timed_clean_l2(fn) if batch == 16 and name == "v4" else float("nan")
             except Exception as e:  # noqa: BLE001
                 print(f"  draft b={batch} {name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
                 continue
@@ -447,8 +444,6 @@ def bench_v5(ctx, ps, rows, batches_draft=(16, 32, 64), batches_full=(1, 16), bu
         p9 = A.plan_attention(np.full(batch, k1), lists, HQ)
         t_ver = timed(lambda: A.mixed_attention(q9, c.k, c.v, p9))
         for name, kw in V5_VARIANTS.items():
-            if name == "r1":
-                continue
             try:
                 p1 = A.plan_attention(np.ones(batch, np.int64), lists, HQ, **kw)
                 t = timed(lambda: A.mixed_attention(q1, c.k, c.v, p1))

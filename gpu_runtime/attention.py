@@ -40,8 +40,7 @@ def _attn_fwd(Q, K, V, O, PO, PM, PL, PSCORE, WORK, ROW_START, ROW_COUNT, ROW_LA
               stride_score,
               HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, PS: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr,
-              WRITE_SCORES: tl.constexpr, PREFETCH: tl.constexpr, KV_REGS: tl.constexpr = 0,
-              EVICT: tl.constexpr = "", FUSED_MERGE: tl.constexpr = 0):
+              WRITE_SCORES: tl.constexpr, FUSED_MERGE: tl.constexpr = 0):
     pid = tl.program_id(0).to(tl.int64)
     w = WORK + pid * 7
     req = tl.load(w + 0)
@@ -76,68 +75,22 @@ def _attn_fwd(Q, K, V, O, PO, PM, PL, PSCORE, WORK, ROW_START, ROW_COUNT, ROW_LA
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     offs_n0 = tl.arange(0, BLOCK_N)
     kv_base = hkv.to(tl.int64) * stride_kh
-    # PREFETCH: each block's page ids are loaded one block ahead and carried in registers, so the
-    # K/V loads depend on no load of their own iteration. With the page-id load in the chain,
-    # Triton 3.6's pipeliner gave K/V num_stages - 3 shared-memory buffers (one at 3 stages: the
-    # next block's load was issued only after the current one was consumed); carried, num_stages - 1
-    # (read off the TTGIR for sm_90; see NOTES.md). Carrying them two blocks ahead stops it
-    # pipelining at all.
+    # Each block's page ids are loaded one block ahead and carried in registers, so the K/V loads
+    # depend on no load of their own iteration. With the page-id load in the chain, Triton 3.6's
+    # pipeliner gave K/V num_stages - 3 shared-memory buffers (one at 3 stages: the next block's
+    # load was issued only after the current one was consumed); carried, num_stages - 1 (read off
+    # the TTGIR for sm_90; see NOTES.md). Carrying them two blocks ahead stops it pipelining at all.
     pg_row = INDICES + start
-    if KV_REGS:
-        # v5 loop (off by default): the K/V of the next KV_REGS blocks (1 or 2) are loaded into
-        # registers while this block is computed (plain loads, so they can carry an L2 eviction hint:
-        # Triton 3.6 drops it from cp.async), the page ids one block further. Launched with
-        # num_stages=1. Measured slower than the cp.async loop everywhere (NOTES.md, v5).
-        tok_end = tl.minimum(tok_hi, kv_len)
-        offs_c = tok_lo + offs_n0
-        pg = tl.load(pg_row + offs_c // PS, mask=offs_c < tok_end, other=0).to(tl.int64)
-        off_c = kv_base + pg * stride_kp + (offs_c % PS).to(tl.int64) * stride_kt
-        k_nx = tl.load(K + off_c[:, None] + offs_d[None, :], mask=(offs_c < tok_end)[:, None], other=0.0,
-                       eviction_policy=EVICT)
-        v_nx = tl.load(V + off_c[:, None] + offs_d[None, :], mask=(offs_c < tok_end)[:, None], other=0.0,
-                       eviction_policy=EVICT)
-        offs_c += BLOCK_N
-        if KV_REGS == 2:
-            pg = tl.load(pg_row + offs_c // PS, mask=offs_c < tok_end, other=0).to(tl.int64)
-            off_c = kv_base + pg * stride_kp + (offs_c % PS).to(tl.int64) * stride_kt
-            k_nx2 = tl.load(K + off_c[:, None] + offs_d[None, :], mask=(offs_c < tok_end)[:, None], other=0.0,
-                            eviction_policy=EVICT)
-            v_nx2 = tl.load(V + off_c[:, None] + offs_d[None, :], mask=(offs_c < tok_end)[:, None], other=0.0,
-                            eviction_policy=EVICT)
-            offs_c += BLOCK_N
-        page_nx = tl.load(pg_row + offs_c // PS, mask=offs_c < tok_end, other=0)
-    else:
-        page_nx = tl.load(pg_row + (tok_lo + offs_n0) // PS, mask=tok_lo + offs_n0 < kv_len, other=0)
+    page_nx = tl.load(pg_row + (tok_lo + offs_n0) // PS, mask=tok_lo + offs_n0 < kv_len, other=0)
     for t in range(tok_lo, tok_hi, BLOCK_N):
         offs_n = t + offs_n0
         n_ok = offs_n < kv_len
-        if KV_REGS:
-            k = k_nx
-            v = v_nx
-            offs_x = offs_n + KV_REGS * BLOCK_N
-            x_ok = offs_x < tok_end
-            off_x = kv_base + page_nx.to(tl.int64) * stride_kp + (offs_x % PS).to(tl.int64) * stride_kt
-            k_ld = tl.load(K + off_x[:, None] + offs_d[None, :], mask=x_ok[:, None], other=0.0, eviction_policy=EVICT)
-            v_ld = tl.load(V + off_x[:, None] + offs_d[None, :], mask=x_ok[:, None], other=0.0, eviction_policy=EVICT)
-            if KV_REGS == 2:
-                k_nx = k_nx2
-                v_nx = v_nx2
-                k_nx2 = k_ld
-                v_nx2 = v_ld
-            else:
-                k_nx = k_ld
-                v_nx = v_ld
-            page_nx = tl.load(pg_row + (offs_x + BLOCK_N) // PS, mask=offs_x + BLOCK_N < tok_end, other=0)
-        else:
-            if PREFETCH:
-                page = page_nx.to(tl.int64)
-                offs_nx = offs_n + BLOCK_N
-                page_nx = tl.load(pg_row + offs_nx // PS, mask=offs_nx < kv_len, other=0)
-            else:  # v3 (kept to measure against)
-                page = tl.load(pg_row + offs_n // PS, mask=n_ok, other=0).to(tl.int64)
-            kv_off = kv_base + page * stride_kp + (offs_n % PS).to(tl.int64) * stride_kt
-            k = tl.load(K + kv_off[:, None] + offs_d[None, :], mask=n_ok[:, None], other=0.0, eviction_policy=EVICT)
-            v = tl.load(V + kv_off[:, None] + offs_d[None, :], mask=n_ok[:, None], other=0.0, eviction_policy=EVICT)
+        page = page_nx.to(tl.int64)
+        offs_nx = offs_n + BLOCK_N
+        page_nx = tl.load(pg_row + offs_nx // PS, mask=offs_nx < kv_len, other=0)
+        kv_off = kv_base + page * stride_kp + (offs_n % PS).to(tl.int64) * stride_kt
+        k = tl.load(K + kv_off[:, None] + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+        v = tl.load(V + kv_off[:, None] + offs_d[None, :], mask=n_ok[:, None], other=0.0)
         if UPCAST:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
@@ -261,9 +214,6 @@ class AttentionPlan:
     tokens_per_split: int
     num_warps: int
     num_stages: int
-    prefetch: bool = True  # page ids one block ahead (False: the v3 loop, kept to measure against)
-    kv_regs: int = 0  # v5 loop: K/V of the next kv_regs (1, 2) blocks in registers (slower; NOTES.md)
-    evict: str = ""  # L2 eviction hint on the K/V loads ("evict_first"; only plain loads carry it)
     merge_rows: int = 8  # tile rows per merge program
     merge_dims: int = 32  # head dims per merge program
     merge_slots: int = 32  # partials per merge step
@@ -298,7 +248,6 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
                    waves: float = 8.0, min_split_tokens: int = 4096, block_m: int | None = None,
                    block_n: int | None = None, tokens_per_split: int | None = None,
                    num_warps: int | None = None, num_stages: int | None = None,
-                   prefetch: bool = True, kv_regs: int = 0, evict: str = "",
                    fused_merge: bool | None = None) -> AttentionPlan:
     """Cut the pass into work items.
 
@@ -370,7 +319,7 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     t = lambda a: torch.as_tensor(np.ascontiguousarray(a, dtype=np.int32), device=device)  # noqa: E731
     return AttentionPlan(t(work).reshape(-1, WORK_FIELDS), t(merge).reshape(-1, MERGE_FIELDS),
                          t(q_start), t(q_len), lists, num_q_heads, int(multi.sum()), bm, bn,
-                         tokens_per_split, num_warps or cfg_nw, num_stages or cfg_st, prefetch, kv_regs, evict,
+                         tokens_per_split, num_warps or cfg_nw, num_stages or cfg_st,
                          fused_merge=fused_merge, arrived=torch.zeros(max(len(mu), 1), dtype=torch.int32, device=device))
 
 
@@ -409,8 +358,8 @@ def mixed_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             out.stride(0), out.stride(1), scores.stride(0) if page_scores is not None else 0,
             HKV=hkv, G=plan.group, D=d, PS=ps, BLOCK_M=bm, BLOCK_N=bn, UPCAST=_INTERPRET,
-            WRITE_SCORES=page_scores is not None, PREFETCH=plan.prefetch, KV_REGS=plan.kv_regs, EVICT=plan.evict,
-            FUSED_MERGE=int(plan.fused_merge), num_warps=nw, num_stages=1 if plan.kv_regs else num_stages)
+            WRITE_SCORES=page_scores is not None, FUSED_MERGE=int(plan.fused_merge), num_warps=nw,
+            num_stages=num_stages)
     if plan.merge.shape[0] and not plan.fused_merge:
         mb, db = min(plan.merge_rows, bm), min(plan.merge_dims, d)
         _attn_merge[(plan.merge.shape[0], bm // mb, d // db)](

@@ -77,17 +77,13 @@ def test_many_splits_and_merge():
     assert plan.merge.shape[0] > 0 and int(plan.merge[:, 4].max()) >= 8  # really split, merged
 
 
-@pytest.mark.parametrize("prefetch,merge_slots,kv_regs,evict", [(False, 1, 0, ""), (True, 2, 0, ""), (True, 8, 0, ""),
-                                                                (True, 8, 1, "evict_first"), (True, 2, 2, "")])
-def test_prefetch_and_merge_steps(prefetch, merge_slots, kv_regs, evict):
-    """Every K/V loop (v3's in-iteration page ids, v4's one block ahead, v5's K/V 1 or 2 blocks
-    ahead in registers), and merges whose slot counts are and are not multiples of the merge step
-    (17 splits of 64 tokens at 8 per step)."""
-    rng = rng_for(f"prefetch_{prefetch}_{merge_slots}")
+@pytest.mark.parametrize("merge_slots", [1, 2, 8])
+def test_merge_steps(merge_slots):
+    """Merges whose slot counts are and are not multiples of the merge step (17 splits of 64 tokens)."""
+    rng = rng_for(f"merge_steps_{merge_slots}")
     b = make_batch([Req("decode", 1080), Req("verify", 500, q=9), Req("draft", 900, budget=320)], 2, 4, 64, 16,
                    torch.float32, "cpu", rng)
-    plan = A.plan_attention(b.q_len, b.lists, 8, tokens_per_split=64, block_n=32, prefetch=prefetch,
-                            kv_regs=kv_regs, evict=evict)
+    plan = A.plan_attention(b.q_len, b.lists, 8, tokens_per_split=64, block_n=32)
     plan.merge_slots = merge_slots
     out = torch.full_like(b.q, float("nan"))
     A.mixed_attention(b.q, b.k_cache, b.v_cache, plan, out=out)

@@ -62,31 +62,16 @@ def test_mixed_all_kinds_many_splits():
 @pytest.mark.parametrize("tall,bn,nw,st", [(False, 128, 8, 3), (False, 128, 8, 4), (False, 64, 4, 3), (False, 64, 4, 4),
                                              (False, 64, 8, 4), (True, 64, 4, 3), (True, 64, 4, 4), (True, 32, 4, 4),
                                              (True, 32, 4, 5), (True, 64, 8, 3)])
-@pytest.mark.parametrize("prefetch,fused", [(True, True), (True, False), (False, True)])
-def test_tile_configs(tall, bn, nw, st, prefetch, fused):
+@pytest.mark.parametrize("fused", [True, False])
+def test_tile_configs(tall, bn, nw, st, fused):
     """The (BLOCK_N, warps, stages) the sweeps try on short (decode, draft) and 64-row (with a
-    verify) tiles, both page-id loops, both merges, 17+ splits per unit (merge steps of 8 with a
-    remainder)."""
+    verify) tiles, both merges, 17+ splits per unit (merge steps of 8 with a remainder)."""
     reqs = [Req("decode", 3000), Req("draft", 4000, budget=1024), Req("decode", 7)]
     if tall:
         reqs.append(Req("verify", 2500, q=9))
     plan = run_case(f"gpu_tiles_{tall}_{bn}_{nw}_{st}", reqs, hkv=8, g=4, block_n=bn, num_warps=nw, num_stages=st,
-                    prefetch=prefetch, tokens_per_split=128, fused_merge=fused)
+                    tokens_per_split=128, fused_merge=fused)
     assert plan.block_m == (64 if tall else 16) and int(plan.merge[:, 4].max()) > 17
-
-
-@pytest.mark.parametrize("tall,bn,nw,kv_regs,evict", [(False, 128, 8, 1, "evict_first"), (False, 128, 8, 1, ""),
-                                                        (False, 64, 8, 2, "evict_first"), (False, 128, 8, 2, "evict_first"),
-                                                        (True, 64, 4, 1, "evict_first")])
-def test_kv_regs_loops(tall, bn, nw, kv_regs, evict):
-    """v5 loop: K/V of the next 1 or 2 blocks in registers (num_stages=1), with and without the L2
-    hint; splits of 2 blocks and more, short and 64-row tiles, a draft whose list ends mid-page."""
-    reqs = [Req("decode", 3000), Req("draft", 4000, budget=1000), Req("decode", 7)]
-    if tall:
-        reqs.append(Req("verify", 2500, q=9))
-    for sp in (2 * bn, 1024):
-        run_case(f"gpu_kvregs_{tall}_{bn}_{kv_regs}_{sp}", reqs, hkv=8, g=4, block_n=bn, num_warps=nw,
-                 kv_regs=kv_regs, evict=evict, tokens_per_split=sp)
 
 
 def test_fused_merge_graph_replays():
