@@ -9,9 +9,9 @@ with each V5_VARIANTS short-tile loop; `--batches` is ignored for it). Every tim
 `triton.testing.do_bench` (L2 flushed before each run) over a CUDA-graph replay, so host launch
 overhead is out. Bandwidth = bytes the kernel must read (K and V of the listed tokens) / time.
 
-Arms dropped with the kernel variants they timed (removed 2026-11-30, commit "attention: one K/V
-loop"; gpu_runtime/NOTES.md): the `--sweep` "v3" arm (page ids loaded in-iteration, v3 merge and
-split policy) and the v5 register-loop arms r1, r1ev, r2ev, r2ev-bn64 (K/V of the next blocks in
+Arms dropped with the kernel variants they timed (removed 2026-11-30 in commit 4fdc60a;
+gpu_runtime/NOTES.md): the `--sweep` "v3" arm (page ids loaded in-iteration, v3 merge and split
+policy) and the v5 register-loop arms r1, r1ev, r2ev, r2ev-bn64 (K/V of the next blocks in
 registers, L2 evict_first hint). Their rows in benchmarks/results (attention_v4_sweep*.json,
 attention_v5_draft.json) were measured with the code before that commit.
 """
