@@ -23,9 +23,11 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from spsim.plan import DecodeSegment, DraftMethod, PassPlan
-from spsim.simulator.cost import RooflineCostModel, RooflineParams, fit_error, make_cost_model
-from spsim.simulator.cost.roofline import H200_8B_PASS_S
+from spsim.plan import DraftMethod, PassPlan
+from spsim.simulator.segment import DecodeSegment
+from spsim.simulator.segment_cost import RooflineSegments
+from spsim.cost import RooflineCostModel, RooflineParams, fit_error, make_cost_model
+from spsim.cost.roofline import H200_8B_PASS_S
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "cost_model_check.json"
@@ -125,8 +127,8 @@ def speed() -> dict:
         "time_8req_mixed_us": us(lambda: cm.time(plan), 2000),
         "time_8req_verify_only_us": us(lambda: cm.time(vplan), 2000),
         "time_128req_mixed_us (vector path)": us(lambda: cm.time(big), 500),
-        "segment_n64_r8_us_per_pass": round(us(lambda: cm.segment_times(seg), 200) / 64, 2),
-        "segment_n64_r8_us_per_call": us(lambda: cm.segment_times(seg), 200),
+        "segment_n64_r8_us_per_pass": round(us(lambda: RooflineSegments(cm).segment_times(seg), 200) / 64, 2),
+        "segment_n64_r8_us_per_call": us(lambda: RooflineSegments(cm).segment_times(seg), 200),
         "marginal_4req_us": us(lambda: cm.marginal(c, bud, meth, q), 2000),
         "pass_overhead_us": us(lambda: cm.pass_overhead(24), 20000),
     }
@@ -141,7 +143,7 @@ def main() -> None:
     RESULTS.write_text(json.dumps(res, indent=1) + "\n")
     print(json.dumps(res, indent=1))
     if not res["linear_fit"]["committed_matches_fit"]:
-        print("committed RooflineParams differ from the fit: update simulator/cost/roofline.py", file=sys.stderr)
+        print("committed RooflineParams differ from the fit: update spsim/cost/roofline.py", file=sys.stderr)
         sys.exit(1)
 
 

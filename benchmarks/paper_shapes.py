@@ -19,7 +19,7 @@ Settings (greedy decoding, temperature 0, unless the paper says otherwise; outpu
 - MagicDec inversion (static SnapKV window on LongBench v2, context 32K, budget 512): shape only.
   Cost ratio g = 0.1 (our choice: large batch and long context, where KV reads dominate a pass);
   acceptance = E[accepted / k].
-- ASPIRE: gap in E[accepted / k] at k = 10 between STEP_REFRESH and VERIFY_REFRESH, context 32K,
+- ASPIRE: gap in E[accepted / k] at k = 10 between STEP_LAYER and VERIFY_QUEST, context 32K,
   budget 10 %.
 """
 
@@ -50,7 +50,7 @@ SS = PUB["sparsespec_l_fixed_k"]
 KS = np.array(SS["k"])
 A_PUB, S_PUB = np.array(SS["acceptance_fraction"]), np.array(SS["speedup_vs_ar"])
 G_PER_K = ((A_PUB * KS + 1) / S_PUB - 1) / KS  # the paper's implied draft/verify cost ratio per k
-VR, ST, SR = int(DraftMethod.VERIFY_REFRESH), int(DraftMethod.STATIC), int(DraftMethod.STEP_REFRESH)
+VR, ST, SR = int(DraftMethod.VERIFY_QUEST), int(DraftMethod.STATIC), int(DraftMethod.STEP_LAYER)
 N_REQ, OUT = 1000, 128
 SS_CTX, SS_BUD = 32768, 3277  # LongBench v2 up to 64K, budget ~10 %
 MAGIC_G = 0.1

@@ -64,7 +64,7 @@ class Aspire(RatePlanner):
     prior: float = 0.8
     k_max: int = 0  # 0: the batcher's max_draft
     name = "aspire"
-    default_draft_method = DraftMethod.STEP_REFRESH
+    default_draft_method = DraftMethod.STEP_LAYER
     description = "per-request k from smoothed acceptance and batch-aware cost (ASPIRE)"
 
     def __post_init__(self):

@@ -52,9 +52,6 @@ class PolicyContext:
     """What a policy is bound to once, before the run."""
 
     cost: CostModel
-    max_draft: int
-    draft_method: int
-    draft_budget: int
     acceptance: object | None = None  # only for policies with `oracle = True`
 
 
@@ -66,7 +63,7 @@ class Policy:
     needs_entropy: ClassVar[bool] = False
     oracle: ClassVar[bool] = False  # may ask the simulator's acceptance model for outcomes
     speculative: ClassVar[bool] = True
-    default_draft_method: ClassVar[DraftMethod] = DraftMethod.VERIFY_REFRESH
+    default_draft_method: ClassVar[DraftMethod] = DraftMethod.VERIFY_QUEST
     description: ClassVar[str] = ""
 
     def bind(self, ctx: PolicyContext) -> None:

@@ -56,6 +56,24 @@ class PrefixCache:
             new += 1
         return new * self.block_pages
 
+    def count_lookup(self, hits: int, queried: int) -> None:
+        """An admission's lookup: `hits` leading blocks found of `queried` full prompt blocks."""
+        self.lookups += 1
+        self.hit_blocks += hits
+        self.queried_blocks += queried
+
+    def publish(self, blocks) -> None:
+        """A prompt's full blocks, now computed, become shared: referenced by the request that
+        computed them (blocks already cached, e.g. computed meanwhile by another, gain a reference)."""
+        refs, lru = self.refs, self.lru
+        for b in blocks:
+            if b in refs:
+                if refs[b] == 0:
+                    lru.pop(b, None)
+                refs[b] += 1
+            else:
+                refs[b] = 1
+
     def release(self, blocks) -> None:
         for b in blocks:
             r = self.refs.get(b)
@@ -113,6 +131,15 @@ class KVPool:
         self.private += pages
         self.peak = max(self.peak, self.used)
         return True
+
+    def adjust(self, pages: int) -> None:
+        """Change the private pages held by `pages` without eviction: shrinking, or growing by what
+        the caller has checked fits (`free()`; then `track_peak()`)."""
+        self.private += pages
+
+    def track_peak(self) -> None:
+        if self.used > self.peak:
+            self.peak = self.used
 
     def pages_for(self, tokens: int) -> int:
         return -(-int(tokens) // self.page_size)

@@ -23,7 +23,7 @@ class Oracle(RatePlanner):
     k_max: int = 0
     name = "oracle"
     oracle = True
-    default_draft_method = DraftMethod.STEP_REFRESH
+    default_draft_method = DraftMethod.STEP_LAYER
     description = "reference: ASPIRE's rule with the exact accepted counts (simulator only)"
     plain_hold = 1  # it knows when the next draft would be accepted: look again every token
 

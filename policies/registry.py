@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from spsim.errors import SpecError
 from spsim.spec import build, parse_spec
 
@@ -15,12 +17,30 @@ def register(cls: type[Policy]) -> type[Policy]:
     return cls
 
 
-def make_policy(spec: str) -> Policy:
+@dataclass(frozen=True)
+class PolicySpec:
+    """A policy spec parsed and checked once; `make()` gives a fresh policy (one per replica)."""
+
+    cls: type[Policy]
+    name: str
+    params: tuple
+
+    def make(self) -> Policy:
+        return build(self.cls, self.name, dict(self.params))
+
+
+def parse_policy(spec: str) -> PolicySpec:
     _load_builtin()
     name, params = parse_spec(spec)
     if name not in POLICIES:
         raise SpecError(f"unknown policy {name!r} (known: {', '.join(sorted(POLICIES))})")
-    return build(POLICIES[name], name, params)
+    ps = PolicySpec(POLICIES[name], name, tuple(params.items()))
+    ps.make()  # validates the parameters now, with the spec's name in the error
+    return ps
+
+
+def make_policy(spec: str) -> Policy:
+    return parse_policy(spec).make()
 
 
 def list_policies() -> dict[str, type[Policy]]:

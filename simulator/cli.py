@@ -13,42 +13,16 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from spsim.cli_options import LIMIT, TRACE_FORMAT, serving_options
 from spsim.errors import SpsimError
 from spsim.spec import split_specs
 
-from .engine import SimConfig, simulate
+# The simulator (simpy) is imported when a command runs, not when the CLI starts: `spsim --help`
+# and the GPU world's commands work where simpy is not installed.
 
 console = Console()
 
 DEFAULT_TRACE = "mooncake"
-
-# Options shared by replay and compare (typer reads defaults from these calls).
-def _opts():
-    return dict(
-        model=typer.Option("llama-3.1-8b", "--model", "-m", help="Model shape (see `spsim models`)."),
-        gpu=typer.Option("h200", "--gpu", "-g", help="GPU (h200, h100-sxm, h100-nvl, a100-80gb)."),
-        tp=typer.Option(1, "--tp", help="Tensor-parallel GPUs per replica."),
-        profile=typer.Option(None, "--profile", help="Calibrated cost profile JSON (replaces --model/--gpu pricing)."),
-        acceptance=typer.Option(None, "--acceptance", "-a", help="Acceptance model spec (default: the embedded preset)."),
-        replicas=typer.Option(1, "--replicas", "-r", help="Model replicas behind the router."),
-        router=typer.Option("least-outstanding", "--router", help="least-outstanding or round-robin."),
-        qps=typer.Option(None, "--qps", help="Rescale arrivals to this request rate."),
-        offline=typer.Option(False, "--offline", help="Everything arrives at t=0."),
-        concurrency=typer.Option(None, "--concurrency", "-c", help="Closed loop: this many requests in flight."),
-        limit=typer.Option(None, "--limit", "-n", help="Use only the first N requests of the trace."),
-        max_batch=typer.Option(256, "--max-batch", help="Most requests running per replica."),
-        token_budget=typer.Option(8192, "--token-budget", help="Most tokens per pass (chunked prefill fills the rest)."),
-        draft_kv=typer.Option("auto", "--draft-kv", help="static, verify-refresh, step-refresh, or auto (the policy's own)."),
-        draft_budget=typer.Option(2048, "--draft-budget", help="Sparse draft KV budget in tokens (sink and recent pages included)."),
-        max_draft=typer.Option(16, "--max-draft", help="The batcher forces a verification at this many drafts."),
-        kv_dtype=typer.Option("bf16", "--kv-dtype", help="bf16 or fp8."),
-        weight_dtype=typer.Option("bf16", "--weight-dtype", help="bf16 or fp8."),
-        no_prefix_cache=typer.Option(False, "--no-prefix-cache", help="Disable the prefix cache."),
-        slo_ttft=typer.Option(10.0, "--slo-ttft", help="Goodput SLO on TTFT in seconds (where the trace has none)."),
-        slo_tpot=typer.Option(0.1, "--slo-tpot", help="Goodput SLO on TPOT in seconds (where the trace has none)."),
-        trace_format=typer.Option(None, "--format", help="Force the trace format."),
-    )
-
 
 def _load(trace_path: str | None, fmt: str | None, limit: int | None):
     from spsim.traces import read_trace
@@ -61,43 +35,9 @@ def _load(trace_path: str | None, fmt: str | None, limit: int | None):
     return tr
 
 
-def _check(kw) -> None:
-    """Option ranges, so that bad values fail here with the option's name, not deep inside."""
-    positive = ("replicas", "max_batch", "token_budget", "draft_budget", "tp")
-    for name in positive:
-        if kw[name] < 1:
-            raise SpsimError(f"--{name.replace('_', '-')} must be >= 1 (got {kw[name]})")
-    if kw["max_draft"] < 0:
-        raise SpsimError(f"--max-draft must be >= 0 (got {kw['max_draft']})")
-    if kw["qps"] is not None and kw["qps"] <= 0:
-        raise SpsimError(f"--qps must be > 0 (got {kw['qps']})")
-    if kw["concurrency"] is not None and kw["concurrency"] < 1:
-        raise SpsimError(f"--concurrency must be >= 1 (got {kw['concurrency']})")
-    if sum(bool(x) for x in (kw["qps"], kw["offline"], kw["concurrency"])) > 1:
-        raise SpsimError("choose one of --qps, --offline, --concurrency")
-    if kw["slo_ttft"] <= 0 or kw["slo_tpot"] <= 0:
-        raise SpsimError("--slo-ttft and --slo-tpot must be > 0")
-    for name in ("kv_dtype", "weight_dtype"):
-        if kw[name] not in ("bf16", "fp8"):
-            raise SpsimError(f"--{name.replace('_', '-')} must be bf16 or fp8 (got {kw[name]!r})")
-    if kw["draft_kv"] != "auto":
-        from spsim.plan import DraftMethod
+def _run(trace, cfg, label: str, quiet: bool = False):
+    from .engine import simulate
 
-        DraftMethod.parse(kw["draft_kv"])
-
-
-def _config(**kw) -> SimConfig:
-    _check(kw)
-    return SimConfig(
-        policy=kw["policy"], model=kw["model"], gpu=kw["gpu"], tp=kw["tp"], profile=kw["profile"],
-        acceptance=kw["acceptance"], replicas=kw["replicas"], router=kw["router"], seed=kw["seed"],
-        qps=kw["qps"], offline=kw["offline"], concurrency=kw["concurrency"], max_batch=kw["max_batch"],
-        token_budget=kw["token_budget"], draft_kv=kw["draft_kv"], draft_budget=kw["draft_budget"],
-        max_draft=kw["max_draft"], kv_dtype=kw["kv_dtype"], weight_dtype=kw["weight_dtype"],
-        prefix_cache=not kw["no_prefix_cache"], slo_ttft_s=kw["slo_ttft"], slo_tpot_s=kw["slo_tpot"])
-
-
-def _run(trace, cfg: SimConfig, label: str, quiet: bool = False):
     if quiet:
         return simulate(trace, cfg)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} requests"),
@@ -152,8 +92,14 @@ def _write(out: Path, name: str, result, fmt: str) -> None:
         result.requests.to_csv(out / f"{name}requests.csv", index=False)
 
 
+def _LazySimConfig(**kw):
+    """SimConfig, imported when a command runs (it brings simpy)."""
+    from .engine import SimConfig
+
+    return SimConfig(**kw)
+
+
 def register(app: typer.Typer) -> None:
-    o = _opts()
 
     @app.command()
     def models():
@@ -191,27 +137,21 @@ def register(app: typer.Typer) -> None:
         console.print(t)
 
     @app.command()
+    @serving_options(config_cls=_LazySimConfig)
     def replay(
         trace: Optional[str] = typer.Argument(None, help=f"Trace file or shipped name (default: {DEFAULT_TRACE})."),
-        policy: str = typer.Option("aspire", "--policy", "-p", help="Policy spec, e.g. ar, sync:k=4, fixed-k:k=8, entropy, aspire, oracle."),
-        seed: int = typer.Option(0, "--seed", "-s", help="Seed of the acceptance draws."),
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write summary.json and per-request results here."),
         per_request: str = typer.Option("csv", "--per-request", help="csv or parquet."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON instead of a table."),
-        model: str = o["model"], gpu: str = o["gpu"], tp: int = o["tp"], profile: Optional[str] = o["profile"],
-        acceptance: Optional[str] = o["acceptance"], replicas: int = o["replicas"], router: str = o["router"],
-        qps: Optional[float] = o["qps"], offline: bool = o["offline"], concurrency: Optional[int] = o["concurrency"],
-        limit: Optional[int] = o["limit"], max_batch: int = o["max_batch"], token_budget: int = o["token_budget"],
-        draft_kv: str = o["draft_kv"], draft_budget: int = o["draft_budget"], max_draft: int = o["max_draft"],
-        kv_dtype: str = o["kv_dtype"], weight_dtype: str = o["weight_dtype"], no_prefix_cache: bool = o["no_prefix_cache"],
-        slo_ttft: float = o["slo_ttft"], slo_tpot: float = o["slo_tpot"], trace_format: Optional[str] = o["trace_format"],
+        limit: Optional[int] = LIMIT, trace_format: Optional[str] = TRACE_FORMAT,
+        serving=None,
     ):
         """Replay a trace against one policy; print a summary, optionally write results to --out."""
-        kw = dict(locals())
         if per_request not in ("csv", "parquet"):
             raise SpsimError("--per-request must be csv or parquet")
+        cfg = serving
+        policy = cfg.policy
         tr = _load(trace, trace_format, limit)
-        cfg = _config(**kw)
         if out and per_request == "parquet":  # checked before a long run, not after it
             try:
                 import pyarrow  # noqa: F401
@@ -232,31 +172,26 @@ def register(app: typer.Typer) -> None:
                 console.print(f"wrote {out}/summary.json and {out}/requests.{per_request}")
 
     @app.command()
+    @serving_options(exclude=("policy", "seed"), config_cls=_LazySimConfig)
     def compare(
         trace: Optional[str] = typer.Argument(None, help=f"Trace file or shipped name (default: {DEFAULT_TRACE})."),
         policies: str = typer.Option("ar,sync,fixed-k:k=8,aspire", "--policies", "-P", help="Comma list of policy specs."),
         seeds: int = typer.Option(1, "--seeds", help="Runs per policy with seeds 0..N-1 (mean and spread)."),
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write compare.json, compare.csv and report.html here."),
         as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
-        model: str = o["model"], gpu: str = o["gpu"], tp: int = o["tp"], profile: Optional[str] = o["profile"],
-        acceptance: Optional[str] = o["acceptance"], replicas: int = o["replicas"], router: str = o["router"],
-        qps: Optional[float] = o["qps"], offline: bool = o["offline"], concurrency: Optional[int] = o["concurrency"],
-        limit: Optional[int] = o["limit"], max_batch: int = o["max_batch"], token_budget: int = o["token_budget"],
-        draft_kv: str = o["draft_kv"], draft_budget: int = o["draft_budget"], max_draft: int = o["max_draft"],
-        kv_dtype: str = o["kv_dtype"], weight_dtype: str = o["weight_dtype"], no_prefix_cache: bool = o["no_prefix_cache"],
-        slo_ttft: float = o["slo_ttft"], slo_tpot: float = o["slo_tpot"], trace_format: Optional[str] = o["trace_format"],
+        limit: Optional[int] = LIMIT, trace_format: Optional[str] = TRACE_FORMAT,
+        serving=None,
     ):
         """Compare policies side by side on one trace, with ratios against the first (usually `ar`)."""
         from .compare import compare_policies, compare_table, write_report
 
-        kw = dict(locals())
         specs = split_specs(policies)
         if not specs:
             raise SpsimError("--policies is empty")
         if seeds < 1:
             raise SpsimError("--seeds must be >= 1")
         tr = _load(trace, trace_format, limit)
-        base = _config(policy=specs[0], seed=0, **{k: v for k, v in kw.items() if k not in ("policies", "seeds", "out", "as_json", "trace")})
+        base = serving.with_(policy=specs[0], seed=0)
         rows = compare_policies(tr, base, specs, seeds, console=None if as_json else console)
         if as_json:
             typer.echo(json.dumps(rows, indent=2))

@@ -1,31 +1,42 @@
 """The simulated executor: time from a cost model, outcomes from an acceptance model.
 
-`execute(plan)` is the same contract the GPU executor fulfils with a real forward pass.
+`execute(plan)` is the same contract the GPU executor fulfils with a real forward pass. A plan
+with no prefill is priced as a one-pass segment (`one_pass`), exactly as the fast path prices its
+passes, so both paths give bit-identical times.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
-from spsim.cost import CostModel
 from spsim.plan import Outcome, PassPlan
 from spsim.policies.request import RequestTable
 
+from .segment import DecodeSegment
+from .segment_cost import segment_cost
+
 
 class SimExecutor:
-    def __init__(self, cost: CostModel, acceptance, table: RequestTable, want_entropy: bool):
+    def __init__(self, cost, acceptance, table: RequestTable, want_entropy: bool, budget: int, method: int,
+                 one_pass: Callable[[PassPlan], DecodeSegment]):
         self.cost = cost
+        self.segments = segment_cost(cost)
         self.acc = acceptance
         self.t = table
         self.want_entropy = want_entropy
+        self.one_pass = one_pass
+        # read-only per-request constants, sliced for each call instead of made
+        self._budget = np.full(len(table.output), budget, np.int64)
+        self._method = np.full(len(table.output), method, np.int64)
+        self._budget.flags.writeable = self._method.flags.writeable = False
 
-    def execute(self, plan: PassPlan, decode_segment=None) -> Outcome:
-        """`decode_segment`: the same plan as a one-pass DecodeSegment (pure decode plans are
-        priced through `segment_times`, exactly as the fast path prices them)."""
-        if decode_segment is not None:
-            elapsed = float(self.cost.segment_times(decode_segment)[0])
-        else:
+    def execute(self, plan: PassPlan) -> Outcome:
+        if len(plan.prefill_ids):
             elapsed = float(self.cost.time(plan))
+        else:
+            elapsed = float(self.segments.segment_times(self.one_pass(plan))[0])
         return Outcome(elapsed, self.entropy(plan), self.verify(plan.verify_ids, plan.verify_query - 1))
 
     def entropy(self, plan: PassPlan) -> np.ndarray:
@@ -35,20 +46,12 @@ class SimExecutor:
         return self.acc.draft_entropy(d, self.t.committed[d], plan.draft_pos, plan.draft_context,
                                       plan.draft_budget, plan.draft_method)
 
-    def verify(self, ids: np.ndarray, drafted: np.ndarray, budget: int | None = None,
-               method: int | None = None) -> np.ndarray:
+    def verify(self, ids: np.ndarray, drafted: np.ndarray) -> np.ndarray:
         acc = np.zeros(len(ids), np.int64)
         spec = drafted > 0
         if any(spec.tolist()):  # numpy's any() costs ~2 us; batches are small
             v = ids[spec]
-            b = self._budget[:len(v)] if budget is None else np.full(len(v), budget, np.int64)
-            m = self._method[:len(v)] if method is None else np.full(len(v), method, np.int64)
-            acc[spec] = self.acc.verify(v, self.t.committed[v], drafted[spec], self.t.ctx[v], b, m)
+            n = len(v)
+            acc[spec] = self.acc.verify(v, self.t.committed[v], drafted[spec], self.t.ctx[v], self._budget[:n],
+                                        self._method[:n])
         return acc
-
-    def configure(self, budget: int, method: int) -> None:
-        self.budget, self.method = budget, method
-        # read-only per-request constants, sliced for each call instead of made
-        self._budget = np.full(len(self.t.output), budget, np.int64)
-        self._method = np.full(len(self.t.output), method, np.int64)
-        self._budget.flags.writeable = self._method.flags.writeable = False

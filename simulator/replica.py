@@ -14,19 +14,20 @@ import numpy as np
 import simpy
 
 from spsim.policies.batcher import Batcher
-from spsim.plan import DecodeSegment
 
 from .executor import SimExecutor
+from .segment import DecodeSegment, FastPath
 
 CATEGORIES = ("prefill", "mixed", "draft", "verify")
 
 
 class Replica:
-    def __init__(self, env: simpy.Environment, index: int, batcher: Batcher, executor: SimExecutor,
-                 fast: bool = True, max_segment: int = 4096):
+    def __init__(self, env: simpy.Environment, index: int, batcher: Batcher, fast_path: FastPath,
+                 executor: SimExecutor, fast: bool = True, max_segment: int = 4096):
         self.env = env
         self.index = index
         self.batcher = batcher
+        self.fp = fast_path
         self.ex = executor
         self.fast = fast
         self.max_segment = max_segment
@@ -56,15 +57,14 @@ class Replica:
                 continue
             now = self.clock = max(self.clock, env.now)
             b.admit(now)  # before segment(): a segment only forms once nothing more can be admitted
-            sp = b.segment(self.max_segment) if self.fast else None
+            sp = self.fp.plan(self.max_segment) if self.fast else None
             if sp is not None:
                 yield from self._run_segment(sp, now)
                 continue
             plan = b.plan(now)
             if plan.is_empty():
                 raise RuntimeError("batcher produced an empty pass with work pending")  # a bug, not input
-            seg = b.decode_segment(plan) if not len(plan.prefill_ids) else None
-            out = self.ex.execute(plan, seg)
+            out = self.ex.execute(plan)
             end = now + out.elapsed_s
             cat = plan.category
             self.cat_ns[cat] += int(np.rint(out.elapsed_s * 1e9))
@@ -76,9 +76,9 @@ class Replica:
     def _run_segment(self, sp, now: float):
         env = self.env
         if sp.seg is None:
-            times = self.ex.cost.decode_times(sp.context, sp.n)
+            times = self.ex.segments.decode_times(sp.context, sp.n)
         else:
-            times = self.ex.cost.segment_times(sp.seg)
+            times = self.ex.segments.segment_times(sp.seg)
         ends = times.copy()
         ends[0] += now
         ends = ends.cumsum()  # sequential sums from `now`, as the step path adds pass times
@@ -100,7 +100,7 @@ class Replica:
             self.cat_passes["verify"] += n
             accepted = None
         else:
-            vids = b.last_verify_ids(sp, n)
+            vids = self.fp.last_verify_ids(sp, n)
             accepted = self.ex.verify(vids, b.t.drafted[vids] + n - 1) if len(vids) else None
             kinds = sp.seg.kind[:n]
             has_d = (kinds == DecodeSegment.DRAFT).any(axis=1)
@@ -110,4 +110,4 @@ class Replica:
                     self.cat_ns[cat] += int(tn[mask].sum())
                     self.cat_passes[cat] += int(mask.sum())
         self.clock = ends.item(n - 1)
-        b.apply_segment(sp, n, ends, accepted)
+        self.fp.apply(sp, n, ends, accepted)

@@ -13,9 +13,8 @@ three groups, each a set of parallel numpy arrays (one entry per request):
 `context` is always the number of tokens already in the KV cache before this pass, not counting
 provisional (drafted, not yet verified) tokens, which a request holds `drafted` of.
 
-`DecodeSegment` describes many consecutive passes over the same decode requests, with no prefill;
-cost models price all of them in one vectorised call, which is how the simulator advances many
-passes between events without one Python step per pass.
+The simulator's many-passes-at-once pricing (`DecodeSegment`) is simulator-only and lives in
+`spsim.simulator.segment`.
 """
 
 from __future__ import annotations
@@ -29,23 +28,47 @@ I64 = np.int64
 
 
 class DraftMethod(IntEnum):
-    """How a drafting request chooses the sparse KV it attends to."""
+    """How a drafting request chooses the sparse KV it attends to: the one list both worlds
+    implement (the runtime's selectors, the cost models' terms, the acceptance model's effects).
 
-    STATIC = 0  # sink + recent window fixed at prefill (StreamingLLM / MagicDec)
-    VERIFY_REFRESH = 1  # top pages re-selected at each verification (SparseSpec / Quest)
-    STEP_REFRESH = 2  # re-selected every draft step through one full-attention layer (ASPIRE)
+    Codes are stable (they appear in recorded accept events). Names on the command line use
+    dashes: `static`, `verify-quest`, `step-layer`, `verify-attn`, `step-quest`.
+    """
+
+    STATIC = 0  # sink + recent window, fixed (StreamingLLM / MagicDec)
+    VERIFY_QUEST = 1  # Quest page bounds scored with the first draft's query after each verification
+    STEP_LAYER = 2  # every draft step, one designated layer attends in full; its scores pick the
+    #                 other layers' pages (ASPIRE)
+    VERIFY_ATTN = 3  # top pages by the attention the last verification paid (SparseSpec-L / PillarAttn)
+    STEP_QUEST = 4  # Quest page bounds scored again at every draft step
+
+    @property
+    def label(self) -> str:
+        return self.name.lower().replace("_", "-")
+
+    @property
+    def refresh(self) -> str:
+        """When the selection changes: `never`, `verify` or `step`."""
+        return {0: "never", 1: "verify", 3: "verify", 2: "step", 4: "step"}[int(self)]
 
     @classmethod
     def parse(cls, text: str) -> "DraftMethod":
-        key = text.strip().lower().replace("-", "_")
-        aliases = {"static": cls.STATIC, "window": cls.STATIC, "streaming": cls.STATIC,
-                   "verify_refresh": cls.VERIFY_REFRESH, "verify": cls.VERIFY_REFRESH, "quest": cls.VERIFY_REFRESH,
-                   "step_refresh": cls.STEP_REFRESH, "step": cls.STEP_REFRESH, "aspire": cls.STEP_REFRESH}
-        if key not in aliases:
-            from .errors import SpecError
+        key = text.strip().lower().replace("_", "-")
+        if key in _METHOD_ALIASES:
+            return cls(_METHOD_ALIASES[key])
+        names = ", ".join(m.label for m in cls)
+        from .errors import SpecError
 
-            raise SpecError(f"unknown draft-KV method {text!r} (static, verify-refresh, step-refresh, auto)")
-        return aliases[key]
+        raise SpecError(f"unknown draft-KV method {text!r} (known: {names}; old names: verify-refresh, step-refresh)")
+
+
+# old spellings (earlier releases, recorded events, presets) -> codes
+_METHOD_ALIASES = {m.name.lower().replace("_", "-"): int(m) for m in DraftMethod} | {
+    "window": 0, "streaming": 0,
+    "verify-refresh": 1, "verify": 1, "quest": 1,
+    "step-refresh": 2, "step": 2, "aspire": 2,
+    "pillar": 3, "attn": 3,
+}
 
 
 def _ints(a=()) -> np.ndarray:
@@ -99,38 +122,3 @@ class Outcome:
     elapsed_s: float
     draft_entropy: np.ndarray  # float, one per draft request: entropy of the token it drafted
     accepted: np.ndarray  # int, one per verify request: accepted drafts (the target token not counted)
-
-
-@dataclass
-class DecodeSegment:
-    """`n` consecutive pure-decode passes over the same `r` requests (no prefill, no admissions).
-
-    Per pass i and request j: `kind[i, j]` is 1 (draft) or 2 (verify), `query[i, j]` the query
-    tokens (1 for a draft), `context[i, j]` the KV tokens before that pass, `draft_pos[i, j]` the
-    provisional drafted tokens held before that pass (PassPlan.draft_pos for drafts; for a verify,
-    query - 1). `budget`, `method` are per request. A cost model returns the n pass times from this
-    in one call; entry i must equal `time()` of the equivalent one-pass plan.
-    """
-
-    kind: np.ndarray  # (n, r) int8
-    query: np.ndarray  # (n, r) int64
-    context: np.ndarray  # (n, r) int64
-    draft_pos: np.ndarray  # (n, r) int64
-    budget: np.ndarray  # (r,) int64
-    method: np.ndarray  # (r,) int64
-
-    DRAFT = 1
-    VERIFY = 2
-
-    @classmethod
-    def from_plan(cls, plan: PassPlan) -> "DecodeSegment":
-        """A one-pass segment from a plan without prefill (the general case, used by tests)."""
-        assert not len(plan.prefill_ids)
-        nd, nv = len(plan.draft_ids), len(plan.verify_ids)
-        kind = np.concatenate([np.full(nd, 1, np.int8), np.full(nv, 2, np.int8)])[None, :]
-        query = np.concatenate([np.ones(nd, I64), plan.verify_query])[None, :]
-        ctx = np.concatenate([plan.draft_context, plan.verify_context])[None, :]
-        dpos = np.concatenate([plan.draft_pos, plan.verify_query - 1])[None, :]
-        budget = np.concatenate([plan.draft_budget, np.zeros(nv, I64)])
-        method = np.concatenate([plan.draft_method, np.zeros(nv, I64)])
-        return cls(kind, query, ctx, dpos, budget, method)

@@ -15,7 +15,8 @@ from spsim.simulator.acceptance import entropy as ent
 from spsim.simulator.acceptance import keyed
 from spsim.simulator.acceptance.curves import fixed_k_runs
 from spsim.simulator.acceptance.entropy import empirical_auc
-from spsim.simulator.acceptance.events import FIELDS, Events, read_events, sample_events, write_events
+from spsim.events import FIELDS, Events, read_events, write_events
+from spsim.simulator.acceptance.curves import sample_events
 
 
 def _args(n, ctx=32768, bud=3277, method=1):

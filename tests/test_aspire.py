@@ -8,8 +8,8 @@ import numpy as np
 from spsim.policies.aspire import Aspire
 from spsim.policies.base import DecodeView, PolicyContext
 from spsim.policies.batcher import Batcher
-from spsim.simulator.cost.constant import ConstantCostModel
-from spsim.simulator.cost.roofline import RooflineCostModel
+from spsim.cost.constant import ConstantCostModel
+from spsim.cost.roofline import RooflineCostModel
 
 from test_simulator import make_trace, run
 
@@ -25,13 +25,13 @@ def test_pass_overhead_unchanged_without_prefill():
     cm = RooflineCostModel()
     for n in (1, 7, 64, 300):
         assert cm.pass_overhead(n, prefill_tokens=0) == cm.pass_overhead(n)
-        assert cm.pass_overhead(n, prefill_tokens=4096) == cm.pass_overhead(n + 4096, n + 1)
+        assert cm.pass_overhead(n, prefill_tokens=4096) == cm.pass_overhead(n + 4096, num_logits=n + 1)
     assert ConstantCostModel().pass_overhead(3, prefill_tokens=4096) == ConstantCostModel().pass_overhead(3)
 
 
 def test_aspire_drafts_less_beside_a_large_prefill_chunk():
     pol = Aspire()  # no outcomes yet: every request starts from the same acceptance prior
-    pol.bind(PolicyContext(RooflineCostModel(), max_draft=16, draft_method=2, draft_budget=2048))
+    pol.bind(PolicyContext(RooflineCostModel()))
     k = [int(pol.targets(view(64_000, 32, pre))[0]) for pre in (0, 512, 2048, 8192)]
     assert k == sorted(k, reverse=True)  # never more drafts for more prefill
     assert k[-1] < k[0]
@@ -67,7 +67,7 @@ def test_zero_target_holds_long_only_when_speculation_cannot_pay():
     even perfect acceptance loses) holds until the context grows by a quarter; one made by low
     acceptance holds plain_hold tokens, so the request tries again after a hard span."""
     pol = Aspire()
-    pol.bind(PolicyContext(RooflineCostModel(), max_draft=16, draft_method=2, draft_budget=2048))
+    pol.bind(PolicyContext(RooflineCostModel()))
     short = view(1_200, 2, 0)
     assert int(pol.targets(short)[0]) == 0
     assert int(np.asarray(pol.hold(short, np.zeros(1, np.int64)))[0]) == 1_200 // 4

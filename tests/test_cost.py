@@ -15,8 +15,11 @@ from spsim.errors import SpsimError
 from spsim.hardware import GPUS, get_gpu
 from spsim.memory import kv_capacity_pages, page_bytes
 from spsim.models import MODELS, get_model
-from spsim.plan import DecodeSegment, DraftMethod, PassPlan
-from spsim.simulator.cost import RooflineCostModel, fit_error, load_cost_model, make_cost_model, save_profile
+from spsim.cost.constant import ConstantCostModel
+from spsim.plan import DraftMethod, PassPlan
+from spsim.simulator.segment import DecodeSegment
+from spsim.simulator.segment_cost import PerPass, RooflineSegments
+from spsim.cost import RooflineCostModel, fit_error, load_cost_model, make_cost_model, save_profile
 
 I = np.int64
 
@@ -172,7 +175,7 @@ def test_decode_attention_streams_kv_near_copy_bandwidth(cm):
 
 def test_draft_reads_its_budget_and_methods_order(cm):
     one = lambda ctx, m, pos: cm.time(draft_plan([ctx], 2048, m, pos))  # noqa: E731
-    S, V, T = DraftMethod.STATIC, DraftMethod.VERIFY_REFRESH, DraftMethod.STEP_REFRESH
+    S, V, T = DraftMethod.STATIC, DraftMethod.VERIFY_QUEST, DraftMethod.STEP_LAYER
     assert one(8192, S, 3) == one(65536, S, 3)  # only min(budget, context) is read
     assert one(1024, S, 3) < one(2048, S, 3)
     assert one(8192, S, 6) > one(8192, S, 3)  # provisional drafted tokens are read too
@@ -250,7 +253,7 @@ def segments(draw):
     query = np.where(kind == 2, ints(1, 40, n * r).reshape(n, r), 1)
     ctx = ints(0, 131000, n * r).reshape(n, r)
     dpos = np.where(kind == 2, query - 1, ints(0, 20, n * r).reshape(n, r))
-    return DecodeSegment(kind, query, ctx, dpos, ints(1, 8192, r), ints(0, 2, r))
+    return DecodeSegment(kind, query, ctx, dpos, ints(1, 8192, r), ints(0, len(DraftMethod) - 1, r))
 
 
 @functools.lru_cache(maxsize=None)
@@ -262,7 +265,9 @@ def _cached(model, tp):
 @given(seg=segments(), model=st.sampled_from(["8b", "qwen2.5-7b"]), tp=st.sampled_from([1, 2]))
 def test_segment_times_equal_per_pass_time(seg, model, tp):
     cm = _cached(model, tp)
-    got = cm.segment_times(seg)
+    sc = RooflineSegments(cm)
+    got = sc.segment_times(seg)
+    assert np.allclose(got, PerPass(cm).segment_times(seg), rtol=1e-12, atol=0)
     assert got.shape == (seg.kind.shape[0],)
     for i in range(seg.kind.shape[0]):
         d, v = seg.kind[i] == 1, seg.kind[i] == 2
@@ -271,7 +276,7 @@ def test_segment_times_equal_per_pass_time(seg, model, tp):
                         verify_ids=np.flatnonzero(v), verify_query=seg.query[i, v], verify_context=seg.context[i, v])
         assert got[i] == pytest.approx(cm.time(plan), rel=1e-12)
         assert got[i] == pytest.approx(_cached_vec(model, tp).time(plan), rel=1e-12)
-        assert float(cm.segment_times(DecodeSegment.from_plan(plan))[0]) == pytest.approx(cm.time(plan), rel=1e-12)
+        assert float(sc.segment_times(DecodeSegment.from_plan(plan))[0]) == pytest.approx(cm.time(plan), rel=1e-12)
 
 
 # ---- protocol and profiles ----
@@ -312,3 +317,54 @@ def test_deterministic_across_instances():
     plan = verify_plan([1234, 99999], [3, 7])
     assert make_cost_model().time(plan) == make_cost_model().time(plan)
     assert isinstance(make_cost_model().time(plan), float)
+
+
+def test_profile_of_another_setting_is_an_error_and_kinds_register(tmp_path):
+    from spsim.cost import KINDS, register_kind
+
+    p = tmp_path / "p.json"
+    save_profile(make_cost_model("llama-3.1-8b", tp=1), p)
+    assert load_cost_model(p, expect={"tp": 1, "model_name": "Llama-3.1-8B"}).tp == 1
+    with pytest.raises(SpsimError, match="tp=1, the run asks for 2"):
+        load_cost_model(p, expect={"tp": 2})
+    with pytest.raises(SpsimError, match="no 'metadata'"):
+        p.write_text(json.dumps({"spsim_cost_profile": 1, "kind": "roofline"}))
+        load_cost_model(p)
+    with pytest.raises(SpsimError, match="version 2"):
+        p.write_text(json.dumps({"spsim_cost_profile": 2, "kind": "roofline", "metadata": {}}))
+        load_cost_model(p)
+    # a new kind plugs in by registering a loader
+    register_kind("flat-test", lambda prof: ConstantCostModel(prof["seconds"]))
+    try:
+        p.write_text(json.dumps({"spsim_cost_profile": 1, "kind": "flat-test", "metadata": {}, "seconds": 0.5}))
+        assert load_cost_model(p).time(PassPlan()) == 0.5
+    finally:
+        KINDS.pop("flat-test")
+
+
+def test_profile_versions_differing_warn(tmp_path):
+    p = tmp_path / "p.json"
+    prof = make_cost_model().to_profile()
+    prof["metadata"]["versions"]["torch"] = "0.0.1"
+    p.write_text(json.dumps(prof))
+    import importlib.metadata as im
+    try:
+        im.version("torch")
+    except im.PackageNotFoundError:
+        pytest.skip("torch not installed: nothing to compare the profile's version with")
+    with pytest.warns(UserWarning, match="torch 0.0.1"):
+        load_cost_model(p)
+
+
+def test_every_draft_method_has_one_cost_term():
+    cm = make_cost_model()
+    c, b = np.full(5, 32768), np.full(5, 2048)
+    m = np.arange(len(DraftMethod))
+    first, _ = cm.marginal(c, b, m, np.ones(5, np.int64), draft_pos=np.zeros(5, np.int64))
+    later, _ = cm.marginal(c, b, m, np.ones(5, np.int64), draft_pos=np.ones(5, np.int64))
+    S, VQ, SL, VA, SQ = (int(x) for x in (DraftMethod.STATIC, DraftMethod.VERIFY_QUEST, DraftMethod.STEP_LAYER,
+                                          DraftMethod.VERIFY_ATTN, DraftMethod.STEP_QUEST))
+    # scoring once per run (verify-*), every step (step-quest), a full layer every step (step-layer)
+    assert first[S] < first[VA] < first[VQ] == first[SQ]
+    assert later[S] == later[VQ] == later[VA] < later[SQ] == pytest.approx(first[SQ], rel=1e-4)
+    assert later[SL] == pytest.approx(first[SL], rel=1e-4) and first[SL] > first[S]

@@ -6,36 +6,31 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spsim.plan import DecodeSegment
-from spsim.policies.batcher import Batcher
-from spsim.simulator.cost.constant import ConstantCostModel
-from spsim.simulator.cost.roofline import RooflineCostModel
+from spsim.cost.constant import ConstantCostModel
+from spsim.cost.roofline import RooflineCostModel
+from spsim.simulator.segment import DecodeSegment, FastPath
+from spsim.simulator.segment_cost import RooflineSegments, segment_cost
 
 from test_simulator import make_trace, run, strip
-
-
-def plain_segment(context, n) -> DecodeSegment:
-    r = len(context)
-    one, zero = np.ones((n, r), np.int64), np.zeros(r, np.int64)
-    ctx = np.asarray(context, np.int64) + np.arange(n, dtype=np.int64)[:, None]
-    return DecodeSegment(np.full((n, r), DecodeSegment.VERIFY, np.int8), one, ctx, one - 1, zero, zero)
 
 
 @pytest.mark.parametrize("r", [1, 2, 3, 7, 8, 9, 40])
 def test_decode_times_bit_identical_to_segment_times(r):
     rng = np.random.default_rng(r)
     for cm in (RooflineCostModel(), RooflineCostModel("qwen2.5-7b", tp=2), ConstantCostModel()):
+        sc = segment_cost(cm)
         for _ in range(20):
             n = int(rng.integers(1, 300))
             context = rng.integers(0, 120_000, r).tolist()
-            assert np.array_equal(cm.decode_times(context, n), cm.segment_times(plain_segment(context, n)))
+            assert np.array_equal(sc.decode_times(context, n), sc.segment_times(DecodeSegment.plain(context, n)))
 
 
 def test_decode_times_beyond_tables_uses_the_formulas():
     cm = RooflineCostModel()
     cm.TABLE_MAX_CONTEXT = 1024  # force the fallback
+    sc = RooflineSegments(cm)
     context, n = [5000, 17, 900], 50
-    assert np.array_equal(cm.decode_times(context, n), cm.segment_times(plain_segment(context, n)))
+    assert np.array_equal(sc.decode_times(context, n), sc.segment_times(DecodeSegment.plain(context, n)))
 
 
 @pytest.mark.parametrize("policy", ["ar", "aspire", "fixed-k:k=4"])
@@ -53,10 +48,10 @@ def test_plain_segments_small_and_large_batches_match_step_path(policy, batch):
 
 def test_small_batches_take_the_scalar_path(monkeypatch):
     seen = []
-    orig = Batcher._apply_plain
-    monkeypatch.setattr(Batcher, "_apply_plain", lambda self, *a: seen.append(len(a[0])) or orig(self, *a))
+    orig = FastPath._apply_plain
+    monkeypatch.setattr(FastPath, "_apply_plain", lambda self, *a: seen.append(len(a[0])) or orig(self, *a))
     run(make_trace(20, seed=1, span=30.0, prompt=(100, 2000), output=(5, 80)), policy="ar")
-    assert seen and max(seen) <= Batcher.SCALAR_MAX
+    assert seen and max(seen) <= FastPath.SCALAR_MAX
 
 
 @pytest.mark.parametrize("policy", ["aspire", "oracle"])

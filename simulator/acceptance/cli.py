@@ -16,7 +16,9 @@ from spsim.errors import SpsimError
 from spsim.plan import DraftMethod
 
 from . import curves
-from .events import read_events, sample_events, write_events
+from spsim.events import read_events, write_events
+
+from .curves import sample_events
 from .presets import list_presets, load_preset, make_acceptance, preset_params, resolve
 
 app = typer.Typer(no_args_is_help=True, help="Show, sample and fit acceptance models.")

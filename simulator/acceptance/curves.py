@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from spsim.events import FIELDS
+
 
 def fixed_k_runs(model, k: int, n_requests: int = 2000, output_tokens: int = 128, context: int = 32768,
                  budget: int = 3277, method: int = 1, rid0: int = 0) -> dict:
@@ -72,3 +74,33 @@ def position_curve(model, kmax: int, n_requests: int = 2000, output_tokens: int 
     surv = (a[:, None] > j).mean(axis=0)  # P(0..j accepted)
     return {"j": j.tolist(), "survival": surv.tolist(),
             "conditional": np.divide(surv, reach, out=np.zeros(kmax), where=reach > 0).tolist()}
+
+
+def sample_events(model, k: int, n_requests: int, output_tokens: int = 128, context: int = 32768,
+                  budget: int = 3277, method: int = 1, rid0: int = 0) -> dict[str, np.ndarray]:
+    """Events a fixed-k decoder would record under `model` (for tests and demos)."""
+    cols = {f: [] for f in FIELDS}
+    rid = np.arange(rid0, rid0 + n_requests)
+    pos = np.zeros(n_requests, np.int64)
+    for r in rid.tolist():
+        model.begin(r, context, output_tokens)
+    while (pos < output_tokens).any():
+        i = np.flatnonzero(pos < output_tokens)
+        d = np.minimum(k, output_tokens - pos[i] - 1)
+        c, b, m = context + pos[i], np.full(len(i), budget), np.full(len(i), method)
+        a = model.verify(rid[i], pos[i], d, c, b, m)
+        for j in range(int(d.max(initial=0))):
+            h = d > j
+            ii = i[h]
+            cols["request"].append(rid[ii])
+            cols["out_pos"].append(pos[ii] + j)
+            cols["draft_pos"].append(np.full(len(ii), j))
+            cols["accepted"].append(a[h] > j)
+            cols["entropy"].append(model.draft_entropy(rid[ii], pos[ii], np.full(len(ii), j), c[h], b[h], m[h]))
+            cols["method"].append(m[h])
+            cols["budget"].append(b[h])
+            cols["context"].append(c[h])
+        pos[i] += a + 1
+    for r in rid.tolist():
+        model.end(r)
+    return {f: np.concatenate(v) for f, v in cols.items()}

@@ -24,7 +24,7 @@ from scipy.special import expit
 from spsim.plan import DraftMethod
 
 from . import entropy as ent
-from .events import Events
+from spsim.events import Events
 from .latent import LatentParams, log_ratio
 
 _Q, _M = 7, 9  # quadrature nodes for the request level, chain states for the span process
@@ -62,7 +62,7 @@ class _Data:
         self.j[r, t] = ev.draft_pos[keep]
         self.lr = np.zeros(self.shape)
         self.lr[r, t] = log_ratio(ev.context[keep], ev.budget[keep])
-        self.m = np.full(self.shape, int(DraftMethod.VERIFY_REFRESH))
+        self.m = np.full(self.shape, int(DraftMethod.VERIFY_QUEST))
         self.m[r, t] = ev.method[keep]
         self.n_obs = int(keep.sum())
         self.cols = np.flatnonzero(~np.isnan(self.y).all(axis=0))
@@ -112,9 +112,11 @@ def free_params(ev: Events) -> list[str]:
     varies_j = bool(len(np.unique(ev.draft_pos)) > 1)
     lr = log_ratio(ev.context, ev.budget)
     varies_lr = bool(np.ptp(lr) > 0.1)
-    if DraftMethod.VERIFY_REFRESH in methods or DraftMethod.STEP_REFRESH in methods:
+    per_verify = methods & {DraftMethod.VERIFY_QUEST, DraftMethod.VERIFY_ATTN}
+    per_step = methods & {DraftMethod.STEP_LAYER, DraftMethod.STEP_QUEST}
+    if per_verify or per_step:
         names += ["stale"] * varies_j + ["ctx_slope"] * varies_lr
-    if DraftMethod.STEP_REFRESH in methods and DraftMethod.VERIFY_REFRESH in methods and varies_j:
+    if per_step and per_verify and varies_j:
         names.append("step_residual")
     if DraftMethod.STATIC in methods:
         if methods - {DraftMethod.STATIC}:

@@ -11,9 +11,9 @@ For the token at output position t of request r, drafted j positions after the l
 L_r ~ N(0, 1) per request; X_r is a stationary AR(1) with unit variance and lag-one correlation rho
 (persistence of easy and hard spans). The token is accepted iff its keyed uniform U_r(t) < p, so the
 same position keeps the same draw whatever the draft length or call order; verification accepts the
-longest accepted prefix. Method terms: top pages (VERIFY_REFRESH, STEP_REFRESH) share `ctx_slope`;
-STEP_REFRESH keeps only `step_residual` of the staleness; STATIC (window built at prefill) has its
-own offset, context slope and draft-length slope.
+longest accepted prefix. Method terms: selected pages (every method but STATIC) share `ctx_slope`;
+those refreshed every step (STEP_LAYER, STEP_QUEST) keep only `step_residual` of the staleness;
+STATIC (a fixed window) has its own offset, context slope and draft-length slope.
 """
 
 from __future__ import annotations
@@ -68,9 +68,13 @@ class LatentParams:
     def method_terms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(offset, context slope, staleness slope) indexed by DraftMethod code."""
         t = -self.temp_slope * (self.temperature - self.ref_temperature)
-        off = np.array([self.static_offset + t, t, t])
-        cs = np.array([self.static_ctx_slope, self.ctx_slope, self.ctx_slope])
-        st = np.array([self.static_stale, self.stale, self.stale * self.step_residual])
+        # by code: STATIC, VERIFY_QUEST, STEP_LAYER, VERIFY_ATTN, STEP_QUEST. The two selectors
+        # refreshed at verification share one staleness, the two refreshed every step one residual
+        # (an assumption until events tell them apart: docs/acceptance.md)
+        off = np.array([self.static_offset + t, t, t, t, t])
+        cs = np.array([self.static_ctx_slope] + [self.ctx_slope] * 4)
+        refreshed = self.stale * self.step_residual
+        st = np.array([self.static_stale, self.stale, refreshed, self.stale, refreshed])
         assert len(off) == len(DraftMethod)
         return off, cs, st
 

@@ -15,14 +15,18 @@ KV split, so a batch of mixed lengths costs more than the same batch at its mean
 GQA group: `q * group` rows, padded to MMA tiles of 16 rows, re-reading the KV once per 128-row
 query tile (so a verify of up to 32 tokens reads it once, a long prefill chunk several times).
 
-Draft-KV methods (spsim.plan.DraftMethod):
-  STATIC, VERIFY_REFRESH: every layer reads min(budget, context) + draft_pos + 1 tokens.
-  VERIFY_REFRESH: Quest page scoring (per-page min/max keys, 2/page_size of the keys, every layer)
+Draft-KV methods (spsim.plan.DraftMethod), one cost term each:
+  every method: each layer reads min(budget, context) + draft_pos + 1 tokens of sparse KV;
+  STATIC: nothing else (the window is fixed);
+  VERIFY_QUEST: Quest page scoring (per-page min/max keys, 2/page_size of the keys, every layer)
       once per draft run, charged to its first draft (draft_pos == 0): the verify group of a plan
-      does not say which method its next drafts use, and a run of k = 0 never needs the scores.
-  STEP_REFRESH: one designated layer attends to the full context + drafts instead of the budget,
+      does not say which method its next drafts use, and a run of k = 0 never needs the scores;
+  VERIFY_ATTN: top-k over the per-page scores the verification's attention wrote (one fp32 per
+      page and KV head, every layer), charged to the first draft of a run like VERIFY_QUEST;
+  STEP_QUEST: Quest page scoring at every draft step;
+  STEP_LAYER: one designated layer attends to the full context + drafts instead of the budget,
       and its attention scores choose the pages for the other layers (ASPIRE), so no separate
-      Quest scoring is charged.
+      scoring is charged.
 All per-pass terms are vectorised: `time(plan)` over the plan's requests, `segment_times(seg)`
 over (passes, requests) with the same formulas (equal to float rounding).
 """
@@ -38,7 +42,7 @@ from spsim.errors import SpsimError
 from spsim.hardware import GPU, get_gpu
 from spsim.memory import check_tp, kv_budget_bytes, kv_capacity_pages, kv_heads_per_gpu
 from spsim.models import ModelConfig, dtype_bytes, get_model
-from spsim.plan import DecodeSegment, DraftMethod, PassPlan
+from spsim.plan import DraftMethod, PassPlan
 
 # Per-pass times measured on this project's H200 for an 8B shape (DESIGN.md), tokens -> seconds.
 # 1-64 tokens all took 4.1 ms. The fitted constants below reproduce these (see fit_error()).
@@ -102,21 +106,24 @@ class RooflineCostModel:
         # Attention, per layer per GPU.
         self.page_read_s = page_size * 2 * hkv * m.head_dim * kb / bw  # K and V of one page
         self.score_page_s = 2 * hkv * m.head_dim * kb / bw  # min and max key of one page
+        self.attn_score_page_s = hkv * 4 / bw  # one fp32 attention score per page and KV head
         self.row_flop_s = 4 * m.head_dim * hkv / (g.flops("bf16") * P.attn_flops_eff)  # per row per KV token
         self.inv_p = 1.0 / P.smooth_p
         # a query (prefill chunk) never exceeds the context window, so the tables cover every q
         self._build_tables(self.model.max_context)
         # [method, min(draft_pos, 1)] -> seconds per scored page (all layers)
-        self.score_tbl = np.zeros((3, 2))
-        self.score_tbl[DraftMethod.VERIFY_REFRESH, 0] = self.L * self.score_page_s
-        # STEP_REFRESH: the designated full layer's own attention ranks the pages; nothing extra
+        self.score_tbl = np.zeros((len(DraftMethod), 2))
+        self.score_tbl[DraftMethod.VERIFY_QUEST, 0] = self.L * self.score_page_s
+        self.score_tbl[DraftMethod.STEP_QUEST, :] = self.L * self.score_page_s
+        self.score_tbl[DraftMethod.VERIFY_ATTN, 0] = self.L * self.attn_score_page_s
+        # STEP_LAYER: the designated full layer's own attention ranks the pages; nothing extra
         self._score_rows = self.score_tbl.tolist()
         self._tbl_width = self._tbl_rows = 0  # segment tables: none yet
         self._verify_tbl, self._draft_tbls = None, {}
         self._ovh_tbl = np.zeros(0)
 
     # ---- linear part ----
-    def pass_overhead(self, num_tokens: int, num_logits: int | None = None, prefill_tokens: int = 0) -> float:
+    def pass_overhead(self, num_tokens: int, prefill_tokens: int = 0, *, num_logits: int | None = None) -> float:
         """Seconds of a pass with `num_tokens` tokens and no attention (logits for every token
         unless `num_logits` says otherwise), plus `prefill_tokens` of prefill chunks (one more
         logits row: a chunk's last token)."""
@@ -132,7 +139,7 @@ class RooflineCostModel:
         return (self.p.host_overhead_s + self.fixed_s + lin + n_log * self.sample_s
                 + self.comm_fixed_s + num_tokens * self.comm_token_s)
 
-    def _overhead_vec(self, tokens: np.ndarray, logits: np.ndarray) -> np.ndarray:
+    def overhead_vec(self, tokens: np.ndarray, logits: np.ndarray) -> np.ndarray:
         p = self.p.smooth_p
         c = tokens * self.token_flop_s + logits * self.logit_flop_s
         lin = (self.weights_s ** p + c ** p) ** self.inv_p
@@ -162,25 +169,25 @@ class RooflineCostModel:
         sm = np.hypot(mem, causal_kv * self.flop_tbl[q])
         return sm + ((n_kv + (P.split_tokens - 1)) // P.split_tokens) * P.attn_split_s + P.attn_req_s
 
-    def _full_attn(self, context, query):
+    def full_attn(self, context, query):
         """All-layer seconds of full attention over `context` plus a causal tail of `query` tokens."""
         return self.L * self._layer_attn(context + query, context + (query + 1) * 0.5, query)
 
-    def _draft_attn(self, context, budget, method, pos):
+    def draft_attn(self, context, budget, method, pos):
         """All-layer seconds of one draft token, per request (arrays of one shape)."""
         sparse = np.minimum(budget, context) + pos + 1
         t_sparse = self._layer_attn(sparse, sparse, 1)
         t = self.L * t_sparse
-        # Quest page scoring: the first draft of a VERIFY_REFRESH run
+        # page scoring: the first draft of a run (VERIFY_*), or every step (STEP_QUEST)
         score = self.score_tbl[method, np.minimum(pos, 1)]
         t = t + score * ((context + (self.page_size - 1)) // self.page_size)
-        if (method == DraftMethod.STEP_REFRESH).any():  # the designated layer reads all the KV
+        if (method == DraftMethod.STEP_LAYER).any():  # the designated layer reads all the KV
             full = context + pos + 1
-            t = t + np.where(method == DraftMethod.STEP_REFRESH, self._layer_attn(full, full, 1) - t_sparse, 0.0)
+            t = t + np.where(method == DraftMethod.STEP_LAYER, self._layer_attn(full, full, 1) - t_sparse, 0.0)
         return t
 
     # ---- the CostModel protocol ----
-    # Scalar twins of _layer_attn / _draft_attn for small plans: numpy costs ~1 us per vector op
+    # Scalar twins of _layer_attn / draft_attn for small plans: numpy costs ~1 us per vector op
     # whatever the length, so below ~64 requests plain float math is several times faster.
     # Same formulas, same operation order; tests check the two paths agree to float rounding.
     SCALAR_MAX = 64  # measured crossover ~80 requests (benchmarks/results/cost_model_check.json)
@@ -197,7 +204,7 @@ class RooflineCostModel:
         sparse = (b if b < c else c) + pos + 1
         ts = self._layer1(sparse, sparse, 1)
         t = self.L * ts + self._score_rows[m][1 if pos > 0 else 0] * ((c + self.page_size - 1) // self.page_size)
-        if m == DraftMethod.STEP_REFRESH:
+        if m == DraftMethod.STEP_LAYER:
             full = c + pos + 1
             t = t + (self._layer1(full, full, 1) - ts)
         return t
@@ -215,7 +222,7 @@ class RooflineCostModel:
                 for c, q in zip(plan.prefill_context.tolist(), t.tolist()):
                     total += L * f(c + q, c + (q + 1) * 0.5, q)
             else:
-                total += float(self._full_attn(plan.prefill_context, t).sum())
+                total += float(self.full_attn(plan.prefill_context, t).sum())
             tokens += int(t.sum())
         if n_dr:
             if scalar:
@@ -224,7 +231,7 @@ class RooflineCostModel:
                                         plan.draft_method.tolist(), plan.draft_pos.tolist()):
                     total += f(c, b, m, pos)
             else:
-                total += float(self._draft_attn(plan.draft_context, plan.draft_budget, plan.draft_method,
+                total += float(self.draft_attn(plan.draft_context, plan.draft_budget, plan.draft_method,
                                                 plan.draft_pos).sum())
         if n_ver:
             if scalar:
@@ -235,15 +242,15 @@ class RooflineCostModel:
                     nq += q
             else:
                 q = plan.verify_query
-                total += float(self._full_attn(plan.verify_context, q).sum())
+                total += float(self.full_attn(plan.verify_context, q).sum())
                 nq = int(q.sum())
             tokens += nq
             logits += nq
         if tokens == 0:
             return 0.0
-        return self.pass_overhead(tokens, logits) + total
+        return self.pass_overhead(tokens, num_logits=logits) + total
 
-    # ---- lookup tables for segments ----
+    # ---- lookup tables (policies' marginal grids and the simulator's segment pricing) ----
     # A decode segment prices every (pass, request) from small integers: context, query tokens,
     # draft position (budget and method are fixed per run). The prices are pure functions of
     # them, so they are tabulated with the same vector formulas (bit-identical entries) and a
@@ -255,7 +262,7 @@ class RooflineCostModel:
     TABLE_MAX_Q = 64  # larger verify queries (or draft positions) fall back to the formulas
     TABLE_MAX_CONTEXT = 1 << 18  # 18 rows of 256K contexts are ~40 MB: beyond, the formulas
 
-    def _tables_fit(self, width: int, rows: int) -> bool:
+    def tables_fit(self, width: int, rows: int) -> bool:
         """Make the tables cover contexts < width and query / position rows < rows, if allowed."""
         if width <= self._tbl_width and rows <= self._tbl_rows:
             return True
@@ -278,90 +285,36 @@ class RooflineCostModel:
         new = block(np.arange(have, self._tbl_width, dtype=np.int64))
         return new if tbl is None else np.concatenate([tbl, new])
 
-    def _verify_table(self) -> np.ndarray:
-        """[context, q] -> _full_attn(context, q); q = 0 (not verifying) is 0."""
+    def verify_table(self) -> np.ndarray:
+        """[context, q] -> full_attn(context, q); q = 0 (not verifying) is 0."""
         def block(c):
             out = np.zeros((len(c), self._tbl_rows))
             for q in range(1, self._tbl_rows):  # one q at a time: small temporaries
-                out[:, q] = self._full_attn(c, np.full_like(c, q))
+                out[:, q] = self.full_attn(c, np.full_like(c, q))
             return out
 
         self._verify_tbl = self._extended(self._verify_tbl, block)
         return self._verify_tbl
 
-    def _draft_table(self, budget: int, method: int) -> np.ndarray:
-        """[context, draft_pos] -> _draft_attn(context, budget, method, draft_pos)."""
+    def draft_table(self, budget: int, method: int) -> np.ndarray:
+        """[context, draft_pos] -> draft_attn(context, budget, method, draft_pos)."""
         def block(c):
             b, m = np.full_like(c, budget), np.full_like(c, method)
             out = np.empty((len(c), self._tbl_rows))
             for pos in range(self._tbl_rows):
-                out[:, pos] = self._draft_attn(c, b, m, np.full_like(c, pos))
+                out[:, pos] = self.draft_attn(c, b, m, np.full_like(c, pos))
             return out
 
         tbl = self._draft_tbls[(budget, method)] = self._extended(self._draft_tbls.get((budget, method)), block)
         return tbl
 
-    def _overhead_table(self, tokens: int) -> np.ndarray:
-        """[tokens] -> _overhead_vec(tokens, tokens), covering at least `tokens`."""
+    def overhead_table(self, tokens: int) -> np.ndarray:
+        """[tokens] -> overhead_vec(tokens, tokens), covering at least `tokens`."""
         if len(self._ovh_tbl) <= tokens:
             n = max(2 * len(self._ovh_tbl), tokens + 1, 1024)
             t = np.arange(n, dtype=np.int64)
-            self._ovh_tbl = self._overhead_vec(t, t)
+            self._ovh_tbl = self.overhead_vec(t, t)
         return self._ovh_tbl
-
-    def segment_times(self, seg: DecodeSegment) -> np.ndarray:
-        kind, ctx = seg.kind, seg.context
-        draft, verify = kind == DecodeSegment.DRAFT, kind == DecodeSegment.VERIFY
-        q = np.where(verify, seg.query, 0)
-        has_draft = draft.any()
-        budget = method = 0
-        if has_draft:  # one (budget, method) for all requests: the batcher's configuration
-            budget, method = int(seg.budget[0]), int(seg.method[0])
-            uniform = (seg.budget == budget).all() and (seg.method == method).all()
-            rows = max(int(q.max()), int(seg.draft_pos.max())) + 1
-        else:
-            uniform, rows = True, int(q.max()) + 1
-        if not (uniform and self._tables_fit(int(ctx.max()) + 1, rows)):
-            return self._segment_times_formula(seg)
-        att = self._verify_table()[ctx, q]
-        if has_draft:
-            att = np.where(draft, self._draft_table(budget, method)[ctx, seg.draft_pos], att)
-        tokens = q.sum(axis=1) + draft.sum(axis=1)
-        return self._overhead_table(int(tokens.max()))[tokens] + att.sum(axis=1)
-
-    def decode_times(self, context: list[int], n: int) -> np.ndarray:
-        """segment_times of n plain decode passes (every request verifies one token, contexts
-        `context` before the first pass and one more each pass), from slices of the q = 1 column:
-        no (n, r) arrays. Below 8 requests numpy's row sum is a left fold (its pairwise sum
-        starts at 8 terms), so slices added in order give the same bits."""
-        r = len(context)
-        if not self._tables_fit(max(context) + n, 2):
-            ctx = np.asarray(context, np.int64) + np.arange(n, dtype=np.int64)[:, None]
-            one, zero = np.ones((n, r), np.int64), np.zeros(r, np.int64)
-            return self._segment_times_formula(DecodeSegment(
-                np.full((n, r), DecodeSegment.VERIFY, np.int8), one, ctx, one - 1, zero, zero))
-        v = self._verify_table()[:, 1]
-        if r < 8:
-            c = context[0]
-            att = v[c:c + n]
-            for c in context[1:]:
-                att = att + v[c:c + n]
-        else:
-            att = v[np.asarray(context, np.int64) + np.arange(n, dtype=np.int64)[:, None]].sum(axis=1)
-        return self._overhead_table(r)[r] + att
-
-    def _segment_times_formula(self, seg: DecodeSegment) -> np.ndarray:
-        """segment_times without tables (the definition the tables reproduce)."""
-        kind, ctx = seg.kind, seg.context
-        draft, verify = kind == DecodeSegment.DRAFT, kind == DecodeSegment.VERIFY
-        q = np.where(verify, seg.query, 0)
-        att = np.where(verify, self._full_attn(ctx, q), 0.0)
-        if draft.any():
-            shape = kind.shape
-            att = att + np.where(draft, self._draft_attn(ctx, np.broadcast_to(seg.budget, shape),
-                                                         np.broadcast_to(seg.method, shape), seg.draft_pos), 0.0)
-        tokens = q.sum(axis=1) + draft.sum(axis=1)
-        return self._overhead_vec(tokens, tokens) + att.sum(axis=1)
 
     def marginal(self, context, budget, method, query, draft_pos=None):
         """Attention seconds a request adds when it drafts one token (at `draft_pos`, default 0)
@@ -373,8 +326,8 @@ class RooflineCostModel:
             # method) is one pair, as the batcher configures it
             b, m = int(budget.flat[0]), int(method.flat[0])
             if ((budget == b).all() and (method == m).all()
-                    and self._tables_fit(int(context.max()) + 1, int(query.max()) + 1)):
-                return self._draft_table(b, m)[context, 0], self._verify_table()[context, query]
+                    and self.tables_fit(int(context.max()) + 1, int(query.max()) + 1)):
+                return self.draft_table(b, m)[context, 0], self.verify_table()[context, query]
         pos = np.zeros_like(context) if draft_pos is None else np.asarray(draft_pos, dtype=np.int64)
         if scalar:
             L, f, g = self.L, self._layer1, self._draft1
@@ -382,7 +335,7 @@ class RooflineCostModel:
             d = [g(c, b, m, p) for c, b, m, p in zip(cl, budget.tolist(), method.tolist(), pos.tolist())]
             v = [L * f(c + q, c + (q + 1) * 0.5, q) for c, q in zip(cl, ql)]
             return np.array(d), np.array(v)
-        return self._draft_attn(context, budget, method, pos), self._full_attn(context, query)
+        return self.draft_attn(context, budget, method, pos), self.full_attn(context, query)
 
     def kv_capacity_pages(self, reserve_frac: float | None = None, selection_metadata: bool = True) -> int:
         """KV pages a replica holds with this model's GPU, model, tp, dtypes and page size (works for
@@ -439,3 +392,12 @@ def fit_error(params: RooflineParams | None = None) -> dict:
     return {"reference": "DESIGN.md H200 Llama-3.1-8B shape per-pass times, 1-512 tokens",
             "max_abs_rel": float(np.abs(r).max()), "rms_rel": float(math.sqrt(float((r ** 2).mean()))),
             "per_point_rel": {str(k): round(float(v), 4) for k, v in zip(H200_8B_PASS_S, r)}}
+
+
+def _load(prof: dict) -> RooflineCostModel:
+    return RooflineCostModel.from_profile(prof)
+
+
+from .profile import register_kind  # noqa: E402  (after the class it registers)
+
+register_kind(RooflineCostModel.name, _load)

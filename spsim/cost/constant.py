@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spsim.plan import DecodeSegment, PassPlan
+from spsim.plan import PassPlan
 
 
 class ConstantCostModel:
@@ -16,12 +16,6 @@ class ConstantCostModel:
 
     def time(self, plan: PassPlan) -> float:
         return self.c
-
-    def segment_times(self, seg: DecodeSegment) -> np.ndarray:
-        return np.full(seg.kind.shape[0], self.c)
-
-    def decode_times(self, context: list[int], n: int) -> np.ndarray:
-        return np.full(n, self.c)
 
     def pass_overhead(self, num_tokens: int, prefill_tokens: int = 0) -> float:
         return self.c  # every pass, prefill or not

@@ -1,8 +1,9 @@
 """The cost-model contract: what a pass costs, in seconds. Both worlds use it.
 
-Implementations: `spsim.simulator.cost.RooflineCostModel` (analytic, the embedded default) and the
-calibrated model fitted from GPU measurements (`spsim.calibration`). Policies receive one to price
-their choices; the simulator uses it as its clock.
+Implementations register a profile kind (`spsim.cost.profile`): the analytic roofline (the
+embedded default) and, from calibration, models fitted to GPU measurements. Policies receive one
+to price their choices; the simulator uses it as its clock. Pricing many passes at once is a
+simulator-only speed-up and lives there (`spsim.simulator.segment_cost`), not in this protocol.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from .plan import DecodeSegment, PassPlan
+from spsim.plan import PassPlan
 
 
 @runtime_checkable
@@ -20,14 +21,6 @@ class CostModel(Protocol):
 
     def time(self, plan: PassPlan) -> float:
         """Seconds for one forward pass, priced from its actual per-request composition."""
-
-    def segment_times(self, seg: DecodeSegment) -> np.ndarray:
-        """Seconds of each of the `n` passes of a decode segment, in one vectorised call."""
-
-    def decode_times(self, context: list[int], n: int) -> np.ndarray:
-        """`segment_times` of n plain decode passes (every request verifies one token, no drafts)
-        over requests with `context` KV tokens before the first pass: the simulator's commonest
-        segment, priced without building its (n, r) arrays."""
 
     def pass_overhead(self, num_tokens: int, prefill_tokens: int = 0) -> float:
         """Seconds of a pass with `num_tokens` decode tokens and no attention: weights, GEMMs, LM

@@ -1,4 +1,5 @@
-"""Recorded accept events: the JSONL form engines or the GPU runtime write, and a columnar reader.
+"""Recorded accept events: the JSONL schema both worlds share (the GPU runtime writes it, the
+acceptance fitter reads it), its writer, and a validating columnar reader. No simpy, no torch.
 
 One line per drafted token that reached a verification; an optional first line is a header
 `{"spsim_accept_events": 1, "source": "...", "temperature": 0.0}`. Fields:
@@ -9,13 +10,15 @@ One line per drafted token that reached a verification; an optional first line i
   accepted    bool: whether verification accepted it (false for every token after the first
               rejected one of its run: those are censored, the fit ignores them)
   entropy     float >= 0 or null: entropy (nats) of the draft distribution at this token
-  method      "static" | "verify_refresh" | "step_refresh" (or the DraftMethod code)
+  method      a draft-KV method name (`static`, `verify-quest`, `step-layer`, `verify-attn`,
+              `step-quest`; old names such as `verify_refresh` are read too) or its DraftMethod code
   budget      int > 0: sparse KV budget of the draft, tokens (sink and recent included)
   context     int >= 0: tokens in the KV cache before the run's verification
 
 A run is identified by (request, out_pos - draft_pos). Replaying recorded events directly is exact
 only for the draft lengths they were recorded with: a longer draft needs tokens never drafted, a
-shorter one changes staleness. Fit a model (`fit.py`) to use them at other draft lengths.
+shorter one changes staleness. Fit a model (`spsim acceptance fit`) to use them at other draft
+lengths.
 """
 
 from __future__ import annotations
@@ -84,7 +87,7 @@ def write_events(path, ev: dict[str, np.ndarray], meta: dict | None = None) -> N
     """Write columns (FIELDS) as JSONL with a header."""
     with open(path, "w") as f:
         f.write(json.dumps({"spsim_accept_events": 1, **(meta or {})}) + "\n")
-        names = [m.name.lower() for m in DraftMethod]
+        names = [m.label for m in DraftMethod]
         for i in range(len(ev["out_pos"])):
             e = ev["entropy"][i]
             f.write(json.dumps({
@@ -143,33 +146,3 @@ def read_events(path) -> Events:
     arr = {f: np.asarray(cols[f], dtype=bool if f == "accepted" else float if f == "entropy" else np.int64)
            for f in FIELDS}
     return Events(**arr, names=list(ids), meta=meta)
-
-
-def sample_events(model, k: int, n_requests: int, output_tokens: int = 128, context: int = 32768,
-                  budget: int = 3277, method: int = 1, rid0: int = 0) -> dict[str, np.ndarray]:
-    """Events a fixed-k decoder would record under `model` (for tests and demos)."""
-    cols = {f: [] for f in FIELDS}
-    rid = np.arange(rid0, rid0 + n_requests)
-    pos = np.zeros(n_requests, np.int64)
-    for r in rid.tolist():
-        model.begin(r, context, output_tokens)
-    while (pos < output_tokens).any():
-        i = np.flatnonzero(pos < output_tokens)
-        d = np.minimum(k, output_tokens - pos[i] - 1)
-        c, b, m = context + pos[i], np.full(len(i), budget), np.full(len(i), method)
-        a = model.verify(rid[i], pos[i], d, c, b, m)
-        for j in range(int(d.max(initial=0))):
-            h = d > j
-            ii = i[h]
-            cols["request"].append(rid[ii])
-            cols["out_pos"].append(pos[ii] + j)
-            cols["draft_pos"].append(np.full(len(ii), j))
-            cols["accepted"].append(a[h] > j)
-            cols["entropy"].append(model.draft_entropy(rid[ii], pos[ii], np.full(len(ii), j), c[h], b[h], m[h]))
-            cols["method"].append(m[h])
-            cols["budget"].append(b[h])
-            cols["context"].append(c[h])
-        pos[i] += a + 1
-    for r in rid.tolist():
-        model.end(r)
-    return {f: np.concatenate(v) for f, v in cols.items()}

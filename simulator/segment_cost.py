@@ -1,0 +1,127 @@
+"""Pricing many decode passes in one call: the simulator's fast path, not part of the shared
+`CostModel` protocol (the runtime never needs it).
+
+`segment_cost(cost)` gives a `SegmentCost` for any cost model: the model itself if it prices
+segments, a registered adapter for its type (the roofline's lookup tables), else `PerPass`, which
+prices each pass with `time()`, so a measured profile works in the simulator before anyone writes
+a fast path for it. Entry i of `segment_times(seg)` must equal what the step path pays for the
+same pass, which prices one-pass segments through the same object.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+import numpy as np
+
+from spsim.cost import RooflineCostModel
+from spsim.plan import PassPlan
+
+from .segment import DecodeSegment
+
+
+class SegmentCost(Protocol):
+    def segment_times(self, seg: DecodeSegment) -> np.ndarray:
+        """Seconds of each of the `n` passes of a decode segment, in one vectorised call."""
+
+    def decode_times(self, context: list[int], n: int) -> np.ndarray:
+        """`segment_times` of n plain decode passes (every request verifies one token, no drafts)
+        over requests with `context` KV tokens before the first pass: the commonest segment,
+        priced without building its (n, r) arrays."""
+
+
+ADAPTERS: dict[type, Callable[[object], SegmentCost]] = {}
+
+
+def segment_cost(cost) -> SegmentCost:
+    if hasattr(cost, "segment_times") and hasattr(cost, "decode_times"):
+        return cost
+    for cls in type(cost).__mro__:
+        if cls in ADAPTERS:
+            return ADAPTERS[cls](cost)
+    return PerPass(cost)
+
+
+class PerPass:
+    """The generic fallback: one `time()` call per pass."""
+
+    def __init__(self, cost):
+        self.cost = cost
+
+    def segment_times(self, seg: DecodeSegment) -> np.ndarray:
+        out = np.empty(seg.kind.shape[0])
+        for i in range(len(out)):
+            d = seg.kind[i] == DecodeSegment.DRAFT
+            v = seg.kind[i] == DecodeSegment.VERIFY
+            ids = np.arange(len(d), dtype=np.int64)
+            out[i] = self.cost.time(PassPlan(
+                draft_ids=ids[d], draft_context=seg.context[i][d], draft_budget=seg.budget[d],
+                draft_method=seg.method[d], draft_pos=seg.draft_pos[i][d],
+                verify_ids=ids[v], verify_query=seg.query[i][v], verify_context=seg.context[i][v]))
+        return out
+
+    def decode_times(self, context: list[int], n: int) -> np.ndarray:
+        return self.segment_times(DecodeSegment.plain(context, n))
+
+
+class RooflineSegments:
+    """Segments priced from the roofline's lookup tables (bit-identical to its formulas)."""
+
+    def __init__(self, cm: RooflineCostModel):
+        self.cm = cm
+
+    def segment_times(self, seg: DecodeSegment) -> np.ndarray:
+        cm = self.cm
+        kind, ctx = seg.kind, seg.context
+        draft, verify = kind == DecodeSegment.DRAFT, kind == DecodeSegment.VERIFY
+        q = np.where(verify, seg.query, 0)
+        has_draft = draft.any()
+        budget = method = 0
+        if has_draft:  # one (budget, method) for all requests: the batcher's configuration
+            budget, method = int(seg.budget[0]), int(seg.method[0])
+            uniform = (seg.budget == budget).all() and (seg.method == method).all()
+            rows = max(int(q.max()), int(seg.draft_pos.max())) + 1
+        else:
+            uniform, rows = True, int(q.max()) + 1
+        if not (uniform and cm.tables_fit(int(ctx.max()) + 1, rows)):
+            return self.formula(seg)
+        att = cm.verify_table()[ctx, q]
+        if has_draft:
+            att = np.where(draft, cm.draft_table(budget, method)[ctx, seg.draft_pos], att)
+        tokens = q.sum(axis=1) + draft.sum(axis=1)
+        return cm.overhead_table(int(tokens.max()))[tokens] + att.sum(axis=1)
+
+    def decode_times(self, context: list[int], n: int) -> np.ndarray:
+        """From slices of the q = 1 column: no (n, r) arrays. Below 8 requests numpy's row sum is
+        a left fold (its pairwise sum starts at 8 terms), so slices added in order give the same
+        bits."""
+        cm = self.cm
+        r = len(context)
+        if not cm.tables_fit(max(context) + n, 2):
+            return self.formula(DecodeSegment.plain(context, n))
+        v = cm.verify_table()[:, 1]
+        if r < 8:
+            c = context[0]
+            att = v[c:c + n]
+            for c in context[1:]:
+                att = att + v[c:c + n]
+        else:
+            att = v[np.asarray(context, np.int64) + np.arange(n, dtype=np.int64)[:, None]].sum(axis=1)
+        return cm.overhead_table(r)[r] + att
+
+    def formula(self, seg: DecodeSegment) -> np.ndarray:
+        """segment_times without tables (the definition the tables reproduce)."""
+        cm = self.cm
+        kind, ctx = seg.kind, seg.context
+        draft, verify = kind == DecodeSegment.DRAFT, kind == DecodeSegment.VERIFY
+        q = np.where(verify, seg.query, 0)
+        att = np.where(verify, cm.full_attn(ctx, q), 0.0)
+        if draft.any():
+            shape = kind.shape
+            att = att + np.where(draft, cm.draft_attn(ctx, np.broadcast_to(seg.budget, shape),
+                                                      np.broadcast_to(seg.method, shape), seg.draft_pos), 0.0)
+        tokens = q.sum(axis=1) + draft.sum(axis=1)
+        return cm.overhead_vec(tokens, tokens) + att.sum(axis=1)
+
+
+ADAPTERS[RooflineCostModel] = RooflineSegments
