@@ -133,7 +133,7 @@ def register(app: typer.Typer) -> None:
             t.add_column(c)
         for name, cls in sorted(list_policies().items()):
             params = ", ".join(f"{f.name}={f.default}" for f in fields(cls))
-            t.add_row(name, cls.description, params or "-", cls.default_draft_method.name.lower().replace("_", "-"))
+            t.add_row(name, cls.description, params or "-", cls.default_draft_method.label)
         console.print(t)
 
     @app.command()

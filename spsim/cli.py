@@ -38,21 +38,16 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 def _register() -> None:
+    # Each part's CLI module imports only typer, rich and light spsim modules; a command imports
+    # its own world (simpy, scipy, torch) when it runs, so `spsim --help` works everywhere and a
+    # broken command fails loudly here instead of vanishing from the help.
+    from spsim.simulator.acceptance.cli import app as acc_app
+    from spsim.simulator.cli import register as register_sim
     from spsim.traces.cli import app as trace_app
 
     app.add_typer(trace_app, name="trace", help="Inspect, convert, generate and transform request traces.")
-    try:
-        from spsim.simulator.cli import register as register_sim
-    except ImportError:  # during bring-up only; removed once the simulator lands
-        register_sim = None
-    if register_sim:
-        register_sim(app)
-    try:
-        from spsim.simulator.acceptance.cli import app as acc_app
-    except ImportError:
-        acc_app = None
-    if acc_app:
-        app.add_typer(acc_app, name="acceptance", help="Show, sample and fit acceptance models.")
+    register_sim(app)
+    app.add_typer(acc_app, name="acceptance", help="Show, sample and fit acceptance models.")
 
 
 _register()
@@ -64,6 +59,12 @@ def main() -> None:
     except SpsimError as e:
         err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
+    except ImportError as e:  # a command's world is not installed here (e.g. simpy on the GPU machine)
+        if not e.name or e.name.startswith("spsim"):
+            raise  # our own import broke: a bug, show it
+        err_console.print(f"[bold red]error:[/] this command needs the Python package {e.name!r}, which is not "
+                          f"installed here (pip install {e.name})", highlight=False, soft_wrap=True)
+        sys.exit(3)
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)

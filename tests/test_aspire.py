@@ -11,7 +11,7 @@ from spsim.policies.batcher import Batcher
 from spsim.cost.constant import ConstantCostModel
 from spsim.cost.roofline import RooflineCostModel
 
-from test_simulator import make_trace, run
+from conftest import make_trace, run
 
 
 def view(context: int, num_decode: int, prefill_tokens: int) -> DecodeView:

@@ -235,7 +235,7 @@ def test_scalar_and_vector_paths_agree(n, seed):
     cm = make_cost_model("qwen2.5-14b", "h100-sxm", tp=2)
     vec = vector_only(cm)
     rng = np.random.default_rng(seed)
-    ctx, bud, meth = rng.integers(0, 131000, n), rng.integers(1, 9000, n), rng.integers(0, 3, n)
+    ctx, bud, meth = rng.integers(0, 131000, n), rng.integers(1, 9000, n), rng.integers(0, len(DraftMethod), n)
     pos, q = rng.integers(0, 30, n), rng.integers(1, 3000, n)
     for a, b in zip(cm.marginal(ctx, bud, meth, q, draft_pos=pos), vec.marginal(ctx, bud, meth, q, draft_pos=pos)):
         np.testing.assert_allclose(a, b, rtol=1e-12)
@@ -368,3 +368,12 @@ def test_every_draft_method_has_one_cost_term():
     assert first[S] < first[VA] < first[VQ] == first[SQ]
     assert later[S] == later[VQ] == later[VA] < later[SQ] == pytest.approx(first[SQ], rel=1e-4)
     assert later[SL] == pytest.approx(first[SL], rel=1e-4) and first[SL] > first[S]
+
+
+def test_draft_method_names_and_old_spellings():
+    assert [m.label for m in DraftMethod] == ["static", "verify-quest", "step-layer", "verify-attn", "step-quest"]
+    for old, new in (("verify-refresh", "verify-quest"), ("verify_refresh", "verify-quest"), ("quest", "verify-quest"),
+                     ("step-refresh", "step-layer"), ("STEP_REFRESH", "step-layer"), ("window", "static")):
+        assert DraftMethod.parse(old).label == new
+    with pytest.raises(SpsimError, match="unknown draft-KV method 'sideways'"):
+        DraftMethod.parse("sideways")

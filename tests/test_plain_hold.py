@@ -10,8 +10,8 @@ import pytest
 
 from spsim.policies.acceptance_ema import AcceptanceEMA
 from spsim.policies.base import DecodeView, Policy
-from spsim.policies.registry import POLICIES, register
-from test_simulator import make_trace, run, strip
+from spsim.policies.registry import POLICIES, list_policies
+from conftest import make_trace, run, strip
 
 ASKED: list[tuple[int, int]] = []  # (request, committed) at each decision
 
@@ -28,7 +28,10 @@ class _PlainThenSpec(Policy):
         return np.where(view.committed < 20, 0, 3)
 
 
-register(_PlainThenSpec)
+@pytest.fixture(autouse=True)
+def _registered(monkeypatch):
+    """The test policy is registered for this module's tests only (no global state on import)."""
+    monkeypatch.setitem(POLICIES, _PlainThenSpec.name, _PlainThenSpec)
 
 
 @pytest.mark.parametrize("fast", [True, False])
@@ -71,4 +74,4 @@ def test_ema_relaxes_only_without_outcomes():
 
 
 def test_builtin_policies_keep_their_hold():
-    assert POLICIES["oracle"].plain_hold == 1 and Policy.plain_hold == 8
+    assert list_policies()["oracle"].plain_hold == 1 and Policy.plain_hold == 8

@@ -11,7 +11,7 @@ from spsim.cost.roofline import RooflineCostModel
 from spsim.simulator.segment import DecodeSegment, FastPath
 from spsim.simulator.segment_cost import RooflineSegments, segment_cost
 
-from test_simulator import make_trace, run, strip
+from conftest import make_trace, run, strip
 
 
 @pytest.mark.parametrize("r", [1, 2, 3, 7, 8, 9, 40])

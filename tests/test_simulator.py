@@ -10,49 +10,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spsim.simulator.acceptance.simple import FixedAcceptance, PositionAcceptance
-from spsim.simulator.cost.constant import ConstantCostModel
-from spsim.simulator.cost.roofline import RooflineCostModel
+from spsim.cost.constant import ConstantCostModel
+from spsim.cost.roofline import RooflineCostModel
 from spsim.simulator.engine import SimConfig, simulate
 from spsim.traces.trace import Trace
 
+from conftest import acc, make_trace, run, strip
+
 ROOF = RooflineCostModel()
-
-
-def make_trace(n, seed=0, span=5.0, prompt=(100, 20000), output=(1, 200), prefix=False) -> Trace:
-    rng = np.random.default_rng(seed)
-    arr = np.sort(rng.uniform(0, span, n))
-    arr -= arr[0]
-    p = rng.integers(prompt[0], prompt[1] + 1, n)
-    o = rng.integers(output[0], output[1] + 1, n)
-    tr = Trace(np.array([f"r{i}" for i in range(n)], object), arr, p, o)
-    if prefix:  # a few shared conversation prefixes of 512-token blocks
-        blocks, indptr = [], [0]
-        for i in range(n):
-            nb = -(-int(p[i]) // 512)
-            root = int(rng.integers(0, 3))
-            shared = min(nb, int(rng.integers(0, nb + 1)))
-            blocks += [root * 100000 + j for j in range(shared)] + [10**7 + i * 1000 + j for j in range(nb - shared)]
-            indptr.append(len(blocks))
-        tr.prefix_indptr = np.asarray(indptr, np.int64)
-        tr.prefix_ids = np.asarray(blocks, np.int64)
-        tr.meta["block_size"] = 512
-    return tr
-
-
-def acc(p=0.8, seed=0, position=False):
-    a = PositionAcceptance(p0=p, decay=0.03) if position else FixedAcceptance(p=p)
-    a._setup(seed)
-    return a
-
-
-def run(tr, cost=ROOF, p=0.8, seed=0, position=False, **kw):
-    return simulate(tr, SimConfig(seed=seed, **kw), cost=cost, acceptance=acc(p, seed, position))
-
-
-def strip(summary: dict) -> str:
-    s = dict(summary)
-    s.pop("sim_events", None)
-    return json.dumps(s, sort_keys=True)
 
 
 POLICIES = ["ar", "fixed-k:k=4", "aspire", "oracle", "sync:k=3", "sync", "entropy"]

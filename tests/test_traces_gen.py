@@ -130,3 +130,24 @@ def test_merge_overlays_on_one_clock():
     assert len(np.unique(mm.prefix_ids)) == 2 * len(np.unique(a.prefix_ids))
     with pytest.raises(SpsimError):
         rescale_qps(first(a, 1), 5)
+
+
+def test_cv_needs_gamma_arrivals():
+    """--cv without gamma arrivals used to be ignored silently; Poisson gaps always have CV 1."""
+    from typer.testing import CliRunner
+
+    from spsim.cli import app
+
+    def gen(*args):
+        return CliRunner().invoke(app, ["trace", "gen", "-", "-n", "3", *args])
+
+    for args in (["--cv", "2"], ["--arrival", "poisson", "--cv", "2"], ["--preset", "long-doc-qa", "--cv", "2"],
+                 ["--cv", "1"]):
+        r = gen(*args)
+        assert isinstance(r.exception, SpecError) and "--arrival gamma" in str(r.exception), (args, r.output)
+    for args in (["--arrival", "gamma", "--cv", "2"], ["--preset", "agentic", "--cv", "3"],
+                 ["--preset", "agentic", "--arrival", "poisson"]):
+        r = gen(*args)
+        assert r.exit_code == 0, (args, r.output)
+    with pytest.raises(SpecError, match="gamma"):
+        generate(n=3, qps=1, arrival="poisson", cv=2.0)

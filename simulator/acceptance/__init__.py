@@ -5,7 +5,19 @@ a preset such as `sparsespec-llama8b:temperature=0.7`); `DEFAULT_ACCEPTANCE` is 
 embedded default; `list_presets()` names the presets. See docs/acceptance.md.
 """
 
-from .base import AcceptanceModel  # noqa: F401
-from .latent import LatentAcceptance, LatentParams  # noqa: F401
-from .presets import DEFAULT_ACCEPTANCE, list_presets, load_preset, make_acceptance  # noqa: F401
-from .simple import FixedAcceptance, PositionAcceptance  # noqa: F401
+# Names resolve on first use (PEP 562): importing this package (e.g. for its CLI) does not
+# import scipy.
+_LAZY = {
+    "AcceptanceModel": "base", "LatentAcceptance": "latent", "LatentParams": "latent",
+    "DEFAULT_ACCEPTANCE": "presets", "list_presets": "presets", "load_preset": "presets",
+    "make_acceptance": "presets", "FixedAcceptance": "simple", "PositionAcceptance": "simple",
+}
+__all__ = list(_LAZY)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(name)

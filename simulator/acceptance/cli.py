@@ -13,13 +13,38 @@ from rich.console import Console
 from rich.table import Table
 
 from spsim.errors import SpsimError
+from spsim.events import read_events, write_events
 from spsim.plan import DraftMethod
 
 from . import curves
-from spsim.events import read_events, write_events
-
 from .curves import sample_events
-from .presets import list_presets, load_preset, make_acceptance, preset_params, resolve
+
+
+def _presets():
+    """The presets module, imported when a command runs (it brings scipy)."""
+    from . import presets
+
+    return presets
+
+
+def list_presets():
+    return _presets().list_presets()
+
+
+def load_preset(name):
+    return _presets().load_preset(name)
+
+
+def make_acceptance(spec, seed):
+    return _presets().make_acceptance(spec, seed)
+
+
+def preset_params(name):
+    return _presets().preset_params(name)
+
+
+def resolve(spec):
+    return _presets().resolve(spec)
 
 app = typer.Typer(no_args_is_help=True, help="Show, sample and fit acceptance models.")
 console = Console()
@@ -28,7 +53,7 @@ console = Console()
 def _reference(spec: str) -> dict:
     _, _, preset = resolve(spec)
     if preset is None:
-        return {"method": "verify_refresh", "context": 32768, "budget": 3277, "output_tokens": 128}
+        return {"method": "verify-quest", "context": 32768, "budget": 3277, "output_tokens": 128}
     return {"output_tokens": 128, **preset["reference"]}
 
 
@@ -70,7 +95,7 @@ def show(spec: str = typer.Argument(..., help="preset or spec, e.g. sparsespec-l
     ek = curves.expected_accepted(make_acceptance(spec, seed), ks, **kw)
     m = make_acceptance(spec, seed)
     auc = getattr(m, "auc", None) or getattr(getattr(m, "params", None), "auc", None)
-    out = {"spec": spec, "seed": seed, "setting": {**setting, "method": DraftMethod(setting["method"]).name.lower()},
+    out = {"spec": spec, "seed": seed, "setting": {**setting, "method": DraftMethod(setting["method"]).label},
            "position": pc, "by_k": ek, "entropy_auc": auc}
     if as_json:
         typer.echo(json.dumps(out, indent=1))
@@ -134,7 +159,7 @@ def fit(events: Path, out: Path = typer.Option(..., "-o", help="preset JSON to w
         }
     d = {"name": name or out.stem, "description": f"fitted by maximum likelihood to {events.name}",
          "model": "", "workload": "", "reference": {**load_preset(base)["reference"],
-                                                    "method": DraftMethod(int(np.bincount(ev.method).argmax())).name.lower(),
+                                                    "method": DraftMethod(int(np.bincount(ev.method).argmax())).label,
                                                     "context": int(np.median(ev.context)), "budget": int(np.median(ev.budget))},
          "params": asdict(params), "fit": report,
          "evidence": f"{len(ev)} recorded accept events ({events.name}); unfitted parameters from {base}",

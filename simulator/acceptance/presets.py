@@ -68,7 +68,7 @@ def load_preset_file(path: str) -> dict:
         raise InputError(path, e.lineno, None, f"not JSON ({e.msg})") from None
     if not isinstance(d, dict) or not isinstance(d.get("params"), dict):
         raise InputError(path, None, "params", "missing (not an acceptance preset)")
-    d.setdefault("reference", {"method": "verify_refresh", "context": 32768, "budget": 3277, "output_tokens": 128})
+    d.setdefault("reference", {"method": "verify-quest", "context": 32768, "budget": 3277, "output_tokens": 128})
     return d
 
 
