@@ -1,0 +1,140 @@
+"""Paged KV cache and the attention backend `model.Transformer` calls in each layer.
+
+The cache holds every layer's K and V as `[layers, pages, kv_heads, page_size, head_dim]`; one
+layer's slice is the layout the kernels read (`pages.PageLists`). Physical pages are handed out by
+`PageAllocator`; a request's *page table* lists its pages in token order.
+
+One `PagedAttention` serves one forward pass: each request `r` has `start[r]` tokens in the cache
+already (positions `0 .. start[r] - 1`) and brings `q_len[r]` new ones (positions `start[r] ..`):
+a prefill chunk, a decode step, a verification (drafted + 1 tokens) or a draft step. Per layer it
+writes the new K/V into the request's pages, then runs `dispatch.attention` over full page lists
+(causal: query i sees positions up to its own). For sparse drafts or per-layer selections an
+engine overrides `lists_for(layer)` (or passes `lists`); `page_scores_for(layer)` can return a
+buffer for the kernel's per-page scores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from .model_config import LlamaConfig
+from .pages import PageLists, full_page_lists
+
+
+class PageAllocator:
+    """Free list of physical page ids (lowest first)."""
+
+    def __init__(self, num_pages: int):
+        self.num_pages = num_pages
+        self._free = list(range(num_pages - 1, -1, -1))
+
+    @property
+    def free_pages(self) -> int:
+        return len(self._free)
+
+    def alloc(self, n: int) -> list[int]:
+        if n > len(self._free):
+            raise MemoryError(f"KV cache: {n} pages wanted, {len(self._free)} free")
+        return [self._free.pop() for _ in range(n)]
+
+    def free(self, ids: Sequence[int]) -> None:
+        self._free.extend(reversed(list(ids)))
+
+
+class PagedKVCache:
+    def __init__(self, cfg: LlamaConfig, num_pages: int, page_size: int = 16, device="cpu",
+                 dtype: torch.dtype | None = None):
+        self.cfg, self.num_pages, self.page_size = cfg, num_pages, page_size
+        shape = (cfg.layers, num_pages, cfg.kv_heads, page_size, cfg.head_dim)
+        dtype = dtype or cfg.torch_dtype
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+
+    @property
+    def device(self) -> torch.device:
+        return self.k.device
+
+    def pages_for(self, tokens: int) -> int:
+        return -(-int(tokens) // self.page_size)
+
+    @staticmethod
+    def bytes_per_page(cfg: LlamaConfig, page_size: int, dtype: torch.dtype) -> int:
+        return 2 * cfg.layers * cfg.kv_heads * page_size * cfg.head_dim * torch.empty(0, dtype=dtype).element_size()
+
+
+AttentionFn = Callable[..., torch.Tensor]  # dispatch.attention's signature
+
+
+class PagedAttention:
+    """The `model.Attention` callback for one pass (see the module docstring).
+
+    page_tables[r]: request r's physical pages in token order, covering `start[r] + q_len[r]` tokens.
+    attention_fn: `dispatch.attention` by default; `reference.mixed_attention_ref` (same signature
+    minus `plan`/`out`) forces the PyTorch path. `positions` (device, int64) is what the model's
+    forward wants beside the tokens.
+    """
+
+    def __init__(self, cache: PagedKVCache, page_tables: Sequence[Sequence[int]], start: Sequence[int],
+                 q_len: Sequence[int], *, lists: PageLists | None = None, attention_fn: AttentionFn | None = None):
+        self.cache = cache
+        dev, ps = cache.device, cache.page_size
+        self.start = np.asarray(start, dtype=np.int64)
+        self.q_len = np.asarray(q_len, dtype=np.int64)
+        kv_len = self.start + self.q_len
+        if len(page_tables) != len(self.q_len) or len(self.start) != len(self.q_len):
+            raise ValueError("page_tables, start and q_len must have one entry per request")
+        pos, page, off = [], [], []
+        for r, (table, s, n) in enumerate(zip(page_tables, self.start, self.q_len)):
+            if len(table) * ps < s + n:
+                raise ValueError(f"request {r}: {len(table)} pages of {ps} tokens hold fewer than {s + n} tokens")
+            p = np.arange(s, s + n)
+            pos.append(p)
+            page.append(np.asarray(table, dtype=np.int64)[p // ps])
+            off.append(p % ps)
+        cat = (lambda a: torch.as_tensor(np.concatenate(a) if a else np.zeros(0, np.int64), device=dev))  # noqa: E731
+        self.positions, self._page, self._off = cat(pos), cat(page), cat(off)
+        self.lists = lists if lists is not None else full_page_lists(page_tables, kv_len, cache.cfg.kv_heads, ps, dev)
+        self.attention_fn = attention_fn
+        self._plans: dict[int, object] = {}
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.q_len.sum())
+
+    def last_token_rows(self) -> torch.Tensor:
+        """Index of each request's last token in the flat batch (its next-token logits)."""
+        return torch.as_tensor(np.cumsum(self.q_len) - 1, device=self.cache.device)
+
+    def lists_for(self, layer: int) -> PageLists:
+        return self.lists
+
+    def page_scores_for(self, layer: int) -> torch.Tensor | None:
+        return None
+
+    def _plan(self, lists: PageLists, num_q_heads: int):
+        # One plan per distinct page lists, shared by every layer that uses them.
+        plan = self._plans.get(id(lists))
+        if plan is None:
+            from . import dispatch
+
+            if not dispatch.use_triton(self.cache.device):
+                return None
+            from .attention import plan_attention
+
+            plan = self._plans[id(lists)] = plan_attention(self.q_len, lists, num_q_heads)
+        return plan
+
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        kc, vc = self.cache.k[layer], self.cache.v[layer]
+        kc[self._page, :, self._off] = k.to(kc.dtype)
+        vc[self._page, :, self._off] = v.to(vc.dtype)
+        lists = self.lists_for(layer)
+        scores = self.page_scores_for(layer)
+        if self.attention_fn is not None:
+            return self.attention_fn(q, kc, vc, self.q_len, lists, page_scores=scores)
+        from .dispatch import attention
+
+        return attention(q, kc, vc, self.q_len, lists, page_scores=scores, plan=self._plan(lists, q.shape[1]))

@@ -1,0 +1,257 @@
+"""A Llama-family transformer (Llama 3.x, Qwen2.5, SmolLM2) in plain PyTorch, in the spirit of
+gpt-fast: RMSNorm, RoPE (theta, Llama-3 scaling), grouped-query attention, SwiGLU, optional QKV
+bias, tied embeddings.
+
+Attention is not in here. `Transformer.forward` takes a flat batch (every request's query tokens
+back to back, with their positions) and, in each layer, hands `(layer, q, k, v)` to an attention
+callback that stores k/v in its KV cache and returns the attention output. `kv_cache.PagedAttention`
+is the paged backend over `dispatch.attention` (Triton on Hopper and under TRITON_INTERPRET,
+the PyTorch reference elsewhere); an engine can pass its own (sparse drafts, page scores, ...).
+
+`reference_logits` is a separate dense implementation (one sequence, no cache, explicit causal
+softmax attention) over the same weights, for tests.
+
+Parameter names are this file's own (QKV and gate/up fused into one GEMM each);
+`weights.py` maps them to and from Hugging Face names.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .model_config import LlamaConfig
+
+
+class Attention(Protocol):
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q `[T, q_heads, head_dim]`, k and v `[T, kv_heads, head_dim]` (RoPE applied) for the
+        pass's T tokens; store k/v, return the attention output `[T, q_heads, head_dim]`."""
+        ...
+
+
+def rope_inv_freq(cfg: LlamaConfig) -> torch.Tensor:
+    """Inverse frequencies `[head_dim / 2]` (fp64), with Llama-3 scaling if configured (as HF's
+    `_compute_llama3_parameters`: long wavelengths divided by `factor`, short kept, a smooth blend
+    between)."""
+    d = cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    s = cfg.rope_scaling
+    if s is None:
+        return inv
+    old = s.original_max_position_embeddings
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > old / s.low_freq_factor, inv / s.factor, inv)
+    smooth = (old / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+    blended = (1 - smooth) * scaled / s.factor + smooth * scaled
+    medium = (wavelen >= old / s.high_freq_factor) & (wavelen <= old / s.low_freq_factor)
+    return torch.where(medium, blended, scaled)
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Norms and RoPE run in fp32 (fp64 for fp64 models), as HF does."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """HF (non-interleaved) rotation: the head's two halves are the pair's two coordinates.
+    x `[T, H, D]`, cos/sin `[T, D/2]`."""
+    x1, x2 = x.to(cos.dtype).chunk(2, dim=-1)
+    c, s = cos[:, None], sin[:, None]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(x.dtype)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.to(_compute_dtype(x.dtype))
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.cfg = cfg
+        d, hq, hkv = cfg.head_dim, cfg.q_heads, cfg.kv_heads
+        self.attn_norm = RMSNorm(cfg.hidden, cfg.rms_norm_eps)
+        self.wqkv = nn.Linear(cfg.hidden, (hq + 2 * hkv) * d, bias=cfg.qkv_bias)  # q | k | v rows
+        self.wo = nn.Linear(hq * d, cfg.hidden, bias=False)
+        self.mlp_norm = RMSNorm(cfg.hidden, cfg.rms_norm_eps)
+        self.w_gate_up = nn.Linear(cfg.hidden, 2 * cfg.intermediate, bias=False)  # gate | up rows
+        self.w_down = nn.Linear(cfg.intermediate, cfg.hidden, bias=False)
+
+    def forward(self, layer: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                attention: Attention) -> torch.Tensor:
+        c = self.cfg
+        t = x.shape[0]
+        q, k, v = self.wqkv(self.attn_norm(x)).split(
+            [c.q_heads * c.head_dim, c.kv_heads * c.head_dim, c.kv_heads * c.head_dim], dim=-1)
+        q = apply_rope(q.view(t, c.q_heads, c.head_dim), cos, sin)
+        k = apply_rope(k.view(t, c.kv_heads, c.head_dim), cos, sin)
+        o = attention(layer, q, k, v.view(t, c.kv_heads, c.head_dim))
+        x = x + self.wo(o.reshape(t, c.q_heads * c.head_dim))
+        gate, up = self.w_gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
+        return x + self.w_down(F.silu(gate) * up)
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: LlamaConfig):
+        """Parameters uninitialised in meaning (nn defaults); use `random` or a loader in
+        `weights` / `gguf_loader`."""
+        super().__init__()
+        self.cfg = cfg
+        # _weight: skips the default init (normal_ on meta tensors imports half of torch)
+        self.embed = nn.Embedding(cfg.vocab, cfg.hidden, _weight=torch.empty(cfg.vocab, cfg.hidden))
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
+        self.norm = RMSNorm(cfg.hidden, cfg.rms_norm_eps)
+        self.lm_head = None if cfg.tied_embeddings else nn.Linear(cfg.hidden, cfg.vocab, bias=False)
+        # Not a buffer (Module.to(dtype) would round it); made on first use, where the positions are.
+        self._inv_freq: torch.Tensor | None = None
+
+    # --- construction ---
+    @classmethod
+    def empty(cls, cfg: LlamaConfig, device="cpu", dtype: torch.dtype | None = None) -> "Transformer":
+        """Allocated on `device` (default dtype: the config's), contents undefined."""
+        dtype = dtype or cfg.torch_dtype
+        with torch.device("meta"):
+            m = cls(cfg).to(dtype)
+        return m.to_empty(device=device).requires_grad_(False).eval()
+
+    @classmethod
+    def from_state_dict(cls, cfg: LlamaConfig, sd: dict[str, torch.Tensor]) -> "Transformer":
+        """A model over the given tensors (this file's names; no copy)."""
+        with torch.device("meta"):
+            m = cls(cfg)
+        m.load_state_dict(sd, assign=True, strict=True)
+        return m.requires_grad_(False).eval()
+
+    @classmethod
+    def random(cls, cfg: LlamaConfig, seed: int = 0, device="cpu", dtype: torch.dtype | None = None) -> "Transformer":
+        """Seeded random weights, scaled so activations stay O(1) at any depth in bf16: linear
+        weights N(0, 1/fan_in), embeddings N(0, 1) (N(0, 1/hidden) when tied), norms 1, biases N(0, 0.02^2). Values differ
+        between devices for one seed (each device's generator)."""
+        m = cls.empty(cfg, device, dtype)
+        gen = torch.Generator(device=device).manual_seed(seed)
+        with torch.no_grad():
+            for name, p in m.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.fill_(1.0)
+                elif name.endswith("bias"):
+                    p.normal_(0.0, 0.02, generator=gen)
+                elif name == "embed.weight":  # tied: also the LM head, so logits stay O(1)
+                    p.normal_(0.0, 1.0 / math.sqrt(cfg.hidden) if cfg.tied_embeddings else 1.0, generator=gen)
+                else:
+                    p.normal_(0.0, 1.0 / math.sqrt(p.shape[1]), generator=gen)
+        return m
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.weight.dtype
+
+    # --- forward ---
+    def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        inv, cdt = self._inv_freq, _compute_dtype(self.dtype)
+        if inv is None or inv.device != positions.device or inv.dtype != cdt:
+            inv = self._inv_freq = rope_inv_freq(self.cfg).to(device=positions.device, dtype=cdt)
+        ang = positions.to(inv.dtype)[:, None] * inv[None, :]
+        return ang.cos(), ang.sin()
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, attention: Attention,
+                logit_rows: torch.Tensor | None = None) -> torch.Tensor:
+        """One pass over a flat batch.
+
+        tokens, positions: `[T]` int64 on the model's device (requests' tokens back to back; a
+        token's position is its index in its sequence). attention: called once per layer, in
+        order. logit_rows: indices into the T tokens whose logits are wanted (e.g. each prefill
+        chunk's last token and every verify token); default all. Returns logits `[rows, vocab]`,
+        fp32 (fp64 for fp64 models).
+        """
+        x = self.embed(tokens)
+        cos, sin = self.rope(positions)
+        for i, layer in enumerate(self.layers):
+            x = layer(i, x, cos, sin, attention)
+        if logit_rows is not None:
+            x = x[logit_rows]
+        return self.logits(self.norm(x))
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        w = self.embed.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(h, w).to(_compute_dtype(h.dtype))
+
+
+@torch.no_grad()
+def reference_logits(model: Transformer, tokens: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Dense reference: logits `[S, vocab]` of one sequence of S tokens from position 0, computed in
+    `dtype` (default the model's) on the model's weights. Written apart from `Transformer.forward`
+    (no cache, no batching, own RoPE and attention) so that the two check each other."""
+    c = model.cfg
+    dt = dtype or model.dtype
+    w = {k: p.to(dt) for k, p in model.state_dict().items()}
+    s, d, g = tokens.shape[0], c.head_dim, c.group
+    cdt = _compute_dtype(dt)
+
+    def norm(x, weight):
+        xf = x.to(cdt)
+        return weight * (xf / torch.sqrt((xf * xf).mean(-1, keepdim=True) + c.rms_norm_eps)).to(dt)
+
+    # RoPE angles, frequency by frequency as in the HF formula.
+    freqs = []
+    for i in range(d // 2):
+        f = c.rope_theta ** (-2.0 * i / d)
+        r = c.rope_scaling
+        if r is not None:
+            wl = 2 * math.pi / f
+            lo, hi = r.original_max_position_embeddings / r.low_freq_factor, r.original_max_position_embeddings / r.high_freq_factor
+            if wl > lo:
+                f = f / r.factor
+            elif wl >= hi:
+                a = (r.original_max_position_embeddings / wl - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor)
+                f = (1 - a) * f / r.factor + a * f
+        freqs.append(f)
+    ang = torch.arange(s, device=tokens.device, dtype=cdt)[:, None] * torch.tensor(freqs, device=tokens.device, dtype=cdt)
+    cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+
+    def rot(x):  # x [S, H, D]: x * cos + rotate_half(x) * sin
+        xf = x.to(cdt)
+        half = torch.cat([-xf[..., d // 2:], xf[..., : d // 2]], -1)
+        return (xf * cos[:, None] + half * sin[:, None]).to(dt)
+
+    causal = torch.ones(s, s, dtype=torch.bool, device=tokens.device).tril()
+    x = w["embed.weight"][tokens]
+    for i in range(c.layers):
+        p = f"layers.{i}."
+        h = norm(x, w[p + "attn_norm.weight"])
+        qkv = h @ w[p + "wqkv.weight"].T
+        if c.qkv_bias:
+            qkv = qkv + w[p + "wqkv.bias"]
+        nq, nk = c.q_heads * d, c.kv_heads * d
+        q = rot(qkv[:, :nq].reshape(s, c.q_heads, d))
+        k = rot(qkv[:, nq:nq + nk].reshape(s, c.kv_heads, d))
+        v = qkv[:, nq + nk:].reshape(s, c.kv_heads, d)
+        out = torch.empty_like(q)
+        for hh in range(c.q_heads):
+            kv = hh // g  # query head hh reads KV head hh // group
+            sc = (q[:, hh].to(cdt) @ k[:, kv].to(cdt).T) / math.sqrt(d)
+            sc = sc.masked_fill(~causal, float("-inf"))
+            out[:, hh] = (torch.softmax(sc, -1) @ v[:, kv].to(cdt)).to(dt)
+        x = x + out.reshape(s, -1) @ w[p + "wo.weight"].T
+        h = norm(x, w[p + "mlp_norm.weight"])
+        gu = h @ w[p + "w_gate_up.weight"].T
+        gate, up = gu[:, : c.intermediate], gu[:, c.intermediate:]
+        x = x + (gate * torch.sigmoid(gate) * up) @ w[p + "w_down.weight"].T
+    x = norm(x, w["norm.weight"])
+    head = w["embed.weight"] if c.tied_embeddings else w["lm_head.weight"]
+    return (x @ head.T).to(cdt)
