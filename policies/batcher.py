@@ -37,6 +37,9 @@ from .request import Phase, RequestTable
 I64 = np.int64
 NO_IDS = np.zeros(0, I64)
 NO_IDS.flags.writeable = False
+NO_BOOL = np.zeros(0, bool)
+NO_BOOL.flags.writeable = False
+NO_NEWS = dict(preempted=NO_IDS, released=NO_IDS, freed_pages=NO_IDS)  # nothing to announce
 NO_DECODE = dict.fromkeys(("draft_ids", "draft_context", "draft_budget", "draft_method", "draft_pos",
                            "verify_ids", "verify_query", "verify_context"), NO_IDS)  # PassPlan groups
 # plain ints: IntEnum attribute access is slow in per-pass code
@@ -60,12 +63,14 @@ class BatcherConfig:
 
 class Batcher:
     def __init__(self, cfg: BatcherConfig, table: RequestTable, policy: Policy,
-                 prefix_indptr: np.ndarray | None = None, prefix_ids: np.ndarray | None = None):
+                 prefix_indptr: np.ndarray | None = None, prefix_ids: np.ndarray | None = None,
+                 pool_cls: type[KVPool] = KVPool):
         self.cfg = cfg
         self.t = table
         self.policy = policy
-        self.pool = KVPool(cfg.capacity_pages, cfg.page_size, cfg.block_size,
-                           cfg.prefix_cache and prefix_indptr is not None)
+        # KVPool counts pages (simulator); PagedKVPool gives them identities (runtime)
+        self.pool = pool_cls(cfg.capacity_pages, cfg.page_size, cfg.block_size,
+                             cfg.prefix_cache and prefix_indptr is not None)
         self.prefix_indptr, self.prefix_ids = prefix_indptr, prefix_ids
         self.waiting: deque[int] = deque()
         self.running: list[int] = []  # admission order
@@ -74,6 +79,8 @@ class Batcher:
         self.dirty = True  # batch composition changed: plans-ahead targets must be re-asked
         self.decode_order: tuple[np.ndarray, np.ndarray] | None = None  # last plan's decode requests in
         # running order, and which of them verify (how a one-pass segment orders its columns)
+        self.preempted: list[int] = []  # since the last plan (announced in it)
+        self.released: list[int] = []  # finished since the last plan (announced in it)
         self.passes = 0
         self.finished = 0
         self.on_done = None  # callable(rid, now) when a request finishes or is rejected
@@ -121,19 +128,19 @@ class Batcher:
             hits = 0
             if cache is not None:
                 blocks = self._blocks(rid)[: int(t.prompt[rid]) // cfg.block_size]
-                hits = cache.match(blocks)
+                hits = pool.match_prefix(blocks)
                 if hits * cfg.block_size >= target:  # keep one token to compute logits from
                     hits -= 1
                 blocks = blocks[:hits]
-                cache.acquire(blocks, count_stats=False)
+                pool.attach_prefix(rid, blocks)  # first: eviction below must not take them
             shared = hits * (cfg.block_size or 0)
             need = pool.pages_for(target - shared)
-            if not pool.reserve(need):
+            if not pool.grow((rid,), (0,), (need,)):
                 if cache is not None:
-                    cache.release(blocks)
+                    pool.detach_prefix(rid, blocks)
                 break
             if cache is not None:
-                cache.count_lookup(hits, int(t.prompt[rid]) // cfg.block_size)
+                pool.count_lookup(hits, int(t.prompt[rid]) // cfg.block_size)
             self.waiting.popleft()
             self.running.append(rid)
             self.prefilling.append(rid)
@@ -150,10 +157,9 @@ class Batcher:
 
     def _release(self, rid: int) -> None:
         t = self.t
-        self.pool.adjust(-int(t.pages[rid]))
+        cached = int(t.cached_blocks[rid])
+        self.pool.release(rid, int(t.pages[rid]), self._blocks(rid)[:cached] if cached else ())
         t.pages[rid] = 0
-        if self.pool.cache is not None and t.cached_blocks[rid]:
-            self.pool.cache.release(self._blocks(rid)[: int(t.cached_blocks[rid])])
         t.cached_blocks[rid] = 0
         t.shared_tokens[rid] = 0
 
@@ -171,6 +177,7 @@ class Batcher:
         t.last_entropy[rid] = np.nan
         t.target[rid] = -1
         t.preemptions[rid] += 1
+        self.preempted.append(rid)
         self.dirty = True
 
     def finish(self, rid: int, now: float) -> None:
@@ -181,6 +188,7 @@ class Batcher:
         t.t_finish[rid] = now
         self.policy.on_finish(rid)
         self.finished += 1
+        self.released.append(rid)
         self.dirty = True
         if self.on_done:
             self.on_done(rid, now)
@@ -234,8 +242,7 @@ class Batcher:
         t, pool = self.t, self.pool
         while len(dec):
             need = -(-(t.ctx[dec] + t.drafted[dec] + 1 - t.shared_tokens[dec]) // self.cfg.page_size)
-            delta = need - t.pages[dec]
-            if pool.reserve(sum(delta.tolist())):
+            if pool.grow(dec, t.pages[dec], need):
                 t.pages[dec] = need
                 return dec
             victim = self.running[-1]
@@ -265,18 +272,33 @@ class Batcher:
         else:
             self.decode_order = None
         left = cfg.token_budget - used
-        ids, toks, ctxs = [], [], []
+        ids, toks, ctxs, last = [], [], [], []
         for rid in self.prefilling:
             if left <= 0:
                 break
-            chunk = min(int(t.prefill_target[rid] - t.prefilled[rid]), left)
+            todo = int(t.prefill_target[rid] - t.prefilled[rid])
+            chunk = min(todo, left)
             ids.append(rid)
             toks.append(chunk)
             ctxs.append(int(t.prefilled[rid]))
+            last.append(chunk == todo)
             left -= chunk
-        if not ids:
-            return PassPlan(NO_IDS, NO_IDS, NO_IDS, **decode)
-        return PassPlan(np.asarray(ids, I64), np.asarray(toks, I64), np.asarray(ctxs, I64), **decode)
+        plan = (PassPlan(NO_IDS, NO_IDS, NO_IDS, NO_BOOL, **decode, **NO_NEWS) if not ids else
+                PassPlan(np.asarray(ids, I64), np.asarray(toks, I64), np.asarray(ctxs, I64), np.asarray(last), **decode,
+                         **NO_NEWS))
+        self._announce(plan)
+        return plan
+
+    def _announce(self, plan: PassPlan) -> None:
+        """What the executor must do outside this pass: forget requests preempted or finished
+        since the last plan; pages freed meanwhile (a pool with identities logs them)."""
+        if self.preempted:
+            plan.preempted = np.asarray(self.preempted, I64)
+            self.preempted = []
+        if self.released:
+            plan.released = np.asarray(self.released, I64)
+            self.released = []
+        plan.freed_pages = self.pool.take_freed()
 
     # ---------------------------------------------------------------- outcomes
     def apply(self, plan: PassPlan, out: Outcome, t_end: float) -> None:
@@ -313,12 +335,10 @@ class Batcher:
         t.t_last_emit[rid] = now
         if cache is not None:  # publish this prompt's full blocks for later requests
             full = self._blocks(rid)[: int(t.prompt[rid]) // cfg.block_size]
-            cache.publish(full[int(t.cached_blocks[rid]):].tolist())
+            moved = self.pool.publish_prefix(rid, full[int(t.cached_blocks[rid]):].tolist())
             t.cached_blocks[rid] = len(full)
             t.shared_tokens[rid] = len(full) * cfg.block_size
-            need = self.pool.pages_for(t.ctx[rid] - t.shared_tokens[rid])
-            self.pool.adjust(need - int(t.pages[rid]))
-            t.pages[rid] = need
+            t.pages[rid] -= moved
         self.dirty = True
         if t.committed[rid] >= t.output[rid]:
             self.finish(rid, now)
@@ -340,7 +360,7 @@ class Batcher:
         t.verifies[v] += 1
         t.accepted[v] += accepted
         need = -(-(t.ctx[v] - t.shared_tokens[v]) // self.cfg.page_size)
-        self.pool.adjust(sum((need - t.pages[v]).tolist()))
+        self.pool.resize(v, t.pages[v], need)
         t.pages[v] = need
         self.add_gaps(now - t.t_last_emit[v])
         t.t_last_emit[v] = now

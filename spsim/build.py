@@ -18,6 +18,7 @@ from .config import ServingConfig
 from .plan import DraftMethod
 from .policies.base import PolicyContext
 from .policies.batcher import Batcher, BatcherConfig
+from .policies.kv import KVPool
 from .policies.registry import PolicySpec, parse_policy
 from .policies.request import RequestTable
 
@@ -61,10 +62,11 @@ class Serving:
     batcher_config: BatcherConfig
 
     def new_batcher(self, table: RequestTable, prefix_indptr: np.ndarray | None = None,
-                    prefix_ids: np.ndarray | None = None) -> Batcher:
+                    prefix_ids: np.ndarray | None = None, pool_cls: type[KVPool] = KVPool) -> Batcher:
+        """One batcher with its own policy; `pool_cls`: `PagedKVPool` where pages need identities."""
         policy = self.policy.make()
         policy.bind(PolicyContext(self.cost, self.acceptance if policy.oracle else None))
-        return Batcher(self.batcher_config, table, policy, prefix_indptr, prefix_ids)
+        return Batcher(self.batcher_config, table, policy, prefix_indptr, prefix_ids, pool_cls)
 
     @property
     def want_entropy(self) -> bool:

@@ -3,7 +3,8 @@
 One `PassPlan` is one forward pass of the model. Every request in it appears in exactly one of
 three groups, each a set of parallel numpy arrays (one entry per request):
 
-- prefill chunks: `(request, tokens, context)`;
+- prefill chunks: `(request, tokens, context, last)`; `last`: the prompt's final chunk, which
+  samples the first output token;
 - drafting requests: `(request, context, draft-KV method, budget)`: one query token with sparse
   attention over `budget` tokens (sink and recent pages included) of the `context` in the KV cache;
 - verifying requests: `(request, query tokens = drafted + 1, context)`: full attention over the
@@ -82,6 +83,8 @@ class PassPlan:
     prefill_ids: np.ndarray = field(default_factory=_ints)
     prefill_tokens: np.ndarray = field(default_factory=_ints)
     prefill_context: np.ndarray = field(default_factory=_ints)
+    prefill_last: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # the prompt's last
+    #   chunk (only that one samples a token)
 
     draft_ids: np.ndarray = field(default_factory=_ints)
     draft_context: np.ndarray = field(default_factory=_ints)
@@ -92,6 +95,14 @@ class PassPlan:
     verify_ids: np.ndarray = field(default_factory=_ints)
     verify_query: np.ndarray = field(default_factory=_ints)  # drafted + 1
     verify_context: np.ndarray = field(default_factory=_ints)
+
+    # Outside the pass, before it: requests preempted since the last plan (free their KV, keep
+    # their committed tokens: they are recomputed later as prefill), requests finished since the
+    # last plan (forget them), and page ids the pool freed meanwhile (finished, preempted,
+    # rejected draft tails, evicted or duplicate prefix blocks).
+    preempted: np.ndarray = field(default_factory=_ints)
+    released: np.ndarray = field(default_factory=_ints)
+    freed_pages: np.ndarray = field(default_factory=_ints)
 
     @property
     def num_tokens(self) -> int:

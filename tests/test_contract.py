@@ -13,6 +13,7 @@ from spsim.build import build
 from spsim.config import ServingConfig
 from spsim.cost import RooflineCostModel
 from spsim.plan import Outcome
+from spsim.policies.kv import KVPool, PagedKVPool
 from spsim.policies.registry import list_policies
 from spsim.policies.request import Phase, RequestTable
 
@@ -62,16 +63,37 @@ SETTINGS = {
 }
 
 
+def check_pages(b, t: RequestTable, plan, full: bool) -> None:
+    """Every page owned once (`full`: the O(pages) check); each request's table covers what the
+    pass writes; a prefill never recomputes a prefix it holds through the cache."""
+    pool, ps = b.pool, b.pool.page_size
+    if full:
+        pool.check()
+    for rid, q, ctx in zip(plan.prefill_ids.tolist(), plan.prefill_tokens.tolist(), plan.prefill_context.tolist()):
+        assert len(pool.table(rid)) * ps >= ctx + q
+        assert ctx >= t.shared_tokens[rid] and pool.shared.get(rid, 0) * ps == t.shared_tokens[rid]
+    for rid, ctx, pos in zip(plan.draft_ids.tolist(), plan.draft_context.tolist(), plan.draft_pos.tolist()):
+        assert len(pool.table(rid)) * ps >= ctx + pos + 1
+    for rid, q, ctx in zip(plan.verify_ids.tolist(), plan.verify_query.tolist(), plan.verify_context.tolist()):
+        assert len(pool.table(rid)) * ps >= ctx + q
+    for rid in plan.preempted.tolist() + plan.released.tolist():
+        assert rid not in pool.tables
+    if full:
+        assert len(set(plan.freed_pages.tolist()) & set(pool.free_ids)) == len(set(plan.freed_pages.tolist()) - {
+        p for ids in pool.block_ids.values() for p in ids} - {p for tbl in pool.tables.values() for p in tbl})
+
+
+@pytest.mark.parametrize("pool", ["counting", "paged"])
 @pytest.mark.parametrize("setting", SETTINGS)
 @pytest.mark.parametrize("policy", POLICIES)
-def test_runtime_loop_keeps_the_invariants(policy, setting):
+def test_runtime_loop_keeps_the_invariants(policy, setting, pool):
     shape, pages = SETTINGS[setting]
     tr = make_trace(40, seed=5, span=3.0, prefix=True, **shape)
     cfg = ServingConfig(policy=policy, kv_pages=pages, max_batch=24, token_budget=4096)
     a = acc(0.8, seed=0)
     serving = build(cfg, prefix_cache=True, block_size=512, cost=COST, acceptance=a)
     table = RequestTable(tr.prompt_tokens, tr.output_tokens, tr.arrival_s)
-    b = serving.new_batcher(table, tr.prefix_indptr, tr.prefix_ids)
+    b = serving.new_batcher(table, tr.prefix_indptr, tr.prefix_ids, PagedKVPool if pool == "paged" else KVPool)
     b.on_done = lambda rid, now: serving.done(rid)
     ex = FakeExecutor(COST, a, table)
     n, nxt, now, passes = len(tr), 0, 0.0, 0
@@ -85,6 +107,8 @@ def test_runtime_loop_keeps_the_invariants(policy, setting):
             continue
         plan = b.plan(now)
         assert not plan.is_empty()
+        if pool == "paged":
+            check_pages(b, table, plan, full=setting == "tight" or passes % 16 == 0)
         if serving.policy.cls.synchronous:
             assert not (len(plan.draft_ids) and len(plan.verify_ids))
         out = ex.execute(plan)
@@ -97,6 +121,10 @@ def test_runtime_loop_keeps_the_invariants(policy, setting):
     assert (done | (table.phase == Phase.REJECTED)).all()  # requests conserved
     assert (table.committed[done] == table.output[done]).all()  # committed tokens = output tokens
     assert b.pool.private == 0 and not b.running
+    if pool == "paged":  # no page leaked: every page is free or in a cached block
+        b.pool.check()
+        assert not b.pool.tables
+        assert len(b.pool.free_ids) + sum(len(v) for v in b.pool.block_ids.values()) == b.pool.capacity
     assert done.sum() >= 35
     if setting == "tight":
         assert table.preemptions.sum() > 0  # the small pool really preempted
