@@ -1,12 +1,13 @@
 """The paged model with the Triton mixed-pass kernel in bf16 at real shapes (random weights, few
 layers) against the dense reference (run on the device: `python3 -m pytest -m gpu tests/gpu`).
 
-Tolerances (relative L2 error of each request's logits):
-- against the dense reference computed in fp32 on the same bf16 weights: <= 3e-2 (bf16 rounding of
-  activations through the layers; measured 1.1-1.2e-2 with a 2-4 layer stack);
-- against the same paged bf16 model with the PyTorch attention reference: <= 1e-2 (only the
-  attention kernel differs; measured <= 3.6e-3).
-Greedy tokens must agree with the fp32 reference on >= 97 % of positions (measured >= 98.8 %).
+Tolerances, per request, against the dense reference computed in fp32 on the same bf16 weights:
+- relative L2 error of the logits < TOL_DENSE (3e-2), and within TOL_RATIO (1.25x, + 1e-3) of the
+  error of the same paged bf16 model with the PyTorch attention reference: bf16 rounding of the
+  activations dominates (random weights amplify it layer by layer), the kernel must add little;
+- greedy tokens agree on >= 90 % of positions, and at most 2 points fewer than with the PyTorch
+  attention (random logits have near ties, so agreement is not 100 % even for exact attention).
+Measured on an H200: see the printed table (`-s`).
 """
 
 import numpy as np
@@ -20,8 +21,10 @@ from spsim.gpu_runtime.reference import mixed_attention_ref
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
+TOL_DENSE, TOL_RATIO = 3e-2, 1.25
+AGREE, AGREE_SLACK = 0.9, 0.02
 
-# Requests: long prompts in 2048-token chunks, then decode, verify-sized (9) and draft-sized steps
+# Requests: long prompts in 2048-token chunks, then decode (1) and verify-sized (9, 10) steps
 # mixed with prefill chunks in the same passes.
 SEQ_LENS = (4500, 2051, 1210, 700)
 PASSES = [
@@ -60,12 +63,17 @@ def test_paged_triton_bf16_matches_dense(name, layers):
     seqs = [torch.randint(0, cfg.vocab, (n,), device=DEV, generator=gen) for n in SEQ_LENS]
     with torch.no_grad():
         tri = run_passes(model, seqs)
-        ref_attn = run_passes(model, seqs, attention_fn=mixed_attention_ref)
+        tor = run_passes(model, seqs, attention_fn=mixed_attention_ref)
+        rows = []
         for r, s in enumerate(seqs):
             dense = reference_logits(model, s, dtype=torch.float32)
-            e_dense, e_attn = rel(tri[r], dense), rel(tri[r], ref_attn[r])
-            agree = float((tri[r].argmax(-1) == dense.argmax(-1)).float().mean())
-            print(f"{name} x{layers} request {r} ({len(s)} tokens): rel err vs dense fp32 {e_dense:.2e}, "
-                  f"vs paged torch attention {e_attn:.2e}, argmax agreement {agree:.4f}")
-            assert torch.isfinite(tri[r]).all()
-            assert e_dense < 3e-2 and e_attn < 1e-2 and agree >= 0.97
+            top = dense.argmax(-1)
+            rows.append((r, rel(tri[r], dense), rel(tor[r], dense), float((tri[r].argmax(-1) == top).float().mean()),
+                         float((tor[r].argmax(-1) == top).float().mean()), bool(torch.isfinite(tri[r]).all())))
+    for r, e_tri, e_tor, a_tri, a_tor, _ in rows:
+        print(f"{name} x{layers} request {r} ({len(seqs[r])} tokens) vs dense fp32: rel err Triton {e_tri:.2e}, "
+              f"torch attention {e_tor:.2e}; argmax agreement {a_tri:.4f} / {a_tor:.4f}")
+    for r, e_tri, e_tor, a_tri, a_tor, finite in rows:
+        assert finite
+        assert e_tri < TOL_DENSE and e_tri < TOL_RATIO * e_tor + 1e-3, f"request {r}"
+        assert a_tri >= AGREE and a_tri >= a_tor - AGREE_SLACK, f"request {r}"
