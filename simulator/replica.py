@@ -18,7 +18,7 @@ from spsim.policies.batcher import Batcher
 from .executor import SimExecutor
 from .segment import DecodeSegment, FastPath
 
-CATEGORIES = ("prefill", "mixed", "draft", "verify")
+from spsim.metrics import CATEGORIES
 
 
 class Replica:

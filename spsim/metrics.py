@@ -117,3 +117,55 @@ def summarize_requests(req: pd.DataFrame, itl_s: np.ndarray, slo_ttft_s: np.ndar
     s["spec_mean_accepted_per_verify"] = accepted / spec_v if spec_v else None
     s["spec_drafts_per_verify"] = drafts / spec_v if spec_v else None
     return s
+
+
+CATEGORIES = ("prefill", "mixed", "draft", "verify")  # PassPlan.category
+
+
+def request_frame(table, ids: np.ndarray) -> pd.DataFrame:
+    from spsim.policies.request import REJECT_REASONS
+
+    t = table
+    df = pd.DataFrame({
+        "id": ids, "replica": t.replica, "arrival_s": t.arrival, "first_token_s": t.t_first,
+        "finish_s": t.t_finish, "prompt_tokens": t.prompt, "output_tokens": t.output,
+        "drafts": t.drafts, "verifies": t.verifies, "spec_verifies": t.spec_verifies, "accepted": t.accepted,
+        "preemptions": t.preemptions, "recomputes": t.recomputes, "prefix_hit_tokens": t.hit_tokens,
+        "rejected": np.asarray(REJECT_REASONS, dtype=object)[t.reject],
+    })
+    return df[PER_REQUEST_COLUMNS]
+
+
+def summarize_run(table, batchers, cat_ns: list[dict], cat_passes: list[dict], cfg, cost, trace) -> RunResult:
+    """The summary of a run in either world: the request table, each replica's batcher (emission
+    gaps, KV pool), its GPU time (integer ns) and passes per pass category."""
+    req = request_frame(table, np.asarray(trace.ids, dtype=object))
+    gaps = [g for b in batchers for g in b.itl]
+    itl = np.concatenate(gaps) if gaps else np.zeros(0)
+    n = len(trace)
+    nan = np.full(n, np.nan)
+    slo_ttft = trace.slo_ttft_s if trace.slo_ttft_s is not None else nan
+    slo_tpot = trace.slo_tpot_s if trace.slo_tpot_s is not None else nan
+    s = summarize_requests(req, itl, slo_ttft, slo_tpot, (cfg.slo_ttft_s, cfg.slo_tpot_s))
+    ns = {c: sum(d[c] for d in cat_ns) for c in CATEGORIES}
+    s["pass_time_s"] = {c: ns[c] / 1e9 for c in CATEGORIES}
+    s["passes"] = {c: sum(d[c] for d in cat_passes) for c in CATEGORIES}
+    caches = [b.pool.cache for b in batchers if b.pool.cache is not None]
+    if caches:
+        q = sum(c.queried_blocks for c in caches)
+        s["prefix_cache_hit_rate"] = (sum(c.hit_blocks for c in caches) / q) if q else 0.0
+        s["prefix_cache_hit_tokens"] = int(table.hit_tokens.sum())
+    else:
+        s["prefix_cache_hit_rate"] = None
+    s["kv_capacity_pages"] = int(batchers[0].cfg.capacity_pages)
+    s["kv_peak_pages"] = int(max(b.pool.peak for b in batchers))
+    s["config"] = {
+        "policy": batchers[0].policy.spec, "replicas": cfg.replicas, "router": cfg.router,
+        "seed": cfg.seed, "cost_model": getattr(cost, "name", type(cost).__name__),
+        "model": cfg.model, "gpu": cfg.gpu, "tp": cfg.tp, "profile": cfg.profile,
+        "acceptance": cfg.acceptance, "load": cfg.load,
+        "draft_kv": cfg.draft_kv, "draft_budget": cfg.draft_budget, "max_draft": cfg.max_draft,
+        "max_batch": cfg.max_batch, "token_budget": cfg.token_budget, "page_size": cfg.page_size,
+    }
+    return RunResult(s, req)
+
