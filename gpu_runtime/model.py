@@ -105,8 +105,8 @@ class Block(nn.Module):
 
 class Transformer(nn.Module):
     def __init__(self, cfg: LlamaConfig):
-        """Parameters uninitialised in meaning (nn defaults); use `random` or a loader in
-        `weights` / `gguf_loader`."""
+        """Parameters with meaningless contents: build with `random`, `from_state_dict` or a
+        loader (`weights.load_model`)."""
         super().__init__()
         self.cfg = cfg
         # _weight: skips the default init (normal_ on meta tensors imports half of torch)
@@ -137,8 +137,8 @@ class Transformer(nn.Module):
     @classmethod
     def random(cls, cfg: LlamaConfig, seed: int = 0, device="cpu", dtype: torch.dtype | None = None) -> "Transformer":
         """Seeded random weights, scaled so activations stay O(1) at any depth in bf16: linear
-        weights N(0, 1/fan_in), embeddings N(0, 1) (N(0, 1/hidden) when tied), norms 1, biases N(0, 0.02^2). Values differ
-        between devices for one seed (each device's generator)."""
+        weights N(0, 1/fan_in), embeddings N(0, 1) (N(0, 1/hidden) when tied), norms 1, biases
+        N(0, 0.02^2). One seed gives different values on different devices (their generators)."""
         m = cls.empty(cfg, device, dtype)
         gen = torch.Generator(device=device).manual_seed(seed)
         with torch.no_grad():
@@ -209,19 +209,20 @@ def reference_logits(model: Transformer, tokens: torch.Tensor, dtype: torch.dtyp
 
     # RoPE angles, frequency by frequency as in the HF formula.
     freqs = []
+    r = c.rope_scaling
     for i in range(d // 2):
         f = c.rope_theta ** (-2.0 * i / d)
-        r = c.rope_scaling
         if r is not None:
+            old = r.original_max_position_embeddings
             wl = 2 * math.pi / f
-            lo, hi = r.original_max_position_embeddings / r.low_freq_factor, r.original_max_position_embeddings / r.high_freq_factor
-            if wl > lo:
+            if wl > old / r.low_freq_factor:
                 f = f / r.factor
-            elif wl >= hi:
-                a = (r.original_max_position_embeddings / wl - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor)
+            elif wl >= old / r.high_freq_factor:
+                a = (old / wl - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor)
                 f = (1 - a) * f / r.factor + a * f
         freqs.append(f)
-    ang = torch.arange(s, device=tokens.device, dtype=cdt)[:, None] * torch.tensor(freqs, device=tokens.device, dtype=cdt)
+    pos = torch.arange(s, device=tokens.device, dtype=cdt)
+    ang = pos[:, None] * torch.tensor(freqs, device=tokens.device, dtype=cdt)
     cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
 
     def rot(x):  # x [S, H, D]: x * cos + rotate_half(x) * sin

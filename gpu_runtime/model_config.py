@@ -135,7 +135,8 @@ class LlamaConfig:
             "num_attention_heads": self.q_heads, "num_key_value_heads": self.kv_heads, "head_dim": self.head_dim,
             "intermediate_size": self.intermediate, "vocab_size": self.vocab, "hidden_act": "silu",
             "rms_norm_eps": self.rms_norm_eps, "rope_theta": self.rope_theta,
-            "rope_scaling": None if self.rope_scaling is None else {"rope_type": "llama3", **dataclasses.asdict(self.rope_scaling)},
+            "rope_scaling": None if self.rope_scaling is None
+            else {"rope_type": "llama3", **dataclasses.asdict(self.rope_scaling)},
             "attention_bias": self.qkv_bias, "tie_word_embeddings": self.tied_embeddings,
             "max_position_embeddings": self.max_context, "torch_dtype": DTYPES[self.dtype],
             "bos_token_id": self.bos_token_id,
