@@ -16,9 +16,26 @@ def _warn_once(why: str) -> None:
                       "runtime is untested there)", RuntimeWarning, stacklevel=3)
 
 
+_REFERENCE_ONLY = [False]
+
+
+class reference_only:
+    """Within this block the PyTorch reference paths run even where Triton would (the runtime on
+    the CPU: the Triton interpreter is for testing the kernels, far too slow to serve with)."""
+
+    def __enter__(self):
+        self._was = _REFERENCE_ONLY[0]
+        _REFERENCE_ONLY[0] = True
+
+    def __exit__(self, *exc):
+        _REFERENCE_ONLY[0] = self._was
+
+
 def use_triton(device) -> bool:
     import torch
 
+    if _REFERENCE_ONLY[0]:
+        return False
     dev = torch.device(device)
     try:
         import triton  # noqa: F401

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from spsim.build import build
+from spsim.build import arrival_times, build
 from spsim.config import ServingConfig
 from spsim.errors import SpsimError
 from spsim.metrics import RunResult
@@ -34,19 +34,6 @@ class SimConfig(ServingConfig):
     fast: bool = True  # advance many decode passes per event where results are identical
 
 
-def _arrivals(trace: Trace, cfg: SimConfig) -> np.ndarray:
-    arr = np.asarray(trace.arrival_s, np.float64)
-    if cfg.offline or cfg.concurrency:
-        return np.zeros(len(arr))
-    if cfg.qps:
-        span = arr[-1] - arr[0] if len(arr) > 1 else 0.0
-        if span <= 0:
-            raise SpsimError("--qps needs a trace whose arrivals span some time (use --offline)")
-        native = (len(arr) - 1) / span
-        return (arr - arr[0]) * (native / cfg.qps)
-    return arr - arr[0]
-
-
 def simulate(trace: Trace, cfg: SimConfig, cost=None, acceptance=None, progress=None) -> RunResult:
     """Replay `trace` under `cfg`. `progress(done, total)` is called now and then if given."""
     if len(trace) == 0:
@@ -56,7 +43,7 @@ def simulate(trace: Trace, cfg: SimConfig, cost=None, acceptance=None, progress=
     serving = build(cfg, prefix_cache=trace.prefix_indptr is not None, block_size=trace.block_size,
                     cost=cost, acceptance=acceptance)
     cost, acc = serving.cost, serving.acceptance
-    arrivals = _arrivals(trace, cfg)
+    arrivals = arrival_times(trace, cfg)
     table = RequestTable(trace.prompt_tokens, trace.output_tokens, arrivals)
     env = simpy.Environment()
     n = len(trace)

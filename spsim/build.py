@@ -38,6 +38,24 @@ def build_acceptance(cfg: ServingConfig):
     return make_acceptance(cfg.acceptance or DEFAULT_ACCEPTANCE, cfg.seed)
 
 
+def arrival_times(trace, cfg: ServingConfig) -> np.ndarray:
+    """When each request arrives, in seconds from the start, under the run's load mode: the
+    trace's own times, rescaled to `--qps`, or all at 0 (`--offline`, and `--concurrency`, whose
+    requests are released as others finish)."""
+    from .errors import SpsimError
+
+    arr = np.asarray(trace.arrival_s, np.float64)
+    if cfg.offline or cfg.concurrency:
+        return np.zeros(len(arr))
+    if cfg.qps:
+        span = arr[-1] - arr[0] if len(arr) > 1 else 0.0
+        if span <= 0:
+            raise SpsimError("--qps needs a trace whose arrivals span some time (use --offline)")
+        native = (len(arr) - 1) / span
+        return (arr - arr[0]) * (native / cfg.qps)
+    return arr - arr[0]
+
+
 def kv_capacity(cfg: ServingConfig, cost, page_size: int) -> int:
     """KV pages per replica: `--kv-pages`, else what the cost model's GPU holds beside the weights."""
     from .memory import kv_capacity_pages
@@ -94,6 +112,11 @@ def build(cfg: ServingConfig, *, prefix_cache: bool = True, block_size: int | No
     cost = cost if cost is not None else build_cost_model(cfg)
     if acceptance is None and cfg.acceptance != "real":
         acceptance = build_acceptance(cfg)
+    if spec.cls.oracle and acceptance is None:
+        from .errors import SpsimError
+
+        raise SpsimError(f"policy {spec.name!r} reads the acceptance model's outcomes: give a preset "
+                         "(--acceptance PRESET), not real acceptance")
     model = getattr(cost, "model", None) or get_model(cfg.model)
     page_size = int(getattr(cost, "page_size", cfg.page_size))
     method = int(spec.cls.default_draft_method if cfg.draft_kv == "auto" else DraftMethod.parse(cfg.draft_kv))

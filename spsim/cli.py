@@ -41,12 +41,14 @@ def _register() -> None:
     # Each part's CLI module imports only typer, rich and light spsim modules; a command imports
     # its own world (simpy, scipy, torch) when it runs, so `spsim --help` works everywhere and a
     # broken command fails loudly here instead of vanishing from the help.
+    from spsim.gpu_runtime.cli import register as register_run
     from spsim.simulator.acceptance.cli import app as acc_app
     from spsim.simulator.cli import register as register_sim
     from spsim.traces.cli import app as trace_app
 
     app.add_typer(trace_app, name="trace", help="Inspect, convert, generate and transform request traces.")
     register_sim(app)
+    register_run(app)
     app.add_typer(acc_app, name="acceptance", help="Show, sample and fit acceptance models.")
 
 

@@ -1,0 +1,71 @@
+"""`spsim run`: serve a trace on the real model with the same batcher and policies as `spsim replay`.
+
+Imports only typer and light spsim modules; torch is imported when the command runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from spsim.cli_options import LIMIT, TRACE_FORMAT, serving_options
+from spsim.errors import SpsimError
+
+console = Console()
+err = Console(stderr=True)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(epilog="Examples:\n\n  spsim run my.jsonl --model tiny --offline --policy fixed-k:k=4 --out runs/tiny\n\n"
+                        "  spsim run my.jsonl --device cuda --model llama-3.1-8b --acceptance sparsespec-llama8b --offline")
+    @serving_options(exclude=("replicas", "router"), defaults={"acceptance": "real"})
+    def run(
+        trace: str = typer.Argument(..., help="Trace file or shipped name."),
+        weights: Optional[str] = typer.Option(None, "--weights", help="Safetensors folder or .gguf file "
+                                              "(default: seeded random weights of --model)."),
+        device: str = typer.Option("cuda", "--device", help="cuda or cpu."),
+        dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16, fp16, fp32 or fp64 (default: bf16 on "
+                                            "GPUs, the config's on the CPU)."),
+        text: Optional[Path] = typer.Option(None, "--text", help="Cut prompts from this text (needs .gguf weights)."),
+        temperature: float = typer.Option(0.0, "--temperature", help="Sampling temperature (0: greedy)."),
+        max_passes: Optional[int] = typer.Option(None, "--max-passes", help="Stop after this many passes."),
+        out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write summary.json, requests.csv, "
+                                           "events.jsonl and passes.jsonl here."),
+        dump_tokens: Optional[Path] = typer.Option(None, "--dump-tokens", help="Write {request id: generated "
+                                                   "token ids} as JSON here."),
+        as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+        limit: Optional[int] = LIMIT, trace_format: Optional[str] = TRACE_FORMAT,
+        serving=None,
+    ):
+        """Serve a trace on a real model (GPU, or CPU for small models): measured pass times, real or
+        preset acceptance, the simulator's metrics schema."""
+        from spsim.simulator.cli import _load, summary_table
+
+        from .engine import RuntimeOptions, run_trace, write_outputs
+
+        if temperature < 0 or temperature != temperature:
+            raise SpsimError(f"--temperature must be >= 0 (got {temperature})")
+        if device not in ("cuda", "cpu"):
+            raise SpsimError(f"--device must be cuda or cpu (got {device!r})")
+        for p in (out, dump_tokens):
+            if p is not None and p.exists() and (p is out) != p.is_dir():
+                raise SpsimError(f"{p}: exists and is not a {'folder' if p is out else 'file'}")
+        tr = _load(trace, trace_format, limit)
+        opts = RuntimeOptions(weights=weights, device=device, dtype=dtype, text=str(text) if text else None,
+                              temperature=temperature, max_passes=max_passes)
+        res = run_trace(tr, serving, opts)
+        if as_json:
+            typer.echo(res.result.summary_json(), nl=False)
+        else:
+            rt = res.result.summary["runtime"]
+            console.print(summary_table(res.result.summary, f"{serving.policy} on {trace} ({len(tr):,} requests, "
+                                                            f"{rt['model']} on {rt['device_name']})"))
+            console.print(f"[dim]{rt['passes']:,} passes; host planning {rt['mean_host_ms']:.2f} ms mean per pass[/]")
+        if out:
+            write_outputs(out, res, tr, dump_tokens)
+        elif dump_tokens:
+            dump_tokens.write_text(json.dumps({str(tr.ids[r]): t for r, t in sorted(res.tokens.items())}) + "\n")

@@ -1,0 +1,259 @@
+"""`spsim run`: a trace through the real model, driven by the same batcher and policy objects the
+simulator drives (`spsim.build`). Only time and acceptance come from the hardware and the model.
+
+One loop: admit arrivals whose time has come (wall clock, or all at once with `--offline`; with
+`--concurrency` a finish releases the next request), plan a pass, execute it on the model, apply
+its outcome. Host planning time (`Batcher.plan`) is measured per pass beside the pass's GPU time.
+No simpy, no plotly: this runs on the GPU machine.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from spsim.build import arrival_times, build
+from spsim.config import ServingConfig
+from spsim.errors import SpsimError
+from spsim.metrics import CATEGORIES, RunResult, summarize_run
+from spsim.policies.kv import PagedKVPool
+from spsim.policies.request import Phase, RequestTable
+
+from .executor import RuntimeExecutor
+from .kv_cache import PagedKVCache
+from .model_config import LlamaConfig
+
+
+@dataclass
+class RuntimeOptions:
+    weights: str | None = None  # safetensors folder or .gguf file; None: seeded random weights
+    device: str = "cpu"
+    dtype: str | None = None  # bf16, fp16, fp32, fp64; default: the config's (bf16 on GPUs)
+    text: str | None = None  # real text to cut prompts from (with real weights)
+    temperature: float = 0.0
+    mem_frac: float = 0.9  # of free GPU memory for the KV cache when --kv-pages is not given
+    cpu_kv_pages: int = 4096  # default KV pages on the CPU
+    max_passes: int | None = None  # stop after this many passes (a window of a long run)
+    record_events: bool = True
+
+
+@dataclass
+class RunOutput:
+    result: RunResult
+    events: list[dict]
+    passes: list[dict]
+    tokens: dict[int, list[int]]
+    extra: dict = field(default_factory=dict)
+
+
+def policy_cost_model(cfg: ServingConfig, lc: LlamaConfig):
+    """What cost-aware policies price their choices with: the run's profile or roofline for the
+    simulator's shape of this name, else a roofline of the loaded model's own shape."""
+    from spsim.build import build_cost_model
+    from spsim.cost import RooflineCostModel
+    from spsim.models import MODELS, ModelConfig
+
+    if cfg.profile or lc.name in MODELS:
+        return build_cost_model(cfg.with_(model=lc.name) if lc.name in MODELS else cfg)
+    shape = ModelConfig(lc.name, lc.layers, lc.hidden, lc.q_heads, lc.kv_heads, lc.head_dim, lc.intermediate,
+                        lc.vocab, lc.max_context, lc.tied_embeddings, lc.qkv_bias)
+    return RooflineCostModel(shape, cfg.gpu, tp=cfg.tp, kv_dtype=cfg.kv_dtype, weight_dtype=cfg.weight_dtype,
+                             page_size=cfg.page_size)
+
+
+def _torch_dtype(name: str | None):
+    if name is None:
+        return None
+    table = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
+    if name not in table:
+        raise SpsimError(f"--dtype must be one of {', '.join(table)} (got {name!r})")
+    return table[name]
+
+
+def kv_pages_for(lc: LlamaConfig, cfg: ServingConfig, opts: RuntimeOptions, dtype) -> int:
+    from .kv_cache import PagedKVCache as C
+
+    if cfg.kv_pages:
+        return int(cfg.kv_pages)
+    dev = torch.device(opts.device)
+    if dev.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(dev)
+        return int(free * opts.mem_frac) // C.bytes_per_page(lc, cfg.page_size, dtype)
+    return opts.cpu_kv_pages
+
+
+def load(cfg: ServingConfig, opts: RuntimeOptions):
+    from .weights import load_model
+
+    dev = torch.device(opts.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise SpsimError("--device cuda: no CUDA device here (use --device cpu)")
+    dtype = _torch_dtype(opts.dtype)
+    if dtype is None and dev.type == "cuda":
+        dtype = torch.bfloat16
+    model, tokenizer = load_model(opts.weights, None if opts.weights else cfg.model, device=dev, dtype=dtype,
+                                  seed=cfg.seed)
+    return model, tokenizer
+
+
+def prompt_source(trace, model, tokenizer, cfg: ServingConfig, opts: RuntimeOptions):
+    from . import tokens as T
+
+    vocab = model.cfg.vocab
+    bs = trace.block_size or 512
+    blocks = (lambda rid: trace.prefix_ids[trace.prefix_indptr[rid]:trace.prefix_indptr[rid + 1]]) \
+        if trace.prefix_indptr is not None else (lambda rid: None)
+    if opts.text:
+        if tokenizer is None:
+            raise SpsimError("--text needs a tokenizer: real weights from a .gguf file")
+        try:
+            text = Path(opts.text).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise SpsimError(f"{opts.text}: cannot read text ({e})") from None
+        src = T.TextSource(text, lambda s: tokenizer.encode(s).ids, cfg.seed)
+        return lambda rid: src.prompt_tokens(rid, int(trace.prompt_tokens[rid]), blocks(rid), bs)
+    return lambda rid: T.prompt_tokens(rid, int(trace.prompt_tokens[rid]), blocks(rid), bs, vocab, cfg.seed)
+
+
+def run_trace(trace, cfg: ServingConfig, opts: RuntimeOptions, progress=None, model=None, tokenizer=None,
+              cost=None) -> RunOutput:
+    """Serve `trace` on the real model. `model`/`tokenizer`: already loaded (tests reuse one);
+    `cost`: what the policies price with (default `policy_cost_model`)."""
+    if torch.device(opts.device).type == "cpu":
+        from .dispatch import reference_only
+
+        with reference_only():
+            return _run(trace, cfg, opts, progress, model, tokenizer, cost)
+    return _run(trace, cfg, opts, progress, model, tokenizer, cost)
+
+
+def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
+    if len(trace) == 0:
+        raise SpsimError("the trace has no requests")
+    if cfg.replicas != 1:
+        raise SpsimError("spsim run serves one replica (--replicas 1)")
+    if model is None:
+        model, tokenizer = load(cfg, opts)
+    lc = model.cfg
+    dtype = model.dtype
+    pages = kv_pages_for(lc, cfg, opts, dtype)
+    cost = cost if cost is not None else policy_cost_model(cfg, lc)
+    serving = build(cfg, prefix_cache=trace.prefix_indptr is not None, block_size=trace.block_size, cost=cost,
+                    capacity=pages, max_context=lc.max_context)
+    arrivals = arrival_times(trace, cfg)
+    table = RequestTable(trace.prompt_tokens, trace.output_tokens, arrivals)
+    b = serving.new_batcher(table, trace.prefix_indptr, trace.prefix_ids, PagedKVPool)
+    cache = PagedKVCache(lc, pages, cfg.page_size, device=model.device, dtype=dtype)
+    ex = RuntimeExecutor(model, cache, b.pool, table, prompt_source(trace, model, tokenizer, cfg, opts),
+                         method=serving.method, budget=cfg.draft_budget, temperature=opts.temperature,
+                         seed=cfg.seed, acceptance=serving.acceptance, record_events=opts.record_events)
+    n = len(trace)
+    cat_ns = dict.fromkeys(CATEGORIES, 0)
+    cat_passes = dict.fromkeys(CATEGORIES, 0)
+    state = {"next": 0, "released": 0}
+    passes: list[dict] = []
+    wall = not (cfg.offline or cfg.concurrency)
+    t0 = time.perf_counter()
+    clock = (lambda: time.perf_counter() - t0) if wall else None
+    sim_now = [0.0]  # offline / closed loop: time advances by the passes' measured time only
+
+    def now() -> float:
+        return clock() if wall else sim_now[0]
+
+    def route(rid: int, at: float) -> None:
+        serving.arrived(rid, table)
+        b.enqueue(rid, at)
+        table.replica[rid] = 0
+
+    def on_done(rid, at):
+        serving.done(rid)
+        if cfg.concurrency and state["released"] < n:
+            nxt = state["released"]
+            state["released"] += 1
+            table.arrival[nxt] = at
+            route(nxt, at)
+
+    b.on_done = on_done
+    if cfg.concurrency:
+        state["released"] = min(cfg.concurrency, n)
+        for rid in range(state["released"]):
+            route(rid, 0.0)
+        state["next"] = n
+    done_count = 0
+    while True:
+        while state["next"] < n and arrivals[state["next"]] <= now():
+            route(state["next"], float(arrivals[state["next"]]))
+            state["next"] += 1
+        if not b.has_work():
+            if state["next"] >= n:
+                break
+            wait = float(arrivals[state["next"]]) - now()
+            if wall and wait > 0:
+                time.sleep(min(wait, 0.5))
+            elif not wall:
+                sim_now[0] = float(arrivals[state["next"]])
+            continue
+        h0 = time.perf_counter()
+        plan = b.plan(now())
+        host_s = time.perf_counter() - h0
+        if plan.is_empty():
+            raise RuntimeError("batcher produced an empty pass with work pending")  # a bug, not input
+        out = ex.execute(plan)
+        if not wall:
+            sim_now[0] += out.elapsed_s + host_s
+        b.apply(plan, out, now())
+        cat = plan.category
+        cat_ns[cat] += int(round(out.elapsed_s * 1e9))
+        cat_passes[cat] += 1
+        rec = ex.passes[-1]
+        passes.append({"pass": len(passes), "category": cat, "prefill_tokens": rec.prefill_tokens,
+                       "drafts": rec.drafts, "verifies": rec.verifies, "verify_tokens": rec.verify_tokens,
+                       "gpu_ms": round(rec.gpu_s * 1e3, 4), "host_ms": round(host_s * 1e3, 4)})
+        if progress is not None:
+            d = int(((table.phase == Phase.DONE) | (table.phase == Phase.REJECTED)).sum())
+            if d != done_count:
+                done_count = d
+                progress(d, n)
+        if opts.max_passes and len(passes) >= opts.max_passes:
+            break
+    res = summarize_run(table, [b], [cat_ns], [cat_passes], cfg, cost, trace)
+    host = np.array([p["host_ms"] for p in passes]) if passes else np.zeros(1)
+    res.summary["runtime"] = {
+        "device": str(model.device), "device_name": (torch.cuda.get_device_name(model.device)
+                                                     if model.device.type == "cuda" else "cpu"),
+        "model": lc.name, "weights": opts.weights or "random (seeded)", "dtype": str(dtype).replace("torch.", ""),
+        "kv_pages": pages, "acceptance": cfg.acceptance or "real", "temperature": opts.temperature,
+        "policy_cost_model": getattr(cost, "name", type(cost).__name__), "passes": len(passes),
+        "stopped_early": bool(opts.max_passes and len(passes) >= opts.max_passes),
+        "mean_host_ms": float(host.mean()), "p99_host_ms": float(np.percentile(host, 99)),
+        "torch": torch.__version__,
+    }
+    events = ex.events or []
+    return RunOutput(res, events, passes, ex.generated())
+
+
+def write_outputs(out_dir: Path, run: RunOutput, trace, dump_tokens: Path | None = None) -> None:
+    from spsim.events import write_events
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "summary.json").write_text(run.result.summary_json())
+    run.result.requests.to_csv(out_dir / "requests.csv", index=False)
+    ev = run.events
+    cols = {f: np.asarray([e[f] for e in ev]) for f in ("request", "out_pos", "draft_pos", "accepted", "entropy",
+                                                         "method", "budget", "context")}
+    if ev:
+        write_events(out_dir / "events.jsonl", cols, {"source": "spsim run", "model": run.result.summary["runtime"]["model"],
+                                                      "temperature": run.result.summary["runtime"]["temperature"]})
+    else:
+        (out_dir / "events.jsonl").write_text(json.dumps({"spsim_accept_events": 1, "source": "spsim run"}) + "\n")
+    with open(out_dir / "passes.jsonl", "w") as f:
+        for p in run.passes:
+            f.write(json.dumps(p) + "\n")
+    if dump_tokens is not None:
+        ids = trace.ids
+        dump_tokens.write_text(json.dumps({str(ids[r]): toks for r, toks in sorted(run.tokens.items())}) + "\n")

@@ -1,0 +1,234 @@
+"""The runtime executor: one pass plan = one forward pass of a real model.
+
+`execute(plan) -> Outcome` is the contract the simulated executor fulfils with a cost model and an
+acceptance model; here time is measured and outcomes come from the model's own tokens
+(`acceptance=None`, "real") or, with all compute still real, from a preset acceptance model with
+the simulator's keyed draws (so a run and a replay of the same trace and seed decide alike).
+
+Token bookkeeping per request (positions as the batcher counts them): `tokens` = prompt + committed
+output tokens; the KV cache holds the first `context` of them (context = prompt + committed - 1
+in decode: the newest token is the next pass's input). A draft at position `context + j` takes
+the previous draft (or the newest token) as input and writes provisional KV there; a verification
+re-runs `[newest, drafts...]` at `context ..` with full attention, overwriting that KV, and commits
+the accepted drafts plus one token sampled from the target. Sampling draws are keyed by (seed,
+request, output position, stream), so outputs do not depend on batch composition.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from spsim.plan import DraftMethod, Outcome, PassPlan
+
+from . import sampling as S
+from .kv_cache import PagedKVCache
+from .pass_attention import DraftRows, DraftState, PassAttention
+from .selection import PageMeta
+
+
+@dataclass
+class RequestTokens:
+    tokens: list[int]  # prompt + committed output
+    prompt_len: int
+    drafts: list[int] = field(default_factory=list)
+    draft_probs: list[torch.Tensor] = field(default_factory=list)  # q_j (temperature > 0 only)
+    draft_entropy: list[float] = field(default_factory=list)
+
+
+@dataclass
+class PassRecord:
+    """What `passes.jsonl` records per pass."""
+
+    prefill_tokens: int
+    drafts: int
+    verifies: int
+    verify_tokens: int
+    gpu_s: float
+
+
+class RuntimeExecutor:
+    def __init__(self, model, cache: PagedKVCache, pool, table, prompt_fn, *, method: int, budget: int,
+                 temperature: float = 0.0, seed: int = 0, acceptance=None, record_events: bool = True,
+                 attention_fn=None):
+        """`pool`: the batcher's `PagedKVPool` (page tables); `table`: its request table;
+        `prompt_fn(rid) -> token ids`; `acceptance`: None for real acceptance, else a preset model."""
+        self.model, self.cache, self.pool, self.t = model, cache, pool, table
+        self.prompt_fn = prompt_fn
+        self.method, self.budget = int(method), int(budget)
+        self.temperature, self.seed = float(temperature), int(seed)
+        self.acc = acceptance
+        self.attention_fn = attention_fn
+        self.req: dict[int, RequestTokens] = {}
+        self.draft_state: dict[int, DraftState] = {}
+        self.outputs: dict[int, list[int]] = {}  # finished requests' generated tokens
+        cfg = model.cfg
+        quest = self.method in (DraftMethod.VERIFY_QUEST, DraftMethod.STEP_QUEST)
+        self.meta = ([PageMeta(cache.num_pages, cfg.kv_heads, cfg.head_dim, cache.k.dtype, cache.device)
+                      for _ in range(cfg.layers)] if quest else None)
+        self.events: list[dict] = [] if record_events else None
+        self.passes: list[PassRecord] = []
+        self.dev = cache.device
+
+    # ---------------------------------------------------------------- bookkeeping
+    def _state(self, rid: int) -> RequestTokens:
+        st = self.req.get(rid)
+        if st is None:
+            prompt = [int(x) for x in self.prompt_fn(rid)]
+            st = self.req[rid] = RequestTokens(prompt, len(prompt))
+        return st
+
+    def _forget(self, plan: PassPlan) -> None:
+        for rid in plan.preempted.tolist():  # recomputed later from its committed tokens
+            st = self.req.get(rid)
+            if st is not None:
+                st.drafts.clear()
+                st.draft_probs.clear()
+                st.draft_entropy.clear()
+            self.draft_state.pop(rid, None)
+        for rid in plan.released.tolist():
+            st = self.req.pop(rid, None)
+            if st is not None:
+                self.outputs[rid] = st.tokens[st.prompt_len:]
+            self.draft_state.pop(rid, None)
+
+    def generated(self) -> dict[int, list[int]]:
+        """Output tokens of every request seen, finished or not."""
+        out = dict(self.outputs)
+        for rid, st in self.req.items():
+            out[rid] = st.tokens[st.prompt_len:]
+        return out
+
+    # ---------------------------------------------------------------- one pass
+    @torch.no_grad()
+    def execute(self, plan: PassPlan) -> Outcome:
+        self._forget(plan)
+        t = self.t
+        rids, tables, start, qlen, toks = [], [], [], [], []
+        score_rows, logit_rows = [], []
+        row = 0
+        for rid, n, ctx, last in zip(plan.prefill_ids.tolist(), plan.prefill_tokens.tolist(),
+                                     plan.prefill_context.tolist(), plan.prefill_last.tolist()):
+            st = self._state(rid)
+            toks += st.tokens[ctx:ctx + n]
+            self._add(rids, tables, start, qlen, rid, ctx, n)
+            if last:
+                logit_rows.append(row + n - 1)
+                score_rows.append(len(rids) - 1)
+            row += n
+        drafts = DraftRows()
+        for rid, ctx, pos in zip(plan.draft_ids.tolist(), plan.draft_context.tolist(), plan.draft_pos.tolist()):
+            st = self.req[rid]
+            assert len(st.drafts) == pos, (rid, len(st.drafts), pos)
+            toks.append(st.tokens[ctx] if pos == 0 else st.drafts[-1])
+            self._add(rids, tables, start, qlen, rid, ctx + pos, 1)
+            drafts.rids.append(rid)
+            drafts.kv_len.append(ctx + pos + 1)
+            drafts.first.append(pos == 0)
+            drafts.run_start.append(ctx)
+            logit_rows.append(row)
+            row += 1
+        for rid, q, ctx in zip(plan.verify_ids.tolist(), plan.verify_query.tolist(), plan.verify_context.tolist()):
+            st = self.req[rid]
+            assert len(st.drafts) == q - 1, (rid, len(st.drafts), q)
+            toks += [st.tokens[ctx]] + st.drafts
+            self._add(rids, tables, start, qlen, rid, ctx, q)
+            logit_rows += range(row, row + q)
+            score_rows.append(len(rids) - 1)
+            row += q
+        n_pre = len(plan.prefill_ids)
+        attn = PassAttention(self.cache, rids, tables, start, qlen, n_pre, drafts, self.method, self.budget,
+                             self.draft_state, self.meta, score_rows, self.attention_fn)
+        sync = self.dev.type == "cuda"
+        if sync:
+            torch.cuda.synchronize(self.dev)
+        t0 = time.perf_counter()
+        tok_t = torch.as_tensor(np.asarray(toks, np.int64), device=self.dev)
+        logits = self.model(tok_t, attn.positions, attn,
+                            logit_rows=torch.as_tensor(np.asarray(logit_rows, np.int64), device=self.dev))
+        entropy, accepted = self._outcomes(plan, logits)
+        if sync:
+            torch.cuda.synchronize(self.dev)
+        gpu_s = time.perf_counter() - t0
+        self.passes.append(PassRecord(int(plan.prefill_tokens.sum()), len(plan.draft_ids), len(plan.verify_ids),
+                                      int(plan.verify_query.sum()), gpu_s))
+        return Outcome(gpu_s, entropy, accepted)
+
+    def _add(self, rids, tables, start, qlen, rid, s, n) -> None:
+        rids.append(rid)
+        tables.append(self.pool.table(rid))
+        start.append(s)
+        qlen.append(n)
+
+    # ---------------------------------------------------------------- sampling and acceptance
+    def _outcomes(self, plan: PassPlan, logits: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        t, T = self.t, self.temperature
+        r = 0
+        # prefill's last chunks: the first output token (or the next one after a recompute)
+        for rid, last in zip(plan.prefill_ids.tolist(), plan.prefill_last.tolist()):
+            if not last:
+                continue
+            st = self.req[rid]
+            pos = len(st.tokens) - st.prompt_len  # output position of the token sampled now
+            p = S.probs_from_logits(logits[r:r + 1], T)
+            st.tokens.append(int(S.sample(p, S.keyed_uniform(self.seed, rid, pos, S.TARGET))[0]))
+            r += 1
+        # drafts: one token each from the draft distribution
+        nd = len(plan.draft_ids)
+        entropy = np.full(nd, np.nan)
+        if nd:
+            ids = plan.draft_ids
+            committed = np.asarray([len(self.req[x].tokens) - self.req[x].prompt_len for x in ids.tolist()], np.int64)
+            lg = logits[r:r + nd]
+            q = S.probs_from_logits(lg, T)
+            # draft j of a run proposes output position committed + j
+            u = S.keyed_uniform(self.seed, ids.astype(np.int64), committed + plan.draft_pos, S.DRAFT)
+            new = S.sample(q, u).tolist()
+            ent = S.entropy(S.probs_from_logits(lg, T if T > 0 else 1.0)).cpu().numpy()
+            entropy = ent.astype(np.float64)
+            for i, rid in enumerate(ids.tolist()):
+                st = self.req[rid]
+                st.drafts.append(int(new[i]))
+                st.draft_entropy.append(float(ent[i]))
+                if T > 0:
+                    st.draft_probs.append(q[i])
+            r += nd
+        # verifications: accept a prefix of the drafts, add one token from the target
+        nv = len(plan.verify_ids)
+        accepted = np.zeros(nv, np.int64)
+        if nv and self.acc is not None:
+            k = plan.verify_query - 1
+            spec = k > 0
+            if spec.any():
+                v = plan.verify_ids[spec]
+                accepted[spec] = self.acc.verify(v, t.committed[v], k[spec], plan.verify_context[spec],
+                                                 np.full(len(v), self.budget), np.full(len(v), self.method))
+        for i, (rid, qn, ctx) in enumerate(zip(plan.verify_ids.tolist(), plan.verify_query.tolist(),
+                                              plan.verify_context.tolist())):
+            st = self.req[rid]
+            k = qn - 1
+            p = S.probs_from_logits(logits[r:r + qn], T)
+            base = len(st.tokens) - st.prompt_len  # output position of the first draft
+            u_t = S.keyed_uniform(self.seed, rid, base + np.arange(qn), S.TARGET)
+            if self.acc is None:
+                dq = torch.stack(st.draft_probs) if (T > 0 and k) else None
+                u_a = S.keyed_uniform(self.seed, rid, base + np.arange(k), S.ACCEPT)
+                a, nxt = S.verify(torch.as_tensor(st.drafts, dtype=torch.long, device=p.device), dq, p, T, u_a, u_t)
+            else:
+                a = int(accepted[i])
+                nxt = int(S.sample(p[a:a + 1], u_t[a:a + 1])[0])
+            accepted[i] = a
+            if self.events is not None and k:
+                for j in range(k):
+                    self.events.append({"request": rid, "out_pos": base + j, "draft_pos": j, "accepted": j < a,
+                                        "entropy": st.draft_entropy[j], "method": self.method,
+                                        "budget": self.budget, "context": ctx})
+            st.tokens += st.drafts[:a] + [int(nxt)]
+            st.drafts.clear()
+            st.draft_probs.clear()
+            st.draft_entropy.clear()
+            r += qn
+        return entropy, accepted

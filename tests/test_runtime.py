@@ -1,0 +1,139 @@
+"""The real runtime on the CPU (`tiny`, fp64): speculative decoding is lossless.
+
+With greedy acceptance every policy and every draft-KV method emits exactly the tokens `ar`
+emits, for every request, over a mixed trace with prefix sharing and preemption under a small KV
+pool, with a draft budget small enough that drafts really are sparse and some are rejected.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from spsim.config import ServingConfig  # noqa: E402
+from spsim.plan import DraftMethod  # noqa: E402
+from spsim.traces.trace import Trace  # noqa: E402
+
+
+def mixed_trace(n=10, seed=3, block=64) -> Trace:
+    """Prompts of 150-700 tokens, a third sharing one of two prefixes (64-token blocks)."""
+    rng = np.random.default_rng(seed)
+    p = rng.integers(150, 700, n)
+    o = rng.integers(12, 40, n)
+    blocks, indptr = [], [0]
+    for i in range(n):
+        nb = int(p[i]) // block
+        root = i % 3
+        shared = nb if root < 2 else 0
+        blocks += [root * 1000 + j for j in range(shared)] + [10**6 + i * 1000 + j for j in range(nb - shared)]
+        indptr.append(len(blocks))
+    tr = Trace(np.array([f"q{i}" for i in range(n)], object), np.zeros(n), p, o)
+    tr.prefix_indptr, tr.prefix_ids = np.asarray(indptr, np.int64), np.asarray(blocks, np.int64)
+    tr.meta["block_size"] = block
+    return tr
+
+
+class CheapDrafts:
+    """A cost model under which speculation pays for every cost-aware policy (drafts cost a tenth
+    of a verification), so all of them draft on this short-context trace."""
+
+    name = "cheap-drafts"
+
+    def time(self, plan):
+        return 1e-3
+
+    def pass_overhead(self, num_tokens, prefill_tokens=0):
+        return 1e-5
+
+    def marginal(self, context, budget, method, query, draft_pos=None):
+        context = np.asarray(context)
+        q = np.asarray(query, float)
+        return np.full(context.shape, 1e-4), 1e-3 * (1 + 0.01 * q)
+
+    def metadata(self):
+        return {"cost_model": self.name}
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from spsim.gpu_runtime.model import Transformer
+    from spsim.gpu_runtime.model_config import get_config
+
+    torch.set_num_threads(1)
+    return Transformer.random(get_config("tiny", dtype="fp64"), seed=0)
+
+
+def serve(tiny, policy, method="auto", acceptance="real", **kw):
+    from spsim.gpu_runtime.engine import RuntimeOptions, run_trace
+
+    cfg = ServingConfig(policy=policy, offline=True, kv_pages=kw.pop("kv_pages", 120), page_size=16,
+                        draft_budget=48, max_draft=6, draft_kv=method, max_batch=8, token_budget=256,
+                        acceptance=acceptance, **kw)
+    return run_trace(mixed_trace(), cfg, RuntimeOptions(device="cpu"), model=tiny, cost=CheapDrafts())
+
+
+@pytest.fixture(scope="module")
+def ar_tokens(tiny):
+    run = serve(tiny, "ar")
+    s = run.result.summary
+    assert s["completed"] == 10 and s["drafted_tokens"] == 0
+    assert s["preemptions"] > 0  # the small pool preempted, and recomputation kept the tokens
+    assert s["prefix_cache_hit_tokens"] > 0  # shared prefixes were computed once
+    return run.tokens
+
+
+def check_lossless(run, ar_tokens):
+    s = run.result.summary
+    assert s["completed"] == 10
+    assert run.tokens == ar_tokens
+    assert s["drafted_tokens"] > 0 and s["spec_verifications"] > 0
+    assert s["accepted_drafts"] < s["drafted_tokens"]  # some drafts were rejected
+    assert s["accepted_drafts"] > 0
+
+
+@pytest.mark.parametrize("policy", ["fixed-k:k=4", "sync:k=3", "sync", "entropy", "aspire"])
+def test_every_policy_is_lossless(tiny, ar_tokens, policy):
+    check_lossless(serve(tiny, policy), ar_tokens)
+
+
+@pytest.mark.parametrize("method", [m.label for m in DraftMethod])
+def test_every_draft_method_is_lossless(tiny, ar_tokens, method):
+    run = serve(tiny, "fixed-k:k=5", method)
+    check_lossless(run, ar_tokens)
+    ev = run.events
+    assert ev and {e["method"] for e in ev} == {int(DraftMethod.parse(method))}
+
+
+def test_preset_acceptance_follows_the_keyed_draws(tiny):
+    """With a preset, accepted counts come from the acceptance model's keyed draws: a fixed-k run
+    accepts what a replay of the same requests would, and the clairvoyant oracle drafts only what
+    will be accepted."""
+    from spsim.simulator.acceptance import make_acceptance
+
+    run = serve(tiny, "fixed-k:k=4", acceptance="fixed:p=0.7", kv_pages=400)
+    s = run.result.summary
+    assert s["completed"] == 10 and 0.3 < s["draft_acceptance_rate"] < 0.9
+    acc = make_acceptance("fixed:p=0.7", 0)
+    tr = mixed_trace()
+    for rid in range(len(tr)):
+        acc.begin(rid, int(tr.prompt_tokens[rid]), int(tr.output_tokens[rid]))
+    runs = {}
+    for e in run.events:  # (request, run start) -> drafted, accepted
+        key = (e["request"], e["out_pos"] - e["draft_pos"])
+        d, a = runs.get(key, (0, 0))
+        runs[key] = (d + 1, a + e["accepted"])
+    for (rid, start), (d, a) in runs.items():
+        want = acc.verify(np.array([rid]), np.array([start]), np.array([d]), np.array([1000]), np.array([48]),
+                          np.array([1]))[0]
+        assert a == want
+    oracle = serve(tiny, "oracle", acceptance="fixed:p=0.7", kv_pages=400).result.summary
+    assert oracle["spec_verifications"] > 0 and oracle["draft_acceptance_rate"] == 1.0
+
+
+def test_oracle_needs_preset_acceptance(tiny):
+    from spsim.errors import SpsimError
+
+    with pytest.raises(SpsimError, match="not real acceptance"):
+        serve(tiny, "oracle")
