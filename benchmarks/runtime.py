@@ -1,0 +1,137 @@
+"""Runtime speed on a GPU: the model's passes against the memory floor and the roofline model.
+
+    python3 benchmarks/runtime.py [--model llama-3.1-8b] [--out benchmarks/results/runtime_h200.json]
+
+- `copy_tb_s`: device copy bandwidth measured in this run (a 4 GiB copy), the floor's ruler.
+- `ar_step`: one plain decode pass (every request verifies one token) at batch x context, timed
+  over a KV cache whose pages hold random values (a decode's time does not depend on them):
+  `ms` (median of repeats after warm-up, eager PyTorch + Triton attention, no CUDA graph) against
+  `floor_ms` = (weights + the KV read) / copy bandwidth, and the roofline's prediction.
+- `mixed`: 16 drafting at a 2K budget (static window: no selection cost) + 16 verifying 9 tokens,
+  32K each, against the roofline's prediction for that plan. The drafting requests' page tables
+  alias the verifying ones' (32 x 32K of KV does not fit beside the weights).
+Random weights of the model's real shape, bf16. Writes JSON with machine, versions and date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def copy_bandwidth(dev) -> float:
+    n = 4 << 30
+    a = torch.empty(n, dtype=torch.uint8, device=dev)
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    torch.cuda.synchronize(dev)
+    ts = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        b.copy_(a)
+        torch.cuda.synchronize(dev)
+        ts.append(time.perf_counter() - t0)
+    del a, b
+    return 2 * n / statistics.median(ts) / 1e12  # read + write
+
+
+def timed(fn, dev, repeat=10, warm=3) -> float:
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize(dev)
+    ts = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize(dev)
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts) * 1e3
+
+
+def main() -> None:
+    from spsim.cost import make_cost_model
+    from spsim.gpu_runtime.kv_cache import PagedKVCache
+    from spsim.gpu_runtime.model import Transformer
+    from spsim.gpu_runtime.model_config import get_config
+    from spsim.gpu_runtime.pass_attention import DraftRows, PassAttention
+    from spsim.plan import DraftMethod, PassPlan
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="llama-3.1-8b")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--points", default="1x32768,16x32768,8x65536,4x120000")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    bw = copy_bandwidth(dev)
+    lc = get_config(args.model)
+    model = Transformer.random(lc, seed=0, device=dev, dtype=torch.bfloat16)
+    wbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    cm = make_cost_model(args.model, "h200")
+    ps = 16
+    points = [tuple(int(x) for x in p.split("x")) for p in args.points.split(",")]
+    max_tokens = max(b * (c + 64) for b, c in points)
+    pages = max_tokens // ps + 64
+    cache = PagedKVCache(lc, pages, ps, device=dev, dtype=torch.bfloat16)
+    cache.k.normal_()
+    cache.v.normal_()
+    kv_tok = PagedKVCache.bytes_per_page(lc, ps, torch.bfloat16) / ps
+    out = {"benchmark": "runtime", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "machine": {"gpu": torch.cuda.get_device_name(dev), "torch": torch.__version__,
+                       "triton": __import__("triton").__version__, "python": platform.python_version()},
+           "model": args.model, "dtype": "bf16", "copy_tb_s": round(bw, 3), "weights_gib": round(wbytes / 2**30, 2),
+           "method": "eager PyTorch + Triton attention, no CUDA graph; median of 10 after 3 warm-up",
+           "ar_step": [], "mixed": []}
+    rng = np.random.default_rng(0)
+    perm = rng.permutation(pages)
+
+    def tables(b, ctx, extra):
+        n = -(-(ctx + extra) // ps)
+        return [perm[i * n:(i + 1) * n].tolist() for i in range(b)]
+
+    for b, ctx in points:
+        tabs = tables(b, ctx, 1)
+        attn = PassAttention(cache, list(range(b)), tabs, [ctx] * b, [1] * b, 0, DraftRows(), int(DraftMethod.STATIC),
+                             2048, {}, None)
+        tok = torch.randint(0, lc.vocab, (b,), device=dev)
+        ms = timed(lambda: model(tok, attn.positions, attn), dev)
+        floor = (wbytes + b * ctx * kv_tok) / (bw * 1e12) * 1e3
+        plan = PassPlan(verify_ids=np.arange(b), verify_query=np.ones(b, np.int64), verify_context=np.full(b, ctx))
+        out["ar_step"].append({"batch": b, "context": ctx, "ms": round(ms, 3), "floor_ms": round(floor, 3),
+                               "ratio": round(ms / floor, 3), "roofline_ms": round(cm.time(plan) * 1e3, 3)})
+        print(out["ar_step"][-1], flush=True)
+    # mixed: 16 drafting (2K budget, static window: selection cost excluded) + 16 verifying 9 tokens, 32K
+    ctx, nd, nv, k = 32768, 16, 16, 8
+    # 32 x 32K of KV (128 GiB) does not fit beside the weights: the drafting requests share the
+    # verifying ones' pages (they read only their 2K budget; timing does not depend on values)
+    tv = tables(nv, ctx, k + 1)
+    tabs = tv[:nd] + tv
+    drafts = DraftRows(list(range(nd)), [ctx + 1] * nd, [True] * nd, [ctx] * nd)
+    attn = PassAttention(cache, list(range(nd + nv)), tabs, [ctx] * (nd + nv), [1] * nd + [k + 1] * nv, 0, drafts,
+                         int(DraftMethod.STATIC), 2048, {}, None)
+    tok = torch.randint(0, lc.vocab, (nd + nv * (k + 1),), device=dev)
+    ms = timed(lambda: model(tok, attn.positions, attn), dev)
+    plan = PassPlan(draft_ids=np.arange(nd), draft_context=np.full(nd, ctx), draft_budget=np.full(nd, 2048),
+                    draft_method=np.zeros(nd, np.int64), draft_pos=np.zeros(nd, np.int64),
+                    verify_ids=np.arange(nd, nd + nv), verify_query=np.full(nv, k + 1), verify_context=np.full(nv, ctx))
+    byts = wbytes + (nv * (ctx + k + 1) + nd * 2048) * kv_tok
+    out["mixed"].append({"drafting": nd, "verifying": nv, "verify_query": k + 1, "context": ctx, "budget": 2048,
+                         "method": "static", "ms": round(ms, 3), "roofline_ms": round(cm.time(plan) * 1e3, 3),
+                         "bytes_floor_ms": round(byts / (bw * 1e12) * 1e3, 3)})
+    print(out["mixed"][-1], flush=True)
+    text = json.dumps(out, indent=1) + "\n"
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
