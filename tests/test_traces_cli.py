@@ -113,7 +113,7 @@ def test_burstgpt_failed_rows_are_counted_and_excluded(tmp_path):
 
 @pytest.mark.parametrize("text,where", [
     ("", "empty file"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "empty file (no requests)"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "no requests (header only)"),
     ("a,b\n1,2\n", "unknown format"),
     ('{"foo": 1}\n', "unknown format"),
     ("Timestamp,Request tokens,Response tokens\n1,5,5\n2,x,5\n", ":3: Request tokens: not a number"),

@@ -43,8 +43,8 @@ def test_more_blocks_than_the_prompt_holds_is_an_error(tmp_path):
 
 
 def test_far_fewer_blocks_are_kept_and_counted(tmp_path):
-    # full blocks: 195, 195, 1 (1000 tokens), 4 (2048): under half is a warning
-    p = mooncake(tmp_path, [(100_000, list(range(10))), (100_000, []), (1000, []), (2048, [7, 8]),
+    # full blocks 195, 195 (under half covered: warnings), 1 and 4 (half or more: fine); no hash_ids: fine
+    p = mooncake(tmp_path, [(100_000, list(range(10))), (100_000, []), (1000, [0, 1]), (2048, [7, 8]),
                             (100_000, None)])
     t = read_trace(p)
     assert len(t) == 5 and t.warnings == {FEW: 2}
@@ -52,7 +52,7 @@ def test_far_fewer_blocks_are_kept_and_counted(tmp_path):
     assert r.exit_code == 0
     s = json.loads(r.stdout)
     assert s["warnings"] == {FEW: 2} and s["warnings_total"] == 2
-    assert f"{p}: warning: 2 rows: {FEW}" in r.stderr
+    assert f"{p}: warning: 2 rows: 2 {FEW}" in r.stderr
     # carried in the canonical header, and not counted again when read back
     write_trace(t, tmp_path / "c.jsonl")
     head = json.loads((tmp_path / "c.jsonl").read_text().splitlines()[0])

@@ -162,3 +162,11 @@ def test_cli_convert_rejects_with_exit_2_and_writes_nothing(tmp_path):
     assert "Warning" not in r.stderr and f"skipped 1 row: 1 num_prefill_tokens: {TOO_LARGE}" in r.stderr
     rows = [json.loads(x) for x in dst.read_text().splitlines()[1:]]
     assert [x["prompt_tokens"] for x in rows] == [10, 10]
+
+
+def test_azure_timestamps_too_far_apart_for_int64_nanoseconds(tmp_path):
+    p = tmp_path / "az.csv"
+    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n1700-01-01 00:00:00,1,1\n2250-01-01 00:00:00,1,1\n")
+    with pytest.raises(InputError, match=r"az.csv:3: TIMESTAMP: too far from the first row's time"):
+        read(p, "azure")
+    assert len(read(p, "azure", skip_invalid=True)) == 1

@@ -50,8 +50,11 @@ def rows(draw, fmt):
     out = []
     for i in range(n):
         r = {"t": t[i], "p": draw(st.integers(1, 200_000)), "o": draw(st.integers(1, 5000))}
-        if fmt in ("canonical", "mooncake"):
+        if fmt == "canonical":
             r["prefix"] = draw(st.lists(st.integers(0, 50), max_size=6))
+        if fmt == "mooncake":  # one hash per 512-token block, as Mooncake writes them (prefixcheck.py)
+            start = draw(st.integers(0, 50))
+            r["prefix"] = list(range(start, start - (-r["p"] // 512)))
         if fmt == "canonical":
             r["slo"] = draw(st.sampled_from([None, {"ttft_s": 1.5}, {"ttft_s": 2.0, "tpot_s": 0.05}]))
             r["extra"] = {"user": draw(st.sampled_from(["a", "b"])), "turn": i}

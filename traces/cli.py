@@ -2,7 +2,9 @@
 
 Every command that reads a trace takes the same transform options, applied in this order:
 --merge, --window, --filter-prompt/--filter-output, --clip-prompt/--clip-output, --first/--sample,
---rescale-qps. Rows skipped while reading are reported on stderr, by reason.
+--rescale-qps. Rows skipped (or flagged) while reading are reported on stderr, by reason. A result
+with no requests is an error (one line, exit 2) naming the step that emptied it, and so are zero
+or negative counts.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from spsim.errors import SpecError
+from spsim.errors import InputError, SpecError
 
 from . import transforms as T
 from .generate import PRESETS, generate
 from .io import FORMATS, iter_lines, read_trace, write_trace
+from .report import notes
 from .stats import stats as trace_stats
 from .trace import Trace
 
@@ -41,35 +44,59 @@ SEED = typer.Option(0, "--seed", help="Seed for --sample.")
 RESCALE = typer.Option(None, "--rescale-qps", help="Stretch/compress time so QPS (count / span) becomes Q.")
 
 
-def _range(opt: str, text: str | None, cast=float) -> tuple | None:
+def _range(opt: str, text: str | None, cast=float, open_end: bool = False) -> tuple | None:
+    """`MIN:MAX` (either side may be empty); MIN after MAX (or equal, for a half-open range) selects
+    nothing, so it is a bad value rather than an empty result."""
     if text is None:
         return None
     lo, sep, hi = text.partition(":")
     try:
         if not sep:
             raise ValueError
-        return (cast(lo) if lo.strip() else None, cast(hi) if hi.strip() else None)
+        r = (cast(lo) if lo.strip() else None, cast(hi) if hi.strip() else None)
     except ValueError:
         raise SpecError(f"{opt} {text!r}: expected MIN:MAX (either side may be empty)") from None
+    if None not in r and (r[0] >= r[1] if open_end else r[0] > r[1]):
+        raise SpecError(f"{opt} {text}: the end must be {'after' if open_end else 'at least'} the start")
+    return r
+
+
+def _count(opt: str, n: int | None) -> None:
+    if n is not None and n < 1:
+        raise SpecError(f"{opt} must be >= 1 (got {n})")
+
+
+def _nonempty(t: Trace, path: str, step: str) -> Trace:
+    """A transform that leaves no request ends the command here, naming that transform."""
+    if len(t) == 0:
+        raise InputError(path, None, None, f"no requests left after {step}")
+    return t
 
 
 def load(path: str, format: str | None, skip_invalid: bool, merge: list[str] | None = None,
          window: str | None = None, filter_prompt: str | None = None, filter_output: str | None = None,
          clip_prompt: int | None = None, clip_output: int | None = None, first: int | None = None,
          sample: int | None = None, seed: int = 0, rescale_qps: float | None = None) -> Trace:
-    """Read (and report skips), then apply the transform options in their documented order."""
+    """Read (and report skips), then apply the transform options in their documented order.
+
+    Options are checked before the (possibly long) read; the result always has a request."""
+    w = _range("--window", window, open_end=True)
+    fp, fo = _range("--filter-prompt", filter_prompt, int), _range("--filter-output", filter_output, int)
+    _count("--first", first)
+    _count("--sample", sample)
+    if first is not None and sample is not None:
+        raise SpecError("--first and --sample: give one of them")
     t = _read(path, format, skip_invalid)
     if merge:
         t = T.merge([t] + [_read(p, None, skip_invalid) for p in merge])
-    if (w := _range("--window", window)) is not None:
-        t = T.window(t, w[0] or 0.0, w[1])
-    fp, fo = _range("--filter-prompt", filter_prompt, int), _range("--filter-output", filter_output, int)
+    if w is not None:
+        t = _nonempty(T.window(t, w[0] or 0.0, w[1]), path, f"--window {window}")
     if fp or fo:
         t = T.filter_lengths(t, *(fp or (None, None)), *(fo or (None, None)))
+        given = [f"{o} {v}" for o, v in (("--filter-prompt", filter_prompt), ("--filter-output", filter_output)) if v]
+        t = _nonempty(t, path, " ".join(given))
     if clip_prompt is not None or clip_output is not None:
         t = T.clip_lengths(t, clip_prompt, clip_output)
-    if first is not None and sample is not None:
-        raise SpecError("--first and --sample: give one of them")
     if first is not None:
         t = T.first(t, first)
     if sample is not None:
@@ -81,10 +108,8 @@ def load(path: str, format: str | None, skip_invalid: bool, merge: list[str] | N
 
 def _read(path: str, format: str | None, skip_invalid: bool) -> Trace:
     t = read_trace(path, format=format, skip_invalid=skip_invalid)
-    if t.skipped:
-        n = sum(t.skipped.values())
-        why = "; ".join(f"{c} {r}" for r, c in sorted(t.skipped.items(), key=lambda kv: -kv[1]))
-        typer.echo(f"{path}: skipped {n} row{'s' * (n != 1)}: {why}", err=True)
+    for line in notes(path, t):
+        typer.echo(line, err=True)
     return t
 
 
@@ -121,6 +146,8 @@ def stats(path: str = typer.Argument(..., help=PATH_HELP), format: Optional[str]
     if "extra_columns" in s:
         head.add_row("extra columns", ", ".join(s["extra_columns"]))
     head.add_row("skipped rows", f"{s['skipped_total']:,}" + "".join(f"\n  {c:,} {r}" for r, c in s["skipped"].items()))
+    if s["warnings_total"]:
+        head.add_row("warnings", f"{s['warnings_total']:,} rows" + "".join(f"\n  {c:,} {r}" for r, c in s["warnings"].items()))
     out.print(head)
     lens = Table(title="tokens per request")
     for c in ("", "min", "p50", "mean", "p90", "p99", "max"):
@@ -160,7 +187,7 @@ def gen(dst: str = typer.Argument(..., help="Output canonical JSONL ('-' for std
         n: int = typer.Option(1000, "--n", "-n", help="Number of requests."),
         qps: float = typer.Option(1.0, "--qps", help="Mean arrival rate (requests/s)."),
         arrival: Optional[str] = typer.Option(None, "--arrival", help="poisson (default) or gamma."),
-        cv: Optional[float] = typer.Option(None, "--cv", help="Gamma arrivals: coefficient of variation of the gaps (>1 burstier)."),
+        cv: Optional[float] = typer.Option(None, "--cv", help="Gamma arrivals only (with --arrival gamma or a gamma preset): coefficient of variation of the gaps (>1 burstier)."),
         prompt: Optional[str] = typer.Option(None, "--prompt", help="Prompt length spec, e.g. lognormal:median=8000,sigma=0.8 | fixed:value=4000 | uniform:low=1000,high=9000 | zipf:a=1.5,min=16,max=32768 | resample:trace=mooncake."),
         output: Optional[str] = typer.Option(None, "--output", help="Output length spec (same forms as --prompt)."),
         seed: int = typer.Option(0, "--seed", help="Random seed (same seed and options => identical trace)."),
@@ -174,7 +201,11 @@ def gen(dst: str = typer.Argument(..., help="Output canonical JSONL ('-' for std
             raise SpecError(f"unknown preset {preset!r} (known: {', '.join(PRESETS)})")
         p.update({k: v for k, v in PRESETS[preset].items() if k != "about"})
     given = {"arrival": arrival, "cv": cv, "prompt": prompt, "output": output}
+    if arrival is not None and cv is None:
+        p["cv"] = 1.0  # a preset's CV belongs to its own arrival process
     p.update({k: v for k, v in given.items() if v is not None})
+    if cv is not None and p["arrival"] != "gamma":  # Poisson gaps always have CV 1: --cv would be ignored
+        raise SpecError(f"--cv {cv:g} needs --arrival gamma (arrivals are {p['arrival']}, whose gaps have CV 1)")
     t = generate(n, qps, p["arrival"], p["cv"], p["prompt"], p["output"], seed, slo_ttft, slo_tpot)
     if preset is not None:
         t.meta["preset"] = preset
@@ -190,6 +221,7 @@ def head(path: str = typer.Argument(..., help=PATH_HELP), n: int = typer.Option(
          clip_output: Optional[int] = COUTPUT, first: Optional[int] = FIRST, sample: Optional[int] = SAMPLE,
          seed: int = SEED, rescale_qps: Optional[float] = RESCALE):
     """Show the first N requests (after any transforms)."""
+    _count("-n", n)
     t = load(path, format, skip_invalid, merge, window, filter_prompt, filter_output, clip_prompt,
              clip_output, first, sample, seed, rescale_qps)
     t = T.first(t, n)

@@ -2,33 +2,12 @@
 
 from __future__ import annotations
 
-import gzip
-import io
-from pathlib import Path
-
 import numpy as np
-
-from spsim.errors import InputError
 
 from .rowcheck import RowChecker
 from .trace import Trace
 
 CHUNK_ROWS = 200_000  # rows per parsed chunk: bounds the transient Python objects per chunk
-
-
-def open_text(path: str | Path):
-    """Open a (possibly gzipped) text file, turning OS errors into one-line InputErrors."""
-    p = str(path)
-    try:
-        if p.endswith(".gz"):
-            return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8-sig", newline=None)
-        return open(p, encoding="utf-8-sig", newline=None)
-    except IsADirectoryError:
-        raise InputError(p, None, None, "is a directory, not a trace file") from None
-    except FileNotFoundError:
-        raise InputError(p, None, None, "no such file") from None
-    except OSError as e:
-        raise InputError(p, None, None, f"cannot read: {e.strerror or e}") from None
 
 
 def str_ids(numbers: np.ndarray) -> np.ndarray:
@@ -46,16 +25,12 @@ def extra_column(values: list, present: np.ndarray | None = None) -> np.ndarray:
     vals = [v for v, ok in zip(values, present) if ok and v is not None]
     if vals and all(isinstance(v, bool) for v in vals) and len(vals) == n:
         return np.array(values, bool)
-    if vals and all(isinstance(v, int) and not isinstance(v, bool) for v in vals) and len(vals) == n:
-        try:
-            return np.array(values, np.int64)
-        except OverflowError:
-            pass
-    if vals and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
-        try:
-            return np.array([np.nan if v is None else v for v in values], np.float64)
-        except OverflowError:
-            pass
+    # integers past int64 stay exact Python ints (object column), never rounded through float
+    big = any(isinstance(v, int) and not -2**63 <= v < 2**63 for v in vals)
+    if vals and all(isinstance(v, int) and not isinstance(v, bool) for v in vals) and len(vals) == n and not big:
+        return np.array(values, np.int64)
+    if vals and not big and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+        return np.array([np.nan if v is None else v for v in values], np.float64)
     if vals and all(isinstance(v, str) for v in vals) and len(vals) == n:
         return np.array(values, dtype=str) if n else np.empty(0, "U1")
     out = np.empty(n, object)
@@ -149,5 +124,6 @@ def finish(cols: Columns, checker: RowChecker, arrival_s: np.ndarray, ids: np.nd
               prompt_tokens=cols.col("prompt", np.int64), output_tokens=cols.col("output", np.int64),
               prefix_indptr=indptr, prefix_ids=pids,
               slo_ttft_s=None if slo is None else slo[0], slo_tpot_s=None if slo is None else slo[1],
-              extra=cols.extras(), meta=meta, skipped=dict(sorted(checker.skipped.items())))
+              extra=cols.extras(), meta=meta, skipped=dict(sorted(checker.skipped.items())),
+              warnings=dict(sorted(checker.warnings.items())))
     return t

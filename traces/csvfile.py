@@ -16,20 +16,30 @@ import pandas as pd
 
 from spsim.errors import InputError
 
-from .common import open_text
+from .textfile import NOT_UTF8, has_bad_bytes, open_text
 
 BLOCK_BYTES = 16 << 20
 
 
 def read_header(path: str) -> list[str]:
+    """The first non-blank line's fields, named as `csv_chunks` names them."""
     with open_text(path) as f:
-        try:
-            for line in f:
-                if line.strip():
-                    return [c.strip() for c in next(csv.reader([line]))]
-        except UnicodeDecodeError:
-            raise InputError(path, None, None, "not a UTF-8 text file") from None
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                return _header(path, lineno, line)
     raise InputError(path, None, None, "empty file")
+
+
+def _header(path: str, lineno: int, line: str) -> list[str]:
+    if has_bad_bytes(line):
+        raise InputError(path, lineno, None, f"{NOT_UTF8} in the header")
+    names = [c.strip() or f"column_{j}" for j, c in enumerate(next(csv.reader([line])))]
+    seen = set()
+    for c in names:
+        if c in seen:  # pandas cannot name two columns alike, and a reader could not tell them apart
+            raise InputError(path, lineno, c, "duplicate column name")
+        seen.add(c)
+    return names
 
 
 def _nfields(line: str) -> int:
@@ -44,44 +54,43 @@ def csv_chunks(path: str) -> Iterator[tuple[np.ndarray, pd.DataFrame | None, lis
     with open_text(path) as f:
         lineno = 0
         header = None
-        try:
-            while header is None:  # the first non-blank line is the header
-                line = f.readline()
-                if not line:
-                    raise InputError(path, None, None, "empty file")
+        while header is None:  # the first non-blank line is the header
+            line = f.readline()
+            if not line:
+                raise InputError(path, None, None, "empty file")
+            lineno += 1
+            if line.strip():
+                header = _header(path, lineno, line)
+        while True:
+            block = f.read(BLOCK_BYTES)
+            if not block:
+                break
+            if not block.endswith("\n"):
+                block += f.readline()
+            if not block.endswith("\n"):  # last line of a file without a final newline
+                block += "\n"
+            fast = None if has_bad_bytes(block) else _well_formed(block, len(header))
+            if fast is not None:  # every line has the right number of fields: no per-line work
+                yield lineno + 1 + np.arange(fast), _frame(block, header), []
+                lineno += fast
+                continue
+            good, lines, errors = [], [], []
+            for line in block.splitlines(keepends=True):
                 lineno += 1
-                if line.strip():
-                    header = [c.strip() for c in next(csv.reader([line]))]
-                    header = [c or f"column_{j}" for j, c in enumerate(header)]
-            while True:
-                block = f.read(BLOCK_BYTES)
-                if not block:
-                    break
-                if not block.endswith("\n"):
-                    block += f.readline()
-                if not block.endswith("\n"):  # last line of a file without a final newline
-                    block += "\n"
-                fast = _well_formed(block, len(header))
-                if fast is not None:  # every line has the right number of fields: no per-line work
-                    yield lineno + 1 + np.arange(fast), _frame(block, header), []
-                    lineno += fast
+                if not line.strip():
+                    continue  # blank lines hold no row
+                if has_bad_bytes(line):
+                    errors.append((lineno, None, NOT_UTF8))
                     continue
-                good, lines, errors = [], [], []
-                for line in block.splitlines(keepends=True):
-                    lineno += 1
-                    if not line.strip():
-                        continue  # blank lines hold no row
-                    n = _nfields(line)
-                    if n != len(header):
-                        errors.append((lineno, None, f"malformed line: expected {len(header)} fields, found {n}"))
-                        continue
-                    good.append(line if line.endswith("\n") else line + "\n")
-                    lines.append(lineno)
-                df = _frame("".join(good), header) if good else None
-                if good or errors:
-                    yield np.array(lines, np.int64), df, errors
-        except UnicodeDecodeError:
-            raise InputError(path, lineno + 1, None, "not UTF-8 text") from None
+                n = _nfields(line)
+                if n != len(header):
+                    errors.append((lineno, None, f"malformed line: expected {len(header)} fields, found {n}"))
+                    continue
+                good.append(line if line.endswith("\n") else line + "\n")
+                lines.append(lineno)
+            df = _frame("".join(good), header) if good else None
+            if good or errors:
+                yield np.array(lines, np.int64), df, errors
 
 
 def _well_formed(block: str, ncols: int) -> int | None:
@@ -112,10 +121,11 @@ def extra_from_frame(df: pd.DataFrame, used: set[str]) -> dict[str, np.ndarray]:
         s = df[c]
         if pd.api.types.is_bool_dtype(s.dtype):
             out[c] = s.to_numpy(bool)
-        elif pd.api.types.is_integer_dtype(s.dtype):
+        elif pd.api.types.is_signed_integer_dtype(s.dtype) or (
+                pd.api.types.is_unsigned_integer_dtype(s.dtype) and (s.max() if len(s) else 0) <= np.iinfo(np.int64).max):
             out[c] = s.to_numpy(np.int64)
         elif pd.api.types.is_float_dtype(s.dtype):
             out[c] = s.to_numpy(np.float64)
-        else:
+        else:  # text, and integers past int64 (kept exact as their digits, not wrapped)
             out[c] = s.astype("string").fillna("").to_numpy(str).astype(str)
     return out

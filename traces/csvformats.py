@@ -13,7 +13,8 @@ from spsim.errors import InputError
 
 from .common import Columns, finish, str_ids
 from .csvfile import csv_chunks, extra_from_frame, read_header
-from .rowcheck import RowChecker, count_checks, numeric
+from .report import EmptyTrace
+from .rowcheck import RowChecker, count_checks, numeric, time_checks
 from .trace import Trace
 
 AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -39,31 +40,35 @@ def _read(path: str, skip_invalid: bool, names: tuple[str, ...], fmt: str, time_
         if df is None:
             checker.apply(lines, [], line_errors)
             continue
-        t, t_missing, t_bad, t_problem, raw = time_parser(df[tcol])
-        if base is None and (~t_missing & ~t_bad).any():
-            base = t[np.flatnonzero(~t_missing & ~t_bad)[0]]
+        t, t_checks, raw = time_parser(tcol, df[tcol])
+        t_ok = ~np.logical_or.reduce([c[2] for c in t_checks])
+        if base is None and t_ok.any():
+            base = t[np.flatnonzero(t_ok)[0]]
         p, p_miss, p_nan = numeric(df[pcol])
         o, o_miss, o_nan = numeric(df[ocol])
-        checks = [(tcol, "missing", t_missing), (tcol, t_problem, t_bad)]
+        checks = list(t_checks)
+        if t.dtype.kind == "i" and base is not None:  # ns: keep differences of kept rows well inside int64
+            far = t_ok & (np.abs(t.astype(np.float64) - float(base)) > 2.0**61)
+            checks.append((tcol, "too far from the first row's time (over 73 years)", far))
+            t_ok &= ~far
         if drop_zero_output is not None:  # a failed request is not a bad row, whatever else it holds
             checks.append((None, drop_zero_output, o == 0, True))
         checks += count_checks(pcol, p, p_miss, p_nan)
         checks += count_checks(ocol, o, o_miss, o_nan, zero_ok=drop_zero_output is not None)
-        rel = t - (base if base is not None else 0)
+        rel = np.where(t_ok, t - (base if base is not None else 0), 0)  # bad times: placeholders, never kept
         keep = checker.apply(lines, checks, line_errors, _seconds(rel), tcol)
         if first_raw is None and keep.any():
             first_raw = raw.iloc[int(np.flatnonzero(keep)[0])]
         cols.add(keep, t=rel, line=lines, prompt=np.where(keep, p, 0).astype(np.int64),
                  output=np.where(keep, o, 0).astype(np.int64),
                  extra=extra_from_frame(df, set(names)))
-    if cols.rows == 0 and not checker.skipped:
-        raise InputError(path, None, None, "empty file (no requests)")
+    if cols.rows == 0:
+        raise EmptyTrace(path, checker.skipped)
     rel = cols.col("t")
     meta = {"source_format": fmt}
     if first_raw is not None:
         meta["start_time"] = first_raw if isinstance(first_raw, str) else float(first_raw)
-    arrival = _seconds(rel - rel[0]) if len(rel) else np.empty(0)
-    return finish(cols, checker, arrival, str_ids(cols.col("line", np.int64)), meta)
+    return finish(cols, checker, _seconds(rel - rel[0]), str_ids(cols.col("line", np.int64)), meta)
 
 
 def _seconds(x: np.ndarray) -> np.ndarray:
@@ -71,7 +76,7 @@ def _seconds(x: np.ndarray) -> np.ndarray:
     return x / 1e9 if x.dtype.kind in "iu" else x.astype(np.float64, copy=False)
 
 
-def _datetime(col: pd.Series):
+def _datetime(name: str, col: pd.Series):
     """ISO timestamps (7 fractional digits; 2024 adds a timezone and mixed precision) -> int64 ns."""
     s = col.astype("string").str.strip()
     missing = (s.isna() | (s == "")).to_numpy(bool)
@@ -79,15 +84,13 @@ def _datetime(col: pd.Series):
     bad = ts.isna().to_numpy() & ~missing
     ns = ts.dt.tz_localize(None).to_numpy("datetime64[ns]").view(np.int64).copy()
     ns[missing | bad] = 0
-    return ns, missing, bad, "not a timestamp (expected e.g. 2023-11-16 18:15:46.6805900)", s
+    return ns, [(name, "missing", missing),
+                (name, "not a timestamp (expected e.g. 2023-11-16 18:15:46.6805900)", bad)], s
 
 
-def _float_seconds(col: pd.Series):
+def _float_seconds(name: str, col: pd.Series):
     v, missing, nan = numeric(col)
-    with np.errstate(invalid="ignore"):
-        bad = nan | (~np.isfinite(v) & ~missing)
-    v = np.where(missing | bad, 0.0, v)
-    return v, missing, bad, "not a number", col
+    return v, time_checks(name, v, missing, nan, negative_ok=True), col
 
 
 def read_azure(path: str, skip_invalid: bool = False) -> Trace:

@@ -22,6 +22,8 @@ def arrivals(n: int, qps: float, kind: str = "poisson", cv: float = 1.0,
     if not qps > 0:
         raise SpecError(f"qps must be > 0, got {qps}")
     if kind == "poisson":
+        if cv != 1.0:  # exponential gaps have CV 1; another CV would be silently ignored
+            raise SpecError(f"cv={cv:g} needs gamma arrivals (Poisson gaps have CV 1)")
         gaps = rng.exponential(1.0 / qps, size=max(n - 1, 0))
     elif kind == "gamma":
         if not cv > 0:
@@ -47,7 +49,7 @@ def generate(n: int, qps: float, arrival: str = "poisson", cv: float = 1.0,
         t.slo_ttft_s = np.full(n, np.nan if slo_ttft_s is None else slo_ttft_s)
         t.slo_tpot_s = np.full(n, np.nan if slo_tpot_s is None else slo_tpot_s)
     t.meta = {"source_format": "generated", "generator": {
-        "n": n, "qps": qps, "arrival": arrival, "cv": cv if arrival == "gamma" else 1.0,
+        "n": n, "qps": qps, "arrival": arrival, "cv": cv,
         "prompt": str(prompt), "output": str(output), "seed": seed}}
     return t
 

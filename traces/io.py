@@ -15,6 +15,7 @@ from .csvfile import read_header
 from .csvformats import read_azure, read_burstgpt, read_vidur, sniff_csv
 from .jsonformats import read_canonical, read_mooncake
 from .jsonl import first_object
+from .textfile import open_text
 from .trace import SCHEMA_VERSION, Trace
 
 SHIPPED = {"mooncake": "mooncake_conversation.jsonl", "azure-conv": "azure_llm_2023_conv.csv"}
@@ -52,12 +53,8 @@ def detect_format(path: str) -> str:
     looks_json = p.endswith((".jsonl", ".json", ".ndjson"))
     if not looks_json and not p.endswith(".csv"):
         # unknown extension: JSON if the first non-blank character is '{'
-        from .common import open_text
         with open_text(path) as f:
-            try:
-                head = f.read(4096).lstrip()
-            except UnicodeDecodeError:
-                raise InputError(path, None, None, "not a UTF-8 text file") from None
+            head = f.read(4096).lstrip()
         if not head:
             raise InputError(path, None, None, "empty file")
         looks_json = head.startswith("{")
@@ -81,7 +78,13 @@ def detect_format(path: str) -> str:
 
 
 def read_trace(path: str | Path, format: str | None = None, skip_invalid: bool = False) -> Trace:
-    """Read any supported trace into a columnar Trace (arrivals shifted so the first is 0)."""
+    """Read any supported trace into a columnar Trace (arrivals shifted so the first is 0).
+
+    Bad input raises InputError (`FILE:LINE: field: problem`); with `skip_invalid`, bad rows are
+    skipped and counted in `trace.skipped`, kept rows that look wrong in `trace.warnings`
+    (`report.notes` words both). A result with no requests raises `report.EmptyTrace`, whose
+    `skipped` holds the counts. The returned trace always has at least one request.
+    """
     p = resolve(path)
     if format is not None and format not in READERS:
         raise InputError(p, None, "format", f"unknown format {format!r} (known: {', '.join(FORMATS)})")
@@ -111,6 +114,8 @@ def header(trace: Trace) -> dict:
     h.update({k: _json_value(v) for k, v in trace.meta.items()})
     if trace.skipped:
         h["skipped"] = dict(trace.skipped)
+    if trace.warnings:
+        h["warnings"] = dict(trace.warnings)
     return h
 
 

@@ -15,6 +15,8 @@ import pandas as pd
 
 from spsim.errors import InputError
 
+from .limits import MAX_TIME_S, MAX_TOKENS
+
 
 def reason(field: str | None, problem: str) -> str:
     return f"{field}: {problem}" if field else problem
@@ -25,6 +27,7 @@ class RowChecker:
         self.path = str(path)
         self.skip_invalid = skip_invalid
         self.skipped: Counter[str] = Counter()
+        self.warnings: Counter[str] = Counter()  # kept rows that look wrong: reason -> count
         self.last_arrival = -np.inf  # latest kept arrival across chunks (rows must not go back in time)
 
     def apply(self, lines: np.ndarray, checks: list[tuple], line_errors: list[tuple] = (),
@@ -100,7 +103,7 @@ def numeric(col) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def count_checks(field: str, v: np.ndarray, missing: np.ndarray, nan: np.ndarray,
                  zero_ok: bool = False) -> list[tuple[str, str, np.ndarray]]:
-    """Checks for a token count: present, numeric, a whole number, positive."""
+    """Checks for a token count: present, numeric, finite, a whole number in 1..MAX_TOKENS."""
     with np.errstate(invalid="ignore"):
         finite = np.isfinite(v)
         return [
@@ -108,13 +111,17 @@ def count_checks(field: str, v: np.ndarray, missing: np.ndarray, nan: np.ndarray
             (field, "not a number", nan),
             (field, "not finite", ~finite & ~missing & ~nan),
             (field, "negative", finite & (v < 0)),
+            (field, f"too large (max {MAX_TOKENS:,})", finite & (v > MAX_TOKENS)),  # else int64 wraps
             (field, "not a whole number", finite & (v != np.floor(v))),
             (field, "must be > 0", np.zeros(len(v), bool) if zero_ok else finite & (v == 0)),
         ]
 
 
 def time_checks(field: str, v: np.ndarray, missing: np.ndarray, nan: np.ndarray,
-                negative_ok: bool = False) -> list[tuple[str, str, np.ndarray]]:
+                negative_ok: bool = False, unit: str = "s") -> list[tuple[str, str, np.ndarray]]:
+    """Checks for an arrival time in `unit` (s or ms): present, numeric, finite, within MAX_TIME_S."""
+    limit = MAX_TIME_S * (1000 if unit == "ms" else 1)
+    shown = f"{limit:.0e}".replace("e+", "e")
     with np.errstate(invalid="ignore"):
         finite = np.isfinite(v)
         return [
@@ -122,4 +129,6 @@ def time_checks(field: str, v: np.ndarray, missing: np.ndarray, nan: np.ndarray,
             (field, "not a number", nan),
             (field, "not finite", ~finite & ~missing & ~nan),
             (field, "negative", np.zeros(len(v), bool) if negative_ok else finite & (v < 0)),
+            (field, f"too large (max {shown} {unit})", finite & (v > limit)),
+            (field, f"too small (min -{shown} {unit})", finite & (v < -limit)),
         ]

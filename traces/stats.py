@@ -29,6 +29,8 @@ def stats(trace: Trace) -> dict:
         "total_output_tokens": int(trace.output_tokens.sum()),
         "skipped": dict(trace.skipped),
         "skipped_total": int(sum(trace.skipped.values())),
+        "warnings": dict(trace.warnings),
+        "warnings_total": int(sum(trace.warnings.values())),
         "source_format": trace.meta.get("source_format"),
     }
     if trace.prefix_indptr is not None:

@@ -29,6 +29,7 @@ class Trace:
     extra: dict[str, np.ndarray] = field(default_factory=dict)  # source columns, one array each
     meta: dict = field(default_factory=dict)  # header: source format, block_size, name, ...
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> rows skipped while reading
+    warnings: dict[str, int] = field(default_factory=dict)  # reason -> rows kept but flagged while reading
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -57,4 +58,5 @@ class Trace:
         sub = lambda a: None if a is None else a[idx]  # noqa: E731
         return Trace(self.ids[idx], self.arrival_s[idx], self.prompt_tokens[idx], self.output_tokens[idx],
                      pi, pids, sub(self.slo_ttft_s), sub(self.slo_tpot_s),
-                     {k: v[idx] for k, v in self.extra.items()}, dict(self.meta), dict(self.skipped))
+                     {k: v[idx] for k, v in self.extra.items()}, dict(self.meta), dict(self.skipped),
+                     dict(self.warnings))

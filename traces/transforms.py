@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spsim.errors import InputError
+from spsim.errors import InputError, SpecError
 
 from .common import _concat, _missing_like
 from .trace import Trace
@@ -37,13 +37,19 @@ def window(t: Trace, start_s: float = 0.0, end_s: float | None = None) -> Trace:
     return _rezero(t.take(np.flatnonzero(keep)))
 
 
+def _count(n: int) -> int:
+    if n < 0:  # clamping to 0 would turn a sign error into an empty trace
+        raise SpecError(f"count must be >= 0, got {n}")
+    return n
+
+
 def first(t: Trace, n: int) -> Trace:
-    return t.take(np.arange(min(max(n, 0), len(t))))
+    return t.take(np.arange(min(_count(n), len(t))))
 
 
 def sample(t: Trace, n: int, seed: int = 0) -> Trace:
     """`n` requests chosen uniformly at random without replacement, kept in time order."""
-    n = min(max(n, 0), len(t))
+    n = min(_count(n), len(t))
     idx = np.sort(np.random.default_rng(seed).choice(len(t), size=n, replace=False))
     return _rezero(t.take(idx))
 
@@ -125,9 +131,12 @@ def merge(traces: list[Trace]) -> Trace:
         like = next(t.extra[k] for t in traces if k in t.extra)
         extra[k] = _concat([t.extra[k] if k in t.extra else _missing_like(like, len(t)) for t in traces])
     skipped: dict[str, int] = {}
+    warnings: dict[str, int] = {}
     for t in traces:
         for r, c in t.skipped.items():
             skipped[r] = skipped.get(r, 0) + c
+        for r, c in t.warnings.items():
+            warnings[r] = warnings.get(r, 0) + c
     meta = {"source_format": "merged", "merged": [t.meta.get("name", t.meta.get("source_format")) for t in traces]}
     if sizes:
         meta["block_size"] = sizes.pop()
@@ -135,5 +144,5 @@ def merge(traces: list[Trace]) -> Trace:
                   np.concatenate([t.output_tokens for t in traces]), pi, pids,
                   np.concatenate([nan(t, t.slo_ttft_s) for t in traces]) if any_slo else None,
                   np.concatenate([nan(t, t.slo_tpot_s) for t in traces]) if any_slo else None,
-                  extra, meta, skipped)
+                  extra, meta, skipped, warnings)
     return _rezero(whole.take(order))
