@@ -19,12 +19,15 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout without an install (the GPU machine)
 
 
 def copy_bandwidth(dev) -> float:

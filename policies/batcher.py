@@ -17,8 +17,8 @@ a pass's bookkeeping.
 
 What an executor calls: `enqueue`, `admit`, `plan`, `apply` (one pass at a time). A simulator
 that advances many decode passes at once (`spsim.simulator.segment`) uses the small extension
-point at the end of this class (`ask_policy`, `decode_order`, `record_verifications`, `finish`,
-`add_gaps`), never private fields.
+point at the end of this class (`ask_policy`, `decode_order`, `record_verifications`, `finish`)
+and the public state (`t`, `running`, `pool`, `itl`, `passes`), never private fields.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ NO_IDS = np.zeros(0, I64)
 NO_IDS.flags.writeable = False
 NO_BOOL = np.zeros(0, bool)
 NO_BOOL.flags.writeable = False
-NO_NEWS = dict(preempted=NO_IDS, released=NO_IDS, freed_pages=NO_IDS)  # nothing to announce
 NO_DECODE = dict.fromkeys(("draft_ids", "draft_context", "draft_budget", "draft_method", "draft_pos",
                            "verify_ids", "verify_query", "verify_context"), NO_IDS)  # PassPlan groups
 # plain ints: IntEnum attribute access is slow in per-pass code
@@ -79,6 +78,9 @@ class Batcher:
         self.dirty = True  # batch composition changed: plans-ahead targets must be re-asked
         self.decode_order: tuple[np.ndarray, np.ndarray] | None = None  # last plan's decode requests in
         # running order, and which of them verify (how a one-pass segment orders its columns)
+        # what plans announce to an executor with real KV (one whose pool has page identities);
+        # the simulator's executor needs none of it, so it is not recorded there
+        self.announce = self.pool.has_ids
         self.preempted: list[int] = []  # since the last plan (announced in it)
         self.released: list[int] = []  # finished since the last plan (announced in it)
         self.passes = 0
@@ -177,7 +179,8 @@ class Batcher:
         t.last_entropy[rid] = np.nan
         t.target[rid] = -1
         t.preemptions[rid] += 1
-        self.preempted.append(rid)
+        if self.announce:
+            self.preempted.append(rid)
         self.dirty = True
 
     def finish(self, rid: int, now: float) -> None:
@@ -188,7 +191,8 @@ class Batcher:
         t.t_finish[rid] = now
         self.policy.on_finish(rid)
         self.finished += 1
-        self.released.append(rid)
+        if self.announce:
+            self.released.append(rid)
         self.dirty = True
         if self.on_done:
             self.on_done(rid, now)
@@ -283,10 +287,10 @@ class Batcher:
             ctxs.append(int(t.prefilled[rid]))
             last.append(chunk == todo)
             left -= chunk
-        plan = (PassPlan(NO_IDS, NO_IDS, NO_IDS, NO_BOOL, **decode, **NO_NEWS) if not ids else
-                PassPlan(np.asarray(ids, I64), np.asarray(toks, I64), np.asarray(ctxs, I64), np.asarray(last), **decode,
-                         **NO_NEWS))
-        self._announce(plan)
+        plan = (PassPlan(NO_IDS, NO_IDS, NO_IDS, NO_BOOL, **decode) if not ids else
+                PassPlan(np.asarray(ids, I64), np.asarray(toks, I64), np.asarray(ctxs, I64), np.asarray(last), **decode))
+        if self.announce:
+            self._announce(plan)
         return plan
 
     def _announce(self, plan: PassPlan) -> None:
@@ -331,7 +335,7 @@ class Batcher:
             t.t_first[rid] = now
         else:  # a recomputed request resumes: the gap counts as one inter-token latency
             t.recomputes[rid] += 1
-            self.add_gaps(np.array([now - t.t_last_emit[rid]]))
+            self.itl.append(np.array([now - t.t_last_emit[rid]]))
         t.t_last_emit[rid] = now
         if cache is not None:  # publish this prompt's full blocks for later requests
             full = self._blocks(rid)[: int(t.prompt[rid]) // cfg.block_size]
@@ -362,7 +366,7 @@ class Batcher:
         need = -(-(t.ctx[v] - t.shared_tokens[v]) // self.cfg.page_size)
         self.pool.resize(v, t.pages[v], need)
         t.pages[v] = need
-        self.add_gaps(now - t.t_last_emit[v])
+        self.itl.append(now - t.t_last_emit[v])
         t.t_last_emit[v] = now
         spec = drafted > 0
         if any(spec.tolist()):
@@ -374,10 +378,3 @@ class Batcher:
         if any(done.tolist()):
             for rid in v[done].tolist():
                 self.finish(rid, now)
-
-    def add_gaps(self, gaps: np.ndarray) -> None:
-        """Emission gaps (inter-token latencies) of one pass or many, in emission order."""
-        self.itl.append(gaps)
-
-    def add_passes(self, n: int) -> None:
-        self.passes += n

@@ -130,30 +130,47 @@ class KVPool:
         return -(-int(tokens) // self.page_size)
 
     # ---- private pages
+    # The counting pool keeps a total only; PagedKVPool moves page ids in `_resize`. The counting
+    # versions below skip that call: they run several times per simulated pass.
     def grow(self, rids, have, need) -> bool:
         """Give each request `need` private pages where it has `have`, evicting unreferenced
         cached blocks if short; False (and nothing changed) if they cannot fit."""
-        pages = sum((np.asarray(need) - have).tolist())
-        if pages <= 0:
+        # tuples: one admission (plain ints are cheaper than numpy for one request)
+        if type(need) is tuple:
+            pages = need[0] - have[0] if len(need) == 1 else sum(need) - sum(have)
+        else:
+            pages = sum((need - have).tolist())
+        if pages > 0:
+            cache = self.cache
+            short = pages - (self.capacity - self.private - (cache.pages if cache else 0))
+            if short > 0:
+                if not cache or cache.evictable_pages() < short:
+                    return False
+                self._evicted(cache.evict(short))
+        if self.has_ids:
             self._resize(rids, have, need, pages)
-            return True
-        short = pages - self.free()
-        if short > 0:
-            if not self.cache or self.cache.evictable_pages() < short:
-                return False
-            self._evicted(self.cache.evict(short))
-        self._resize(rids, have, need, pages)
-        if self.used > self.peak:
-            self.peak = self.used
+        else:
+            self.private += pages
+        if pages > 0:
+            used = self.private + (self.cache.pages if self.cache else 0)
+            if used > self.peak:
+                self.peak = used
         return True
 
     def resize(self, rids, have, need) -> None:
         """Shrink (or grow within `free()`, which the caller checked) without eviction."""
-        self._resize(rids, have, need, sum((np.asarray(need) - have).tolist()))
+        total = sum((need - have).tolist())
+        if self.has_ids:
+            self._resize(rids, have, need, total)
+        else:
+            self.private += total
 
     def release(self, rid: int, have: int, blocks) -> None:
         """A request leaves (finished or preempted): its private pages and prefix references."""
-        self._resize([rid], [have], [0], -int(have))
+        if self.has_ids:
+            self._resize([rid], [have], [0], -int(have))
+        else:
+            self.private -= int(have)
         if self.cache is not None and len(blocks):
             self.cache.release(blocks)
 
@@ -194,6 +211,8 @@ class KVPool:
         self.private -= moved
         return moved
 
+    has_ids = False  # page identities (and so freed-page logs)
+
     def take_freed(self) -> np.ndarray:
         """Page ids freed since the last call (none: this pool has no identities)."""
         return _NO_PAGES
@@ -206,6 +225,8 @@ _NO_PAGES.flags.writeable = False
 class PagedKVPool(KVPool):
     """`KVPool` with page identities, for the runtime. Page tables: `table(rid)` is the request's
     pages in position order (prefix-cache pages first)."""
+
+    has_ids = True
 
     def __init__(self, capacity_pages: int, page_size: int, block_size: int | None = None,
                  prefix_cache: bool = False):

@@ -29,6 +29,7 @@ class Replica:
         self.batcher = batcher
         self.fp = fast_path
         self.ex = executor
+        self.seg_cost = executor.segments
         self.fast = fast
         self.max_segment = max_segment
         self.clock = 0.0
@@ -76,9 +77,9 @@ class Replica:
     def _run_segment(self, sp, now: float):
         env = self.env
         if sp.seg is None:
-            times = self.ex.segments.decode_times(sp.context, sp.n)
+            times = self.seg_cost.decode_times(sp.context, sp.n)
         else:
-            times = self.ex.segments.segment_times(sp.seg)
+            times = self.seg_cost.segment_times(sp.seg)
         ends = times.copy()
         ends[0] += now
         ends = ends.cumsum()  # sequential sums from `now`, as the step path adds pass times

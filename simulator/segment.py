@@ -6,7 +6,8 @@ routed to the replica cuts the segment short there). `FastPath.plan` returns the
 `SegmentPlan`; the replica prices them in one call (`segment_cost`), and `FastPath.apply` leaves
 exactly the state that as many single passes through `Batcher.plan`/`apply` would. It works on the
 batcher's request table and its extension point (`ask_policy`, `decode_order`,
-`record_verifications`, `finish`, `add_gaps`, `add_passes`); the batcher knows nothing of it.
+`record_verifications`, `finish`, and the public `running`, `pool`, `itl`, `passes`); the batcher
+knows nothing of it.
 """
 
 from __future__ import annotations
@@ -83,6 +84,10 @@ class FastPath:
 
     def __init__(self, batcher: Batcher):
         self.b = batcher
+        # the batcher's state objects (never rebound by it), held directly: attribute hops add up
+        # at tens of thousands of segments
+        self.t, self.cfg, self.pool, self.running = batcher.t, batcher.cfg, batcher.pool, batcher.running
+        self.itl = batcher.itl  # emission gaps, one array per pass or segment
         cfg = batcher.cfg
         # read-only per-request constants, sliced instead of made per segment
         self._budget = np.full(cfg.max_batch, cfg.draft_budget, I64)
@@ -93,7 +98,7 @@ class FastPath:
         """A decode-only plan as a one-pass segment with its requests in running order, the same
         column order `plan()` uses, so both paths price passes identically."""
         dec, verify = self.b.decode_order
-        t = self.b.t
+        t = self.t
         d = t.drafted[dec]
         return DecodeSegment(np.where(verify, 2, 1).astype(np.int8)[None, :],
                              np.where(verify, d + 1, 1)[None, :], t.ctx[dec][None, :], d[None, :],
@@ -103,21 +108,21 @@ class FastPath:
         """The next passes as one segment, or None when the step path must plan: a prefill is in
         progress, the policy is asked every pass, nothing runs, or fewer than two passes are
         known (the first already needs a random outcome, a finish or a page decision)."""
-        b = self.b
-        if b.prefilling or not b.running or not b.policy.plans_ahead:
+        b, running = self.b, self.running
+        if b.prefilling or not running or not b.policy.plans_ahead:
             return None
-        t, cfg = b.t, b.cfg
-        b.ask_policy(np.array(b.running, dtype=I64))
-        if len(b.running) <= self.SCALAR_MAX and (n := self._plain_passes(max_passes)) >= 0:
+        t, cfg = self.t, self.cfg
+        b.ask_policy(np.array(running, dtype=I64))
+        if len(running) <= self.SCALAR_MAX and (n := self._plain_passes(max_passes)) >= 0:
             if n < 2:
                 return None
-            rids = list(b.running)
+            rids = list(running)
             ctx, sh, pg = t.ctx, t.shared_tokens, t.pages
             context = [ctx.item(rid) for rid in rids]
             base = [c - sh.item(rid) + 1 for c, rid in zip(context, rids)]
             n = self._fit_pages(base, sum(pg.item(rid) for rid in rids), n)
             return SegmentPlan(rids, n, None, context) if n >= 2 else None
-        run = np.array(b.running, dtype=I64)
+        run = np.array(running, dtype=I64)
         rem = t.output[run] - t.committed[run]
         eff = np.minimum(np.minimum(t.target[run], rem - 1), cfg.max_draft)
         d = t.drafted[run]
@@ -157,11 +162,11 @@ class FastPath:
     def _plain_passes(self, max_passes: int) -> int:
         """Passes until the first finish (at most max_passes) if every running request decodes
         plainly (its effective target is 0 and it holds no drafts), else -1. Scalar code."""
-        t = self.b.t
+        t = self.t
         out, com, dr, tg, rc = t.output, t.committed, t.drafted, t.target, t.recheck
-        spec = self.b.cfg.max_draft > 0
+        spec = self.cfg.max_draft > 0
         n = max_passes
-        for rid in self.b.running:
+        for rid in self.running:
             rem = out.item(rid) - com.item(rid)
             if spec:
                 if dr.item(rid) or (rem > 1 and tg.item(rid) > 0):
@@ -176,7 +181,7 @@ class FastPath:
         """Passes (at most n) whose pages fit: before pass i a request holds base - 1 + i tokens
         and needs room for one more. A cheap upper bound first, the exact count only when it
         does not fit."""
-        ps, free, r = self.b.cfg.page_size, self.b.pool.free(), len(base)
+        ps, free, r = self.cfg.page_size, self.pool.free(), len(base)
         if (sum(base) + r * (n - 1)) // ps + r - held <= free:
             return n
         i = np.arange(n, dtype=I64)[:, None]
@@ -188,10 +193,10 @@ class FastPath:
         """Apply the first `n` passes of a segment. `ends[i]` is when pass i ended; `accepted` the
         outcome of the speculative verifications in pass n-1 (aligned with `last_verify_ids`)."""
         b = self.b
-        b.add_passes(n)
+        b.passes += n
         if sp.seg is None and len(sp.rids) <= self.SCALAR_MAX:
             return self._apply_plain(sp.rids, n, ends)
-        t, ps, pool = b.t, b.cfg.page_size, b.pool
+        t, ps, pool = self.t, self.cfg.page_size, self.pool
         run = np.asarray(sp.rids, I64)
         ar = np.ones(len(run), bool) if sp.seg is None else sp.ar_like
         a, sr = run[ar], run[~ar]
@@ -203,7 +208,7 @@ class FastPath:
             gaps = np.empty((m, len(a)))
             gaps[0] = ends[0] - t.t_last_emit[a]
             gaps[1:] = (ends[1:m] - ends[:m - 1])[:, None]  # np.diff, without its wrapper
-            b.add_gaps(gaps.ravel())
+            self.itl.append(gaps.ravel())
             t.t_last_emit[a] = ends[m - 1]
         ver = np.zeros(0, bool)
         if len(sr):  # speculative requests: drafts through pass n-1, verifying there if due
@@ -233,7 +238,7 @@ class FastPath:
     def _apply_plain(self, rids: list[int], n: int, ends: np.ndarray) -> None:
         """apply_segment of a small plain-decode segment, one request at a time on scalars."""
         b = self.b
-        t, ps, pool = b.t, b.cfg.page_size, b.pool
+        t, ps, pool = self.t, self.cfg.page_size, self.pool
         com, ctx, ver, last, sh, pg = t.committed, t.ctx, t.verifies, t.t_last_emit, t.shared_tokens, t.pages
         end = ends[n - 1]
         e0 = ends.item(0)
@@ -252,9 +257,10 @@ class FastPath:
             if c >= t.output.item(rid):
                 done.append(rid)
         gaps[0] = first
-        b.add_gaps(gaps.ravel())
+        self.itl.append(gaps.ravel())
         pool.adjust(grown)
-        pool.track_peak()
+        if pool.used > pool.peak:
+            pool.peak = pool.used
         for rid in done:
             b.finish(rid, end)
 

@@ -21,6 +21,7 @@ The simulator's many-passes-at-once pricing (`DecodeSegment`) is simulator-only 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 from enum import IntEnum
 
 import numpy as np
@@ -76,6 +77,10 @@ def _ints(a=()) -> np.ndarray:
     return np.asarray(a, dtype=I64)
 
 
+_EMPTY = np.zeros(0, I64)
+_EMPTY.flags.writeable = False
+
+
 @dataclass
 class PassPlan:
     """One forward pass. Request ids are the integer ids the batcher assigned (trace row index)."""
@@ -99,10 +104,11 @@ class PassPlan:
     # Outside the pass, before it: requests preempted since the last plan (free their KV, keep
     # their committed tokens: they are recomputed later as prefill), requests finished since the
     # last plan (forget them), and page ids the pool freed meanwhile (finished, preempted,
-    # rejected draft tails, evicted or duplicate prefix blocks).
-    preempted: np.ndarray = field(default_factory=_ints)
-    released: np.ndarray = field(default_factory=_ints)
-    freed_pages: np.ndarray = field(default_factory=_ints)
+    # rejected draft tails, evicted or duplicate prefix blocks). Set by the batcher when there is
+    # news; empty read-only class defaults otherwise (most plans have none: no per-plan arrays).
+    preempted: ClassVar[np.ndarray] = _EMPTY
+    released: ClassVar[np.ndarray] = _EMPTY
+    freed_pages: ClassVar[np.ndarray] = _EMPTY
 
     @property
     def num_tokens(self) -> int:

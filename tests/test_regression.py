@@ -20,5 +20,6 @@ def test_fixture_covers_every_case():
 def test_results_unchanged(case):
     got = run_case(case)
     want = FIXTURE[case_name(case)]
-    assert got["summary"] == want["summary"]
+    # every recorded figure unchanged; keys added to the summary later are not a change of results
+    assert {k: got["summary"].get(k) for k in want["summary"]} == want["summary"]
     assert got["requests_sha256"] == want["requests_sha256"]

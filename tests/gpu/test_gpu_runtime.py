@@ -6,7 +6,10 @@ verification of k + 1 tokens), so greedy outputs may part where the target's top
 nearly equal. The check: per request, the speculative run emits `ar`'s tokens up to its first
 difference, and at that position the top-2 margin of the target's logits (dense reference in fp32
 over `ar`'s own prefix, bf16 weights) is below MARGIN; the fraction of requests identical to the
-end is printed.
+end is printed. Measured on an H200 (2026-11-30, 1B shape, 4 layers, random weights): 2 of 6
+requests identical to the end, first differences at outputs 4-26 with margins 0.007-0.036, the
+same positions for every draft-KV method (the decode and verify passes' rounding differ). Random
+weights accept almost no sparse draft (acceptance 0-0.2 %): real acceptance needs real weights.
 """
 
 import numpy as np
@@ -43,7 +46,7 @@ def serve(model, policy, method="auto"):
 
 @pytest.mark.parametrize("policy,method", [("fixed-k:k=4", "verify-quest"), ("fixed-k:k=4", "static"),
                                            ("fixed-k:k=4", "verify-attn"), ("fixed-k:k=4", "step-quest"),
-                                           ("aspire", "step-layer")])
+                                           ("fixed-k:k=4", "step-layer")])
 def test_bf16_agrees_with_ar_up_to_near_ties(model, policy, method):
     from spsim.gpu_runtime import tokens as T
 
