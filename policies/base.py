@@ -85,6 +85,26 @@ class Policy:
         """Tokens a zero target holds before this policy is asked again (plans-ahead policies)."""
         return self.plain_hold
 
+    # ---- optional shortcuts for executors that advance many passes at once (the simulator).
+    # A policy offering them stays exact: they describe what asking it pass by pass would do.
+    def cycle_target(self) -> int | None:
+        """The one target every decode request has after a verification with drafts, whatever
+        the batch, contexts or outcomes (fixed-k's k), or None. An int also promises: asking has
+        no other effect, a request keeps that target until its next verification with drafts
+        (plans-ahead policies: and a zero one its `plain_hold`); outcomes still reach `on_verify`
+        pass by pass, in order."""
+        return None
+
+    def zero_run(self, view: DecodeView, n: int) -> int | None:
+        """For a policy asked every pass, when no request in `view` holds drafts: on how many
+        consecutive passes from this one (at most n) it would answer 0 for every request, if each
+        pass commits one token to each (context and committed + 1, remaining - 1) and nothing
+        else changes (batch, prefill load, no outcomes). Changes no state. None: cannot tell."""
+        return None
+
+    def skip_zero(self, view: DecodeView, n: int) -> None:
+        """Leave the state as after being asked on the n passes `zero_run` described."""
+
     @property
     def spec(self) -> str:
         from dataclasses import fields
@@ -98,3 +118,35 @@ def expected_tokens(alpha: np.ndarray, k: np.ndarray) -> np.ndarray:
     independently: accepted prefix plus the target token, sum_{i=0..k} alpha^i."""
     alpha = np.minimum(np.maximum(alpha, 0.0), 0.999999)  # np.clip, without its ~3 us wrapper
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def ema_looks(acc, ids: np.ndarray, pos: np.ndarray, n: int, commit: bool = False) -> np.ndarray:
+    """(n, r) acceptance estimates that `acc.get(ids, pos + i)` (an AcceptanceEMA) returns on n
+    consecutive looks i = 0..n-1 without outcomes in between, computed as those looks would, bit
+    for bit; with `commit`, the estimator's state is left as after them."""
+    c, seen, keep, strength = acc.counts, acc.seen, acc.keep, acc.strength
+    ps, pt = acc.pop
+    default = ps / pt
+    out = np.empty((n, len(ids)))
+    for j, (i, p) in enumerate(zip(ids.tolist(), pos.tolist())):
+        x = c.get(i)
+        if not x:
+            out[:, j] = default
+            if commit:
+                seen[i] = p + n - 1
+            continue
+        p0 = seen.get(i)
+        x0, x1 = x
+        col = []
+        for q in range(p, p + n):
+            if p0 is not None and q > p0:
+                w = keep ** (q - p0)
+                x0 = w * x0 + (1.0 - w) * default * strength
+                x1 = w * x1 + (1.0 - w) * strength
+            p0 = q
+            col.append(x0 / x1)
+        out[:, j] = col
+        if commit:
+            x[0], x[1] = x0, x1
+            seen[i] = p + n - 1
+    return out

@@ -35,6 +35,9 @@ class FixedK(Policy):
     def on_verify(self, ids, drafted, accepted) -> None:
         self._first.difference_update(ids.tolist())
 
+    def cycle_target(self) -> int:
+        return self.k  # after the first verification with drafts, every cycle is k drafts
+
     def targets(self, view: DecodeView) -> np.ndarray:
         t = np.full(len(view.ids), self.k, np.int64)
         if self.stagger and self.k > 0 and self._first:

@@ -39,6 +39,9 @@ class Sync(Policy):
     def on_verify(self, ids, drafted, accepted):
         self.acc.update(ids, drafted, accepted)
 
+    def cycle_target(self) -> int | None:
+        return self.k if self.k >= 0 else None  # a fixed k: every cycle k drafts (or fewer, forced)
+
     def _choose(self, view: DecodeView) -> int:
         cost = self.ctx.cost
         k_max = min(self.k_max, view.max_draft)

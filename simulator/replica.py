@@ -30,6 +30,7 @@ class Replica:
         self.fp = fast_path
         self.ex = executor
         self.seg_cost = executor.segments
+        fast_path.acc = executor.acc
         self.fast = fast
         self.max_segment = max_segment
         self.clock = 0.0

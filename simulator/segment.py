@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from spsim.plan import PassPlan
+from spsim.policies.base import DecodeView
 from spsim.policies.batcher import Batcher
 
 I64 = np.int64
@@ -74,6 +75,22 @@ class SegmentPlan:
     context: list[int] | None = None  # plain decode: each request's context before the first pass
     ar_like: np.ndarray | None = None  # bool per request: verifies every pass with no drafts
     verify_at: np.ndarray | None = None  # pass index of each speculative request's verification (or n)
+    cycles: "Cycles | None" = None  # verifications with known outcomes inside the segment
+    zero: DecodeView | None = None  # plain passes of a policy asked every pass (`Policy.zero_run`)
+
+
+@dataclass(slots=True)
+class Cycles:
+    """A segment through many draft-verify cycles: every verification's pass, column (running
+    order), drafts held and accepted drafts, in pass-major order, planned with the acceptance
+    model's keyed outcomes (drawn ahead: they do not depend on when they are asked)."""
+
+    vp: np.ndarray  # pass of each verification
+    vj: np.ndarray  # its column
+    dv: np.ndarray  # drafts it checks
+    acc: np.ndarray  # drafts it accepts
+    K: int  # target after a verification with drafts (Policy.cycle_target)
+    need: np.ndarray  # (n, r) pages each request holds after pass i's reservation
 
 
 class FastPath:
@@ -81,6 +98,9 @@ class FastPath:
     # many requests are planned and applied on Python scalars: at ~1.5 requests per pass, numpy's
     # ~1 us per call on tiny arrays was most of a segment's cost.
     SCALAR_MAX = 8
+    # Draft-verify cycles planned per segment (a cycle of every request per round): beyond, the
+    # segment ends and the next one plans on (plans past the next arrival are thrown away)
+    MAX_ROUNDS = 8
 
     def __init__(self, batcher: Batcher):
         self.b = batcher
@@ -93,6 +113,7 @@ class FastPath:
         self._budget = np.full(cfg.max_batch, cfg.draft_budget, I64)
         self._method = np.full(cfg.max_batch, cfg.draft_method, I64)
         self._budget.flags.writeable = self._method.flags.writeable = False
+        self.acc = None  # the acceptance model (set by the replica): keyed outcomes for cycles
 
     def one_pass(self, plan: PassPlan) -> DecodeSegment:
         """A decode-only plan as a one-pass segment with its requests in running order, the same
@@ -106,13 +127,23 @@ class FastPath:
 
     def plan(self, max_passes: int) -> SegmentPlan | None:
         """The next passes as one segment, or None when the step path must plan: a prefill is in
-        progress, the policy is asked every pass, nothing runs, or fewer than two passes are
-        known (the first already needs a random outcome, a finish or a page decision)."""
+        progress, nothing runs, the policy cannot say ahead what it would answer, or fewer than
+        two passes are known (the first already needs a finish or a page decision)."""
         b, running = self.b, self.running
-        if b.prefilling or not running or not b.policy.plans_ahead:
+        if b.prefilling or not running:
             return None
-        t, cfg = self.t, self.cfg
+        t, cfg, pol = self.t, self.cfg, b.policy
+        k_cycle = pol.cycle_target() if cfg.max_draft else None
+        # cycles run through verifications, whose freed pages could admit a waiting request
+        cycles_ok = (k_cycle and not pol.needs_entropy
+                     and (not b.waiting or len(running) >= cfg.max_batch))
+        if not pol.plans_ahead:
+            if cycles_ok:
+                return self._plan_cycles(k_cycle, pol.synchronous, max_passes)
+            return self._plan_zero(max_passes) if cfg.max_draft else None
         b.ask_policy(np.array(running, dtype=I64))
+        if cycles_ok:
+            return self._plan_cycles(k_cycle, pol.synchronous, max_passes)
         if len(running) <= self.SCALAR_MAX and (n := self._plain_passes(max_passes)) >= 0:
             if n < 2:
                 return None
@@ -159,6 +190,144 @@ class FastPath:
         seg = DecodeSegment(kind, query, ctx, dpos, self._budget[:len(run)], self._method[:len(run)])
         return SegmentPlan(run, n, seg, None, ar_like, verify_at)
 
+    def _plan_zero(self, max_passes: int) -> SegmentPlan | None:
+        """Plain passes of a policy asked every pass, for as long as it says it would answer 0."""
+        t, b = self.t, self.b
+        run = np.array(self.running, dtype=I64)
+        if any(t.drafted[run].tolist()):
+            return None
+        committed = t.committed[run]
+        rem = t.output[run] - committed
+        n = min(max_passes, min(rem.tolist()))
+        if n < 2:
+            return None
+        r = len(run)
+        ctx0 = t.ctx[run]
+        # the view the batcher's ask_policy would build at this pass (no prefill in progress)
+        view = DecodeView(ids=run, context=ctx0, drafted=t.drafted[run], remaining=rem,
+                          budget=self._budget[:r], method=self._method[:r], last_entropy=t.last_entropy[run],
+                          sum_entropy=t.sum_entropy[run], num_decode=r, prefill_tokens=0,
+                          max_draft=self.cfg.max_draft, committed=committed)
+        h = b.policy.zero_run(view, n)
+        if h is None or h < 2:
+            return None
+        n = self._fit_pages((ctx0 - t.shared_tokens[run] + 1).tolist(), sum(t.pages[run].tolist()), min(n, h))
+        if n < 2:
+            return None
+        return SegmentPlan(run.tolist(), n, None, ctx0.tolist(), zero=view)
+
+    def _plan_cycles(self, K: int, sync: bool, max_passes: int) -> SegmentPlan | None:
+        """Passes through many draft-verify cycles of a policy with one target after every
+        verification (`Policy.cycle_target`), up to the first finish or page shortage: each
+        request's cycles follow from its keyed outcomes alone (synchronous policies: the batch's
+        cycles, all verifying together), drawn a cycle of every request at a time."""
+        t, cfg = self.t, self.cfg
+        run = np.array(self.running, dtype=I64)
+        r = len(run)
+        ctx0, d0 = t.ctx[run], t.drafted[run]
+        tg = t.target[run].tolist() if self.b.policy.plans_ahead else [K] * r
+        if min(tg) < 0:
+            return None
+        out, com, ctx, d = t.output[run].tolist(), t.committed[run].tolist(), ctx0.tolist(), d0.tolist()
+        md = cfg.max_draft
+        start = [0] * r  # pass where each request's current cycle begins
+        live = list(range(r))  # columns not finished within the plan and not past n
+        budget, method, verify = self._budget, self._method, self.acc.verify
+        n = max_passes
+        vps, vjs, dvs, accs = [], [], [], []
+        rounds = 0
+        while live:
+            if rounds == self.MAX_ROUNDS:  # the rest later: an arrival cuts most long plans short
+                n = min(n, min(start[j] for j in live))
+                break
+            rounds += 1
+            ws = []
+            for j in live:  # passes of drafting before this cycle's verification
+                eff = min(tg[j], out[j] - com[j] - 1, md)
+                ws.append(eff - d[j] if eff > d[j] else 0)
+            if sync:  # one verifies: all verify
+                w0 = min(ws)
+                ws = [w0] * len(live)
+            cols, dv, spec = [], [], []
+            for j, w in zip(live, ws):
+                vp = start[j] + w
+                if vp < n:
+                    cols.append(j)
+                    dv.append(d[j] + w)
+            if not cols:
+                break
+            sj = [j for j, x in zip(cols, dv) if x > 0]
+            if sj:
+                k = len(sj)
+                a_s = verify(run[sj], np.array([com[j] for j in sj], I64), np.array([x for x in dv if x > 0], I64),
+                             np.array([ctx[j] for j in sj], I64), budget[:k], method[:k]).tolist()
+            live, fin = [], None
+            it = iter(a_s) if sj else None
+            for j, x in zip(cols, dv):
+                a = next(it) if x > 0 else 0
+                vp = start[j] + x - d[j]
+                vps.append(vp)
+                vjs.append(j)
+                dvs.append(x)
+                accs.append(a)
+                com[j] += a + 1
+                ctx[j] += a + 1
+                d[j] = 0
+                if x > 0:
+                    tg[j] = K
+                start[j] = vp + 1
+                if com[j] >= out[j]:
+                    fin = vp + 1 if fin is None or vp + 1 < fin else fin
+                else:
+                    live.append(j)
+            if fin is not None and fin < n:
+                n = fin
+        if not vps:
+            return None
+        vp, vj, dv, acc = (np.array(x, I64) for x in (vps, vjs, dvs, accs))
+        order = np.argsort(vp * r + vj, kind="stable")  # pass-major, running order within a pass
+        vp, vj, dv, acc = vp[order], vj[order], dv[order], acc[order]
+        k = int(np.searchsorted(vp, n))
+        vp, vj, dv, acc = vp[:k], vj[:k], dv[:k], acc[:k]
+        seg, need = self._cycle_arrays(n, r, ctx0, d0, vp, vj, dv, acc, run)
+        # pages: stop before the first pass whose reservation does not fit in free pages
+        other = self.pool.used - sum(t.pages[run].tolist())
+        over = other + need.sum(axis=1) > self.pool.capacity
+        if over.any():
+            n = int(np.argmax(over))
+            if n < 2:
+                return None
+            k = int(np.searchsorted(vp, n))
+            vp, vj, dv, acc = vp[:k], vj[:k], dv[:k], acc[:k]
+            seg = DecodeSegment(seg.kind[:n], seg.query[:n], seg.context[:n], seg.draft_pos[:n], seg.budget, seg.method)
+            need = need[:n]
+        elif n < 2:
+            return None
+        return SegmentPlan(run, n, seg, None, cycles=Cycles(vp, vj, dv, acc, K, need))
+
+    def _cycle_arrays(self, n, r, ctx0, d0, vp, vj, dv, acc, run):
+        """(n, r) kind, query, context and draft position of a cycles segment, and pages needed."""
+        V = np.zeros((n, r), bool)
+        V[vp, vj] = True
+        E = np.zeros((n, r), I64)
+        E[vp, vj] = acc + 1
+        ctx = np.empty((n, r), I64)
+        ctx[0] = ctx0
+        if n > 1:
+            np.cumsum(E[:-1], axis=0, out=ctx[1:])
+            ctx[1:] += ctx0
+        i = np.arange(n, dtype=I64)[:, None]
+        last = np.maximum.accumulate(np.where(V, i, -1), axis=0)  # last verification at or before i
+        prev = np.empty_like(last)
+        prev[0] = -1
+        prev[1:] = last[:-1]
+        dpos = np.where(prev >= 0, i - prev - 1, d0 + i)
+        kind = np.where(V, DecodeSegment.VERIFY, DecodeSegment.DRAFT).astype(np.int8)
+        query = np.where(V, dpos + 1, 1)
+        ps = self.cfg.page_size
+        need = -(-(ctx + dpos + 1 - self.t.shared_tokens[run]) // ps)
+        return DecodeSegment(kind, query, ctx, dpos, self._budget[:r], self._method[:r]), need
+
     def _plain_passes(self, max_passes: int) -> int:
         """Passes until the first finish (at most max_passes) if every running request decodes
         plainly (its effective target is 0 and it holds no drafts), else -1. Scalar code."""
@@ -194,6 +363,11 @@ class FastPath:
         outcome of the speculative verifications in pass n-1 (aligned with `last_verify_ids`)."""
         b = self.b
         b.passes += n
+        if sp.cycles is not None:
+            return self._apply_cycles(sp, n, ends)
+        if sp.zero is not None:  # before any finish: the policy was asked on each of these passes
+            b.policy.skip_zero(sp.zero, n)
+            self.t.target[sp.zero.ids] = 0
         if sp.seg is None and len(sp.rids) <= self.SCALAR_MAX:
             return self._apply_plain(sp.rids, n, ends)
         t, ps, pool = self.t, self.cfg.page_size, self.pool
@@ -235,6 +409,73 @@ class FastPath:
                 acc[~ar[last]] = accepted
             b.record_verifications(v, t.drafted[v].copy(), acc, ends[m])
 
+    def _apply_cycles(self, sp: SegmentPlan, n: int, ends: np.ndarray) -> None:
+        """The first n passes of a cycles segment, as the step path leaves them pass by pass."""
+        b, t, pool, cy = self.b, self.t, self.pool, sp.cycles
+        run = sp.rids
+        r = len(run)
+        k = int(np.searchsorted(cy.vp, n))
+        vp, vj, dv, acc = cy.vp[:k], cy.vj[:k], cy.dv[:k], cy.acc[:k]
+        kind = sp.seg.kind[:n]
+        emitted = np.bincount(vj, acc + 1, r).astype(I64)
+        nver = np.bincount(vj, None, r).astype(I64)
+        spec = dv > 0
+        t.committed[run] += emitted
+        t.ctx[run] += emitted
+        t.verifies[run] += nver
+        t.accepted[run] += np.bincount(vj, acc, r).astype(I64)
+        t.spec_verifies[run] += np.bincount(vj[spec], None, r).astype(I64)
+        t.drafts[run] += (kind == DecodeSegment.DRAFT).sum(axis=0)
+        last_v = kind[n - 1] == DecodeSegment.VERIFY
+        t.drafted[run] = np.where(last_v, 0, sp.seg.draft_pos[n - 1] + 1)
+        # pages: after pass n-1's reservation, shrunk to the committed tokens where it verified
+        need = cy.need[:n]
+        pages = np.where(last_v, -(-(t.ctx[run] - t.shared_tokens[run]) // self.cfg.page_size), need[n - 1])
+        before = sum(t.pages[run].tolist())
+        peak = pool.used - before + int(need.sum(axis=1).max())
+        if peak > pool.peak:
+            pool.peak = peak
+        pool.adjust(sum(pages.tolist()) - before)
+        t.pages[run] = pages
+        # targets: -1 after a verification with drafts in the last pass; asked again (the cycle
+        # target, held from the committed tokens then) after one in an earlier pass
+        sv = vj[spec]
+        if len(sv):
+            last_spec = np.full(r, -1, I64)
+            last_spec[sv] = vp[spec]  # pass-major order: the last write is the latest
+            asked = (last_spec >= 0) & (last_spec < n - 1)
+            t.target[run[asked]] = cy.K
+            if b.policy.plans_ahead:
+                t.recheck[run[asked]] = t.committed[run[asked]] + b.policy.plain_hold
+            t.target[run[last_spec == n - 1]] = -1
+        # emission gaps in pass order, running order within a pass
+        col = np.argsort(vj, kind="stable")  # request-major, pass order within a request
+        e = ends[vp[col]]
+        prev = np.empty_like(e)
+        prev[1:] = e[:-1]
+        first = np.ones(len(col), bool)
+        first[1:] = vj[col][1:] != vj[col][:-1]
+        prev[first] = t.t_last_emit[run[vj[col][first]]]
+        gaps = np.empty_like(e)
+        gaps[col] = e - prev
+        self.itl.append(gaps)
+        lastpos = np.full(r, -1, I64)
+        lastpos[vj] = vp
+        em = lastpos >= 0
+        t.t_last_emit[run[em]] = ends[lastpos[em]]
+        # outcomes to the policy pass by pass, in order; then the last pass's finishes
+        if len(sv):
+            svp, sd, sa = vp[spec], dv[spec], acc[spec]
+            rs = run[sv]
+            cuts = np.flatnonzero(svp[1:] != svp[:-1]) + 1
+            for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(sv)]):
+                b.policy.on_verify(rs[lo:hi], sd[lo:hi], sa[lo:hi])
+        done = last_v & (t.committed[run] >= t.output[run])
+        if done.any():
+            end = float(ends[n - 1])
+            for rid in run[done].tolist():
+                b.finish(rid, end)
+
     def _apply_plain(self, rids: list[int], n: int, ends: np.ndarray) -> None:
         """apply_segment of a small plain-decode segment, one request at a time on scalars."""
         b = self.b
@@ -266,7 +507,7 @@ class FastPath:
 
     def last_verify_ids(self, sp: SegmentPlan, n: int) -> np.ndarray:
         """Speculative requests verifying in pass n-1 (whose outcomes `apply` needs)."""
-        if sp.seg is None:
+        if sp.seg is None or sp.cycles is not None:
             return NO_IDS
         s = ~sp.ar_like
         return sp.rids[s][sp.verify_at[s] == n - 1]
