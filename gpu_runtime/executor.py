@@ -187,8 +187,13 @@ class RuntimeExecutor:
             # draft j of a run proposes output position committed + j
             u = S.keyed_uniform(self.seed, ids.astype(np.int64), committed + plan.draft_pos, S.DRAFT)
             new = S.sample(q, u).tolist()
-            ent = S.entropy(S.probs_from_logits(lg, T if T > 0 else 1.0)).cpu().numpy()
-            entropy = ent.astype(np.float64)
+            if self.acc is None:
+                ent = S.entropy(S.probs_from_logits(lg, T if T > 0 else 1.0)).cpu().numpy().astype(np.float64)
+            else:  # preset acceptance: the acceptance model's keyed entropy signal, as in a replay
+                n = len(ids)
+                ent = self.acc.draft_entropy(ids, committed, plan.draft_pos, plan.draft_context,
+                                             np.full(n, self.budget), np.full(n, self.method))
+            entropy = np.asarray(ent, np.float64)
             for i, rid in enumerate(ids.tolist()):
                 st = self.req[rid]
                 st.drafts.append(int(new[i]))

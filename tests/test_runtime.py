@@ -17,11 +17,11 @@ from spsim.plan import DraftMethod  # noqa: E402
 from spsim.traces.trace import Trace  # noqa: E402
 
 
-def mixed_trace(n=10, seed=3, block=64) -> Trace:
+def mixed_trace(n=10, seed=3, block=64, output=(12, 40)) -> Trace:
     """Prompts of 150-700 tokens, a third sharing one of two prefixes (64-token blocks)."""
     rng = np.random.default_rng(seed)
     p = rng.integers(150, 700, n)
-    o = rng.integers(12, 40, n)
+    o = rng.integers(output[0], output[1], n)
     blocks, indptr = [], [0]
     for i in range(n):
         nb = int(p[i]) // block
@@ -177,3 +177,23 @@ def test_temperature_sampling_follows_the_model(tmp_path):
         if policy != "ar":
             s = run.result.summary
             assert s["drafted_tokens"] > 100 and 0.05 < s["draft_acceptance_rate"] < 0.95
+
+
+@pytest.mark.parametrize("policy", ["fixed-k:k=4", "sync", "entropy", "aspire", "oracle"])
+def test_run_and_replay_decide_alike_with_preset_acceptance(tiny, policy):
+    """With a preset, all compute is real but acceptance and entropies come from the acceptance
+    model's keyed draws: offline, the runtime and the simulator build the same pass plans, so every
+    request drafts, verifies, accepts and is preempted the same number of times."""
+    from spsim.gpu_runtime.engine import RuntimeOptions, run_trace
+    from spsim.simulator.engine import SimConfig, simulate
+
+    cost = CheapDrafts()  # speculation pays for every policy (the simulator prices it pass by pass)
+    kw = dict(policy=policy, offline=True, kv_pages=80, page_size=16, draft_budget=48, max_draft=6,
+              max_batch=8, token_budget=256, acceptance="sparsespec-llama8b")
+    tr = mixed_trace(output=(60, 120))  # long outputs: decode growth preempts
+    run = run_trace(tr, ServingConfig(**kw), RuntimeOptions(device="cpu"), model=tiny, cost=cost)
+    sim = simulate(tr, SimConfig(**kw), cost=cost)
+    cols = ["drafts", "verifies", "spec_verifies", "accepted", "preemptions", "recomputes", "prefix_hit_tokens"]
+    assert run.result.requests[cols].equals(sim.requests[cols])
+    assert run.result.summary["drafted_tokens"] > 0 and run.result.summary["preemptions"] > 0
+    assert sum(run.result.summary["passes"].values()) == sum(sim.summary["passes"].values())
