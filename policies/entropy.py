@@ -12,7 +12,7 @@ import numpy as np
 
 from . import entropy_rule as er
 from .acceptance_ema import AcceptanceEMA
-from .base import DecodeView, Policy
+from .base import DecodeView, Policy, ema_looks
 from .registry import register
 
 
@@ -70,6 +70,35 @@ class Entropy(Policy):
         more = er.draft_more(p_hat, d, prior, draft_c + share, verify_c + share,
                              np.minimum(view.max_draft, view.remaining - 1), self.lookahead)
         return np.where(more, d + 1, d)
+
+    def zero_run(self, view: DecodeView, n: int) -> int | None:
+        """Passes on which no request would draft, from the same rule on the same inputs: every
+        row (pass, request) of `targets` is computed on its own (row-wise numpy; one draft column
+        when none is held), so the (n * r) rows in one call give the answers pass by pass would."""
+        r = len(view.ids)
+        if r == 0 or any(view.drafted.tolist()):
+            return None
+        prior = ema_looks(self.acc, view.ids, view.committed, n).ravel()
+        i = np.arange(n, dtype=np.int64)[:, None]
+        ctx = (view.context[None, :] + i).ravel()
+        cap = np.minimum(view.max_draft, (view.remaining[None, :] - i).ravel() - 1)
+        rows, n_max = n * r, view.max_draft
+        shape = (rows, n_max + 1)
+        dm, vm = self.ctx.cost.marginal(np.broadcast_to(ctx[:, None], shape),
+                                        np.broadcast_to(np.tile(view.budget, n)[:, None], shape),
+                                        np.broadcast_to(np.tile(view.method, n)[:, None], shape),
+                                        np.broadcast_to(np.arange(1, n_max + 2), shape))
+        nd = max(view.num_decode, 1)
+        share = self.ctx.cost.pass_overhead(nd, prefill_tokens=view.prefill_tokens) / nd
+        more = er.draft_more(np.ones((rows, 1)), np.zeros(rows, np.int64), prior, dm[:, 0] + share, vm + share,
+                             cap, self.lookahead)
+        first = more.reshape(n, r).any(axis=1)
+        return int(np.argmax(first)) if first.any() else n
+
+    def skip_zero(self, view: DecodeView, n: int) -> None:
+        ema_looks(self.acc, view.ids, view.committed, n, commit=True)
+        for rid in view.ids.tolist():
+            self._p.setdefault(rid, []).clear()
 
     def _marginal_costs(self, view: DecodeView) -> tuple[np.ndarray, np.ndarray]:
         """Each request's draft cost and verify cost for 0..max_draft drafts held, at its context."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .acceptance_ema import AcceptanceEMA
-from .base import DecodeView, Policy, expected_tokens
+from .base import DecodeView, Policy, ema_looks, expected_tokens
 from .registry import register
 
 
@@ -41,6 +41,42 @@ class Sync(Policy):
 
     def cycle_target(self) -> int | None:
         return self.k if self.k >= 0 else None  # a fixed k: every cycle k drafts (or fewer, forced)
+
+    # relative margin by which k = 0 must win for `zero_run` to vouch for it: the vectorised
+    # prices below agree with `_choose`'s to float rounding (~1e-15), not bit for bit, so a pass
+    # nearer a tie is left to `targets` itself
+    ZERO_MARGIN = 1e-9
+
+    def zero_run(self, view: DecodeView, n: int) -> int | None:
+        """Passes on which `_choose` would pick k = 0: its rates for every pass at once, with the
+        exact acceptance estimates the looks would see; certain only by a margin."""
+        if self.k >= 0:
+            return n if self.k == 0 else 0
+        r = len(view.ids)
+        if r == 0 or any(view.drafted.tolist()):
+            return None
+        k_max = min(self.k_max, view.max_draft)
+        if k_max == 0:
+            return n
+        cost = self.ctx.cost
+        a = ema_looks(self.acc, view.ids, view.committed, n)  # (n, r)
+        ks = np.arange(k_max + 1, dtype=np.int64)
+        K, rows = len(ks), n * r
+        ctx = (view.context[None, :] + np.arange(n, dtype=np.int64)[:, None]).reshape(rows, 1)
+        d_m, v_m = cost.marginal(ctx.repeat(K, 1), np.tile(view.budget, n)[:, None].repeat(K, 1),
+                                 np.tile(view.method, n)[:, None].repeat(K, 1), (ks + 1)[None, :].repeat(rows, 0))
+        d_sum = d_m[:, 0].reshape(n, r).sum(axis=1)
+        v_sum = v_m.reshape(n, r, K).sum(axis=1)
+        over = np.array([cost.pass_overhead(r * (k + 1)) for k in ks.tolist()])
+        t = ks * (cost.pass_overhead(r) + d_sum[:, None]) + over + v_sum
+        rate = expected_tokens(a[:, :, None], ks).sum(axis=1) / t
+        zero = rate[:, 1:].max(axis=1) < rate[:, 0] * (1.0 - self.ZERO_MARGIN)
+        return n if zero.all() else int(np.argmin(zero))
+
+    def skip_zero(self, view: DecodeView, n: int) -> None:
+        if self.k < 0:
+            ema_looks(self.acc, view.ids, view.committed, n, commit=True)
+            self.cycle_k = 0
 
     def _choose(self, view: DecodeView) -> int:
         cost = self.ctx.cost

@@ -101,6 +101,8 @@ class FastPath:
     # Draft-verify cycles planned per segment (a cycle of every request per round): beyond, the
     # segment ends and the next one plans on (plans past the next arrival are thrown away)
     MAX_ROUNDS = 8
+    # Plain passes a policy asked every pass is asked about at once (`Policy.zero_run`)
+    ZERO_MAX = 256
 
     def __init__(self, batcher: Batcher):
         self.b = batcher
@@ -198,7 +200,7 @@ class FastPath:
             return None
         committed = t.committed[run]
         rem = t.output[run] - committed
-        n = min(max_passes, min(rem.tolist()))
+        n = min(max_passes, self.ZERO_MAX, min(rem.tolist()))
         if n < 2:
             return None
         r = len(run)
