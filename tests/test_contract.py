@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import acc, make_trace
 from spsim.build import build
@@ -83,17 +85,13 @@ def check_pages(b, t: RequestTable, plan, full: bool) -> None:
         p for ids in pool.block_ids.values() for p in ids} - {p for tbl in pool.tables.values() for p in tbl})
 
 
-@pytest.mark.parametrize("pool", ["counting", "paged"])
-@pytest.mark.parametrize("setting", SETTINGS)
-@pytest.mark.parametrize("policy", POLICIES)
-def test_runtime_loop_keeps_the_invariants(policy, setting, pool):
-    shape, pages = SETTINGS[setting]
-    tr = make_trace(40, seed=5, span=3.0, prefix=True, **shape)
-    cfg = ServingConfig(policy=policy, kv_pages=pages, max_batch=24, token_budget=4096)
+def drive(tr, cfg, pool_cls, check=None, max_passes=200_000):
+    """Run `tr` through one batcher the way a runtime does; `check(b, table, plan, passes)` after
+    each plan. Returns (batcher, table)."""
     a = acc(0.8, seed=0)
-    serving = build(cfg, prefix_cache=True, block_size=512, cost=COST, acceptance=a)
+    serving = build(cfg, prefix_cache=tr.prefix_indptr is not None, block_size=512, cost=COST, acceptance=a)
     table = RequestTable(tr.prompt_tokens, tr.output_tokens, tr.arrival_s)
-    b = serving.new_batcher(table, tr.prefix_indptr, tr.prefix_ids, PagedKVPool if pool == "paged" else KVPool)
+    b = serving.new_batcher(table, tr.prefix_indptr, tr.prefix_ids, pool_cls)
     b.on_done = lambda rid, now: serving.done(rid)
     ex = FakeExecutor(COST, a, table)
     n, nxt, now, passes = len(tr), 0, 0.0, 0
@@ -103,32 +101,71 @@ def test_runtime_loop_keeps_the_invariants(policy, setting, pool):
             b.enqueue(nxt, now)
             nxt += 1
         if not b.has_work():
+            if nxt >= n:  # the rest was rejected at arrival
+                break
             now = float(tr.arrival_s[nxt])
             continue
         plan = b.plan(now)
         assert not plan.is_empty()
-        if pool == "paged":
-            check_pages(b, table, plan, full=setting == "tight" or passes % 16 == 0)
         if serving.policy.cls.synchronous:
             assert not (len(plan.draft_ids) and len(plan.verify_ids))
+        if check is not None:
+            check(b, table, plan, passes)
         out = ex.execute(plan)
         now += out.elapsed_s
         b.apply(plan, out, now)
         passes += 1
         check_invariants(b, table, n)
-        assert passes < 200_000
+        assert passes < max_passes
     done = table.phase == Phase.DONE
     assert (done | (table.phase == Phase.REJECTED)).all()  # requests conserved
     assert (table.committed[done] == table.output[done]).all()  # committed tokens = output tokens
     assert b.pool.private == 0 and not b.running
-    if pool == "paged":  # no page leaked: every page is free or in a cached block
+    if b.pool.has_ids:  # no page leaked: every page is free or in a cached block
         b.pool.check()
         assert not b.pool.tables
         assert len(b.pool.free_ids) + sum(len(v) for v in b.pool.block_ids.values()) == b.pool.capacity
+    return b, table
+
+
+@pytest.mark.parametrize("pool", ["counting", "paged"])
+@pytest.mark.parametrize("setting", SETTINGS)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_runtime_loop_keeps_the_invariants(policy, setting, pool):
+    shape, pages = SETTINGS[setting]
+    tr = make_trace(40, seed=5, span=3.0, prefix=True, **shape)
+    cfg = ServingConfig(policy=policy, kv_pages=pages, max_batch=24, token_budget=4096)
+    check = None
+    if pool == "paged":
+        def check(b, table, plan, passes):
+            check_pages(b, table, plan, full=setting == "tight" or passes % 16 == 0)
+    b, table = drive(tr, cfg, PagedKVPool if pool == "paged" else KVPool, check)
+    done = table.phase == Phase.DONE
     assert done.sum() >= 35
     if setting == "tight":
         assert table.preemptions.sum() > 0  # the small pool really preempted
-    if not list_policies()[serving.policy.name].speculative:
+    if not list_policies()[b.policy.name].speculative:
         assert table.drafts.sum() == 0
     elif setting == "long":
         assert table.spec_verifies.sum() > 0 and table.accepted.sum() > 0
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 25), seed=st.integers(0, 10_000), pages=st.integers(60, 2000),
+       policy=st.sampled_from(POLICIES), prefix=st.booleans(), batch=st.integers(1, 16))
+def test_fuzzed_traces_own_every_page_once(n, seed, pages, policy, prefix, batch):
+    """Random traces and pool sizes: every page free, private to one request or in one cached
+    block, after every pass; nothing leaked at the end; shared prefix blocks computed once."""
+    tr = make_trace(n, seed=seed, span=2.0, prompt=(10, 4000), output=(1, 200), prefix=prefix)
+    cfg = ServingConfig(policy=policy, kv_pages=pages, max_batch=batch, token_budget=2048, max_draft=6)
+    computed = []
+
+    def check(b, table, plan, passes):
+        check_pages(b, table, plan, full=True)
+        computed.append(int(plan.prefill_tokens.sum()))
+
+    b, table = drive(tr, cfg, PagedKVPool, check)
+    done = table.phase == Phase.DONE
+    # prefill work = prompts less prefix-cache hits, plus what preemption made recompute
+    if not table.preemptions.any():
+        assert sum(computed) == int(table.prompt[done].sum() - table.hit_tokens[done].sum())
