@@ -5,7 +5,8 @@
 - `copy_tb_s`: device copy bandwidth measured in this run (a 4 GiB copy), the floor's ruler.
 - `ar_step`: one plain decode pass (every request verifies one token) at batch x context, timed
   over a KV cache whose pages hold random values (a decode's time does not depend on them):
-  `ms` (median of repeats after warm-up, eager PyTorch + Triton attention, no CUDA graph) against
+  `ms` (median of repeats after warm-up, eager PyTorch + Triton attention) and `ms_graph` (the same
+  forward captured in one CUDA graph: what the runtime reaches once it captures graphs) against
   `floor_ms` = (weights + the KV read) / copy bandwidth, and the roofline's prediction.
 - `mixed`: 16 drafting at a 2K budget (static window: no selection cost) + 16 verifying 9 tokens,
   32K each, against the roofline's prediction for that plan. The drafting requests' page tables
@@ -60,6 +61,22 @@ def timed(fn, dev, repeat=10, warm=3) -> float:
     return statistics.median(ts) * 1e3
 
 
+def graphed(fn, dev):
+    """`fn` captured once in a CUDA graph (after warm-up runs, which also build the attention
+    plans and selections the capture then reuses); returns its replay."""
+    fn()
+    side = torch.cuda.Stream(dev)
+    side.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream(dev).wait_stream(side)
+    torch.cuda.synchronize(dev)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g.replay
+
+
 def main() -> None:
     from spsim.cost import make_cost_model
     from spsim.gpu_runtime.kv_cache import PagedKVCache
@@ -91,7 +108,9 @@ def main() -> None:
            "machine": {"gpu": torch.cuda.get_device_name(dev), "torch": torch.__version__,
                        "triton": __import__("triton").__version__, "python": platform.python_version()},
            "model": args.model, "dtype": "bf16", "copy_tb_s": round(bw, 3), "weights_gib": round(wbytes / 2**30, 2),
-           "method": "eager PyTorch + Triton attention, no CUDA graph; median of 10 after 3 warm-up",
+           "method": "the model's forward as the runtime runs it today (eager PyTorch + Triton attention: `ms`) "
+                     "and the same forward captured in one CUDA graph (`ms_graph`: what graphs would reach; "
+                     "the runtime does not capture yet); median of 10 after 3 warm-up",
            "ar_step": [], "mixed": []}
     rng = np.random.default_rng(0)
     perm = rng.permutation(pages)
@@ -106,10 +125,12 @@ def main() -> None:
                              2048, {}, None)
         tok = torch.randint(0, lc.vocab, (b,), device=dev)
         ms = timed(lambda: model(tok, attn.positions, attn), dev)
+        ms_g = timed(graphed(lambda: model(tok, attn.positions, attn), dev), dev)
         floor = (wbytes + b * ctx * kv_tok) / (bw * 1e12) * 1e3
         plan = PassPlan(verify_ids=np.arange(b), verify_query=np.ones(b, np.int64), verify_context=np.full(b, ctx))
         out["ar_step"].append({"batch": b, "context": ctx, "ms": round(ms, 3), "floor_ms": round(floor, 3),
-                               "ratio": round(ms / floor, 3), "roofline_ms": round(cm.time(plan) * 1e3, 3)})
+                               "ratio": round(ms / floor, 3), "ms_graph": round(ms_g, 3),
+                               "ratio_graph": round(ms_g / floor, 3), "roofline_ms": round(cm.time(plan) * 1e3, 3)})
         print(out["ar_step"][-1], flush=True)
     # mixed: 16 drafting (2K budget, static window: selection cost excluded) + 16 verifying 9 tokens, 32K
     ctx, nd, nv, k = 32768, 16, 16, 8
@@ -122,12 +143,14 @@ def main() -> None:
                          int(DraftMethod.STATIC), 2048, {}, None)
     tok = torch.randint(0, lc.vocab, (nd + nv * (k + 1),), device=dev)
     ms = timed(lambda: model(tok, attn.positions, attn), dev)
+    ms_g = timed(graphed(lambda: model(tok, attn.positions, attn), dev), dev)
     plan = PassPlan(draft_ids=np.arange(nd), draft_context=np.full(nd, ctx), draft_budget=np.full(nd, 2048),
                     draft_method=np.zeros(nd, np.int64), draft_pos=np.zeros(nd, np.int64),
                     verify_ids=np.arange(nd, nd + nv), verify_query=np.full(nv, k + 1), verify_context=np.full(nv, ctx))
     byts = wbytes + (nv * (ctx + k + 1) + nd * 2048) * kv_tok
     out["mixed"].append({"drafting": nd, "verifying": nv, "verify_query": k + 1, "context": ctx, "budget": 2048,
-                         "method": "static", "ms": round(ms, 3), "roofline_ms": round(cm.time(plan) * 1e3, 3),
+                         "method": "static", "ms": round(ms, 3), "ms_graph": round(ms_g, 3),
+                         "roofline_ms": round(cm.time(plan) * 1e3, 3),
                          "bytes_floor_ms": round(byts / (bw * 1e12) * 1e3, 3)})
     print(out["mixed"][-1], flush=True)
     text = json.dumps(out, indent=1) + "\n"

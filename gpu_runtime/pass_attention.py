@@ -180,21 +180,19 @@ class PassAttention(PagedAttention):
         return out, scored
 
     def _from_states(self, layer: int):
-        """Draft rows from each request's stored selection plus the pages its run has reached."""
+        """Draft rows from each request's stored selection plus the pages its run has reached
+        since (known on the host: no device read)."""
         rows, counts = [], []
+        dev = self.cache.device
         for i, rid in enumerate(self.drafts.rids):
             sel = self.states[rid].selection[layer]
+            top = int(self.drafts.run_start[i]) // self.ps  # the run's first draft kept its newest page
             last = int(pages_for(self._dr_kv[i], self.ps)) - 1
+            extra = torch.arange(top + 1, last + 1, device=dev) if last > top else None
             for h in range(self.hkv):
-                s = sel[h]
-                top = int(s.max()) if len(s) else -1
-                extra = torch.arange(top + 1, last + 1, device=s.device)
-                rows.append(torch.cat([s, extra]))
-                counts.append(len(s) + len(extra))
-        k = max(counts)
-        mat = torch.full((len(rows), k), -1, dtype=torch.int64, device=self.cache.device)
-        for r, s in enumerate(rows):
-            mat[r, :len(s)] = s
+                rows.append(sel[h] if extra is None else torch.cat([sel[h], extra]))
+                counts.append(len(sel[h]) + max(0, last - top))
+        mat = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=-1)
         return selected_page_lists(self._dr_table, mat, np.asarray(counts), self._dr_kv, self.hkv, self.ps)
 
     def _plan(self, lists, num_q_heads: int):
