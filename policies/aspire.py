@@ -15,7 +15,7 @@ import numpy as np
 from spsim.plan import DraftMethod
 
 from .acceptance_ema import AcceptanceEMA
-from .base import DecodeView, Policy, expected_tokens
+from .base import DecodeView, Policy, ema_looks, expected_tokens
 from .registry import register
 
 
@@ -63,6 +63,7 @@ class Aspire(RatePlanner):
     ema: float = 0.1  # weight of each verification in the decayed counts (memory ~10 cycles)
     prior: float = 0.8
     k_max: int = 0  # 0: the batcher's max_draft
+    replan: str = "verify"  # "pass": asked every pass (with each pass's prefill load), not planned ahead
     name = "aspire"
     default_draft_method = DraftMethod.STEP_LAYER
     description = "per-request k from smoothed acceptance and batch-aware cost (ASPIRE)"
@@ -72,7 +73,34 @@ class Aspire(RatePlanner):
             raise ValueError("ema must be in (0, 1]")
         if not 0 <= self.prior < 1:
             raise ValueError("prior must be in [0, 1)")
+        if self.replan not in ("verify", "pass"):
+            raise ValueError("replan must be 'verify' or 'pass'")
         self.acc = AcceptanceEMA(self.ema, self.prior)
+        if self.replan == "pass":
+            self.plans_ahead = False  # asked for every decode request every pass
+
+    def zero_run(self, view: DecodeView, n: int) -> int | None:
+        """(replan=pass) Passes on which every request would be given 0: the rule is row-wise
+        (table-priced cycle costs, argmax per row), so (pass, request) rows in one call answer as
+        the passes would one by one."""
+        r = len(view.ids)
+        if r == 0 or any(view.drafted.tolist()):
+            return None
+        a = ema_looks(self.acc, view.ids, view.committed, n).ravel()
+        i = np.arange(n, dtype=np.int64)[:, None]
+        rows = DecodeView(ids=np.tile(view.ids, n), context=(view.context[None, :] + i).ravel(),
+                          drafted=np.zeros(n * r, np.int64), remaining=(view.remaining[None, :] - i).ravel(),
+                          committed=(view.committed[None, :] + i).ravel(), budget=np.tile(view.budget, n),
+                          method=np.tile(view.method, n), last_entropy=np.tile(view.last_entropy, n),
+                          sum_entropy=np.tile(view.sum_entropy, n), num_decode=view.num_decode,
+                          prefill_tokens=view.prefill_tokens, max_draft=view.max_draft)
+        ks, cycle = cycle_costs(self.ctx.cost, rows, self.k_max or view.max_draft)
+        k = ks[np.argmax(expected_tokens(a[:, None], ks[None, :]) / cycle, axis=1)]
+        first = (k != 0).reshape(n, r).any(axis=1)
+        return int(np.argmax(first)) if first.any() else n
+
+    def skip_zero(self, view: DecodeView, n: int) -> None:
+        ema_looks(self.acc, view.ids, view.committed, n, commit=True)
 
     def on_finish(self, rid):
         self.acc.drop(rid)

@@ -39,6 +39,7 @@ class Replica:
         self.cat_ns = dict.fromkeys(CATEGORIES, 0)  # integer ns: sums independent of order
         self.cat_passes = dict.fromkeys(CATEGORIES, 0)
         self.segments = 0
+        self.seg_env = None  # env.now the step path would have after the last segment's passes
         self.proc = env.process(self.run())
 
     def notify(self) -> None:
@@ -53,11 +54,14 @@ class Replica:
         env, b = self.env, self.batcher
         while True:
             if not b.has_work():
+                self.seg_env = None
                 self.wake = env.event()
                 yield self.wake
                 self.wake = None
                 continue
-            now = self.clock = max(self.clock, env.now)
+            # after a segment, the clock SimPy would show had each pass been its own timeout
+            now = self.clock = max(self.clock, env.now if self.seg_env is None else self.seg_env)
+            self.seg_env = None
             b.admit(now)  # before segment(): a segment only forms once nothing more can be admitted
             sp = self.fp.plan(self.max_segment) if self.fast else None
             if sp is not None:
@@ -81,10 +85,23 @@ class Replica:
             times = self.seg_cost.decode_times(sp.context, sp.n)
         else:
             times = self.seg_cost.segment_times(sp.seg)
-        ends = times.copy()
-        ends[0] += now
-        ends = ends.cumsum()  # sequential sums from `now`, as the step path adds pass times
         n = sp.n
+        env_now = env.now
+        if times.max() * (1 + 1e-9) < env_now:
+            ends = times.copy()
+            ends[0] += now
+            ends = ends.cumsum()  # sequential sums from `now`, as the step path adds pass times
+            env_ends = ends
+        else:
+            # early in a run a pass can outlast the time so far: then SimPy's now + (end - now)
+            # after a pass's timeout is not exactly its end, and the next pass starts at the larger
+            ends, env_ends = np.empty(n), np.empty(n)
+            x, e = now, env_now
+            for i, dt in enumerate(times.tolist()):
+                y = x + dt
+                e = e + (y - e)
+                ends[i], env_ends[i] = y, e
+                x = y if y > e else e
         self.in_segment = True
         try:
             yield env.timeout(ends.item(n - 1) - env.now)
@@ -112,4 +129,5 @@ class Replica:
                     self.cat_ns[cat] += int(tn[mask].sum())
                     self.cat_passes[cat] += int(mask.sum())
         self.clock = ends.item(n - 1)
+        self.seg_env = env_ends.item(n - 1)
         self.fp.apply(sp, n, ends, accepted)
