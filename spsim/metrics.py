@@ -159,6 +159,7 @@ def summarize_run(table, batchers, cat_ns: list[dict], cat_passes: list[dict], c
         s["prefix_cache_hit_rate"] = None
     s["kv_capacity_pages"] = int(batchers[0].cfg.capacity_pages)
     s["kv_peak_pages"] = int(max(b.pool.peak for b in batchers))
+    s.update(load_diagnostics(table, batchers, cfg, trace, s))
     s["config"] = {
         "policy": batchers[0].policy.spec, "replicas": cfg.replicas, "router": cfg.router,
         "seed": cfg.seed, "cost_model": getattr(cost, "name", type(cost).__name__),
@@ -169,3 +170,169 @@ def summarize_run(table, batchers, cat_ns: list[dict], cat_passes: list[dict], c
     }
     return RunResult(s, req)
 
+
+
+# ---------------------------------------------------------------------------- diagnostics
+# Keys that say what limited a run, read from the finished request table (no batcher hooks):
+# the batch size reached against the one asked for, whether the queue kept growing, what the
+# prefix cache could hold, and the rows the trace reader skipped. Warnings on the terminal are
+# these notes.
+
+OVERLOAD_GOODPUT_FRACTION = 0.05  # goodput below this share of throughput: "near zero"
+OVERLOAD_WAIT_RATIO = 10.0  # last arrivals' mean TTFT this many times the first arrivals'
+MEMORY_HELD_BACK = 0.5  # requests held back by KV memory, time-averaged per replica
+
+
+def _step_series(t_on: np.ndarray, t_off: np.ndarray, end: float):
+    """Counts of intervals [t_on, t_off) over time: (times, counts after each time). Offs sort
+    before ons at the same instant (a finish frees room for an admission at that time)."""
+    on = np.isfinite(t_on)
+    off = np.where(np.isfinite(t_off), t_off, end)[on]
+    times = np.concatenate([t_on[on], off])
+    delta = np.concatenate([np.ones(int(on.sum()), np.int64), -np.ones(len(off), np.int64)])
+    order = np.lexsort((delta, times))
+    return times[order], np.cumsum(delta[order])
+
+
+def _running_and_demand(table, replica: int, end: float):
+    """Per replica: peak requests running, peak requests routed there and unfinished, and the
+    time-averaged number held back (waiting while the batch was below --max-batch is checked by the
+    caller). Running is [first admission, finish): exact without preemptions, an upper bound with."""
+    sel = table.replica == replica
+    arrival, admit, finish = table.arrival[sel], table.t_admit[sel], table.t_finish[sel]
+    ok = table.reject[sel] == 0
+    arrival, admit, finish = arrival[ok], admit[ok], finish[ok]
+    rt, rc = _step_series(admit, finish, end)
+    dt, dc = _step_series(arrival, finish, end)
+    return rt, rc, dt, dc
+
+
+def _held_back(rt, rc, dt, dc, limit: int, end: float) -> float:
+    """Integral over time of max(0, min(demand, limit) - running)."""
+    if len(dt) == 0:
+        return 0.0
+    grid = np.unique(np.concatenate([rt, dt, [end]]))
+    ri = np.searchsorted(rt, grid, side="right") - 1
+    run = np.where(ri >= 0, rc[np.maximum(ri, 0)], 0) if len(rt) else np.zeros(len(grid), np.int64)
+    dem_i = np.searchsorted(dt, grid, side="right") - 1
+    dem = np.where(dem_i >= 0, dc[np.maximum(dem_i, 0)], 0)
+    held = np.maximum(0, np.minimum(dem, limit) - run)[:-1]
+    return float((held * np.diff(grid)).sum())
+
+
+def load_diagnostics(table, batchers, cfg, trace, s: dict) -> dict:
+    """Summary keys saying what limited the run (see the module's definitions above)."""
+    d: dict = {}
+    fin = table.t_finish[np.isfinite(table.t_finish)]
+    end = float(fin.max()) if len(fin) else 0.0
+    n_rep = len(batchers)
+    max_batch = int(batchers[0].cfg.max_batch)
+    cap = int(batchers[0].cfg.capacity_pages)
+    concurrency = getattr(cfg, "concurrency", None)
+    d["requested_concurrency"] = int(concurrency) if concurrency else None
+    d["requested_max_batch"] = max_batch
+    peaks, demands, held = [], [], []
+    for r in range(n_rep):
+        rt, rc, dt, dc = _running_and_demand(table, r, end)
+        peaks.append(int(rc.max()) if len(rc) else 0)
+        demands.append(int(dc.max()) if len(dc) else 0)
+        held.append(_held_back(rt, rc, dt, dc, max_batch, end) / end if end > 0 else 0.0)
+    d["peak_running_per_replica"] = peaks
+    d["peak_running"] = max(peaks) if peaks else 0
+    d["peak_outstanding_per_replica"] = demands
+    d["held_back_by_memory_mean"] = float(np.mean(held)) if held else 0.0
+    d["kv_peak_fraction"] = s["kv_peak_pages"] / cap if cap else None
+    limited_by, note = None, None
+    capped = [i for i in range(n_rep) if peaks[i] < min(max_batch, demands[i])]
+    if capped and (d["held_back_by_memory_mean"] >= MEMORY_HELD_BACK or s["preemptions"]):
+        limited_by = "kv_memory"
+        peak = d["peak_running"]
+        bound = f" (an upper bound: {s['preemptions']:,} preemptions)" if s["preemptions"] else ""
+        kv = f"KV pages peak {s['kv_peak_pages']:,} of {cap:,}"
+        if concurrency:
+            note = (f"KV memory caps the batch: at most {peak:,} requests ran at once per replica{bound}, not the "
+                    f"{concurrency / n_rep:g} that --concurrency {concurrency} asks for (--max-batch {max_batch}); "
+                    f"{kv}. The rest wait for memory, so a larger --concurrency gives the same throughput")
+        else:
+            note = (f"KV memory caps the batch: at most {peak:,} requests ran at once per replica{bound} while up "
+                    f"to {max(demands):,} were waiting or running (--max-batch {max_batch} never reached); {kv}")
+        note += "; more replicas, --tp or --kv-dtype fp8 hold more"
+    elif any(peaks[i] >= max_batch and demands[i] > max_batch for i in range(n_rep)):
+        limited_by = "max_batch"
+    d["batch_limited_by"] = limited_by
+    d["memory_note"] = note
+    d.update(_overload(table, cfg, s))
+    d.update(_prefix_note(table, batchers, cfg, trace, s, end))
+    d["trace_skipped"] = {"rows": int(sum(trace.skipped.values())), "by_reason": dict(trace.skipped)}
+    d["trace_warnings"] = {"rows": int(sum(trace.warnings.values())), "by_reason": dict(trace.warnings)}
+    return d
+
+
+def _overload(table, cfg, s: dict) -> dict:
+    done = (table.reject == 0) & np.isfinite(table.t_finish) & np.isfinite(table.t_first)
+    idx = np.flatnonzero(done)
+    idx = idx[np.argsort(table.arrival[idx], kind="stable")]
+    ttft = table.t_first[idx] - table.arrival[idx]
+    n10 = max(1, len(idx) // 10)
+    first = float(ttft[:n10].mean()) if len(idx) else None
+    last = float(ttft[-n10:].mean()) if len(idx) else None
+    thr = s["request_throughput"]
+    frac = s["request_goodput"] / thr if thr else None
+    d = {"ttft_first_decile_mean_ms": None if first is None else first * 1e3,
+         "ttft_last_decile_mean_ms": None if last is None else last * 1e3,
+         "goodput_fraction": frac}
+    open_loop = not (getattr(cfg, "offline", False) or getattr(cfg, "concurrency", None))
+    slo_ttft = s["goodput_slo"]["ttft_s"]
+    growing = (open_loop and len(idx) >= 20 and last is not None
+               and last > max(OVERLOAD_WAIT_RATIO * first, slo_ttft))
+    low_goodput = frac is not None and len(idx) >= 20 and frac < OVERLOAD_GOODPUT_FRACTION
+    d["overloaded"] = bool(growing)
+    notes = []
+    if growing:
+        notes.append(f"overloaded: the queue keeps growing: the last 10% of arrivals waited {last:,.1f} s for "
+                     f"their first token, the first 10% {first:,.1f} s; arrivals outpace service, so latency "
+                     "figures depend on the trace's length (lower --qps, or add --replicas)")
+    if low_goodput:
+        slo = s["goodput_slo"]
+        notes.append(f"goodput is {frac:.0%} of throughput: almost no request meets the SLO "
+                     f"(TTFT <= {slo['ttft_s']:g} s, TPOT <= {slo['tpot_s'] * 1e3:g} ms; --slo-ttft/--slo-tpot)")
+    d["overload_note"] = "; ".join(notes) if notes else None
+    return d
+
+
+def _prefix_note(table, batchers, cfg, trace, s: dict, end: float) -> dict:
+    caches = [b.pool.cache for b in batchers if b.pool.cache is not None]
+    if not caches or trace.prefix_indptr is None or not trace.block_size:
+        return {"prefix_cache_repeat_fraction": None, "prefix_cache_room_pages": None, "prefix_cache_note": None}
+    bs = int(trace.block_size)
+    page = int(batchers[0].cfg.page_size)
+    block_pages = max(1, bs // page)
+    cap = int(batchers[0].cfg.capacity_pages)
+    # the full prompt blocks the batcher looks up, in arrival order: a block seen before is a repeat
+    # (the most an unbounded cache on one replica could hit)
+    full = np.minimum(np.diff(trace.prefix_indptr), trace.prompt_tokens // bs)
+    order = np.argsort(table.arrival, kind="stable")
+    starts = trace.prefix_indptr[:-1][order]
+    lens = full[order]
+    rep = np.repeat(starts - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
+    ids = trace.prefix_ids[np.arange(int(lens.sum())) + rep]
+    uniq = len(np.unique(ids))
+    repeat = 1 - uniq / len(ids) if len(ids) else 0.0
+    # pages running requests held, time-averaged per replica (prompt from admission, output growing
+    # linearly to the finish): what is left is the room cached blocks had beside them
+    ok = (table.reject == 0) & np.isfinite(table.t_admit) & np.isfinite(table.t_finish)
+    a, f1, f = table.t_admit[ok], table.t_first[ok], table.t_finish[ok]
+    f1 = np.where(np.isfinite(f1), f1, f)
+    tok_s = table.prompt[ok] * (f - a) + table.output[ok] * (f - f1) / 2
+    held = float(tok_s.sum()) / page / end / len(batchers) if end > 0 else 0.0
+    room = max(0.0, cap - held)
+    hit = s.get("prefix_cache_hit_rate") or 0.0
+    note = (f"prefix cache hit {hit:.1%} of prompt blocks; {repeat:.1%} of this run's blocks repeat an "
+            f"earlier request's (the most an unbounded cache on one replica could hit). Cached blocks live "
+            f"in the KV memory running requests leave free: about {room:,.0f} of {cap:,} pages per replica on "
+            f"average ({room / block_pages:,.0f} blocks of {bs} tokens), against {uniq:,} distinct blocks in "
+            f"this run; unreferenced blocks are evicted, least recently used first, whenever pages run short")
+    if len(batchers) > 1:
+        note += (f". With {len(batchers)} replicas and {getattr(cfg, 'router', 'the')} routing (not "
+                 f"prefix-aware), a repeat hits only on the replica that cached it")
+    return {"prefix_cache_repeat_fraction": repeat, "prefix_cache_room_pages": room, "prefix_cache_note": note}
