@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -10,10 +11,11 @@ from typing import Optional
 import numpy as np
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from spsim.cli_options import LIMIT, TRACE_FORMAT, serving_options
+from spsim.cli_options import LIMIT, SKIP_INVALID, TRACE_FORMAT, check_out_dir, serving_options
 from spsim.errors import SpsimError
 from spsim.spec import split_specs
 
@@ -21,29 +23,87 @@ from spsim.spec import split_specs
 # and the GPU world's commands work where simpy is not installed.
 
 console = Console()
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 DEFAULT_TRACE = "mooncake"
 
-def _load(trace_path: str | None, fmt: str | None, limit: int | None):
-    from spsim.traces import read_trace
 
-    tr = read_trace(trace_path or DEFAULT_TRACE, format=fmt)
+def _load(trace_path: str | None, fmt: str | None, limit: int | None, skip_invalid: bool = False):
+    """Read the trace (rows skipped or flagged while reading: one stderr line each, by reason) and
+    keep its first `limit` requests."""
+    from spsim.traces import read_trace
+    from spsim.traces.report import notes
+
+    if limit is not None and limit < 1:
+        raise SpsimError(f"--limit must be >= 1 (got {limit})")
+    path = trace_path or DEFAULT_TRACE
+    tr = read_trace(path, format=fmt, skip_invalid=skip_invalid)
+    for line in notes(path, tr):
+        typer.echo(line, err=True)
     if limit is not None:
-        if limit < 1:
-            raise SpsimError("--limit must be >= 1")
         tr = tr.take(np.arange(min(limit, len(tr))))
     return tr
 
 
+# Where the terminal shows no live progress bar (output piped or redirected, or --json), long runs
+# print plain progress lines on stderr: the first once a run has taken PROGRESS_AFTER_S, then at
+# every further tenth of the work or every PROGRESS_EVERY_S, whichever comes first.
+PROGRESS_AFTER_S = 10.0
+PROGRESS_EVERY_S = 30.0
+
+
+def live_progress(as_json: bool = False) -> bool:
+    """A live progress bar only where both stdout and stderr are terminals and stdout is a table."""
+    return not as_json and console.is_terminal and sys.stderr.isatty()
+
+
+class ProgressLines:
+    """Plain progress lines on stderr for output that is not a terminal."""
+
+    def __init__(self, label: str, stream=None):
+        self.label = label
+        self.stream = stream
+        self.t0 = time.perf_counter()
+        self.last_t: float | None = None
+        self.last_tenth = 0
+
+    def __call__(self, fraction: float, what: str) -> None:
+        now = time.perf_counter()
+        elapsed = now - self.t0
+        if elapsed < PROGRESS_AFTER_S:
+            return
+        tenth = int(10 * min(max(fraction, 0.0), 1.0))
+        if self.last_t is not None and tenth <= self.last_tenth and now - self.last_t < PROGRESS_EVERY_S:
+            return
+        self.last_t, self.last_tenth = now, tenth
+        print(f"{self.label}: {what} ({int(100 * min(max(fraction, 0.0), 1.0))}%), {elapsed:.0f} s elapsed",
+              file=self.stream or sys.stderr, flush=True)
+
+
 def _run(trace, cfg, label: str, quiet: bool = False):
+    """Simulate with progress: a live bar on a terminal, else plain lines on stderr (`quiet`: the
+    caller's stdout is not a table, e.g. --json)."""
     from .engine import simulate
 
-    if quiet:
-        return simulate(trace, cfg)
+    if not live_progress(quiet):
+        lines = ProgressLines(label)
+        return simulate(trace, cfg, progress=lambda done, total: lines(done / total, f"{done:,}/{total:,} requests"))
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} requests"),
                   TimeElapsedColumn(), console=console, transient=True) as prog:
         task = prog.add_task(label, total=len(trace))
         return simulate(trace, cfg, progress=lambda done, total: prog.update(task, completed=done))
+
+
+def run_notes(s: dict) -> list[str]:
+    """What limited a run, worded for the terminal: KV memory capping the batch, overload or near-zero
+    goodput (the summary's `memory_note` and `overload_note`)."""
+    return [n for n in (s.get("memory_note"), s.get("overload_note")) if n]
+
+
+def warn(lines, prefix: str = "") -> None:
+    """Yellow warning lines on stderr (stdout stays a table or JSON)."""
+    for line in lines:
+        err_console.print(f"[yellow]warning:[/] {escape(prefix + line)}")
 
 
 def _ms(v):
@@ -76,20 +136,30 @@ def summary_table(s: dict, title: str) -> Table:
                  " / ".join(f"{100 * pt[c] / tot:.0f}%" for c in ("prefill", "mixed", "draft", "verify"))))
     rows.append(("preemptions", f"{s['preemptions']:,}"))
     if s.get("prefix_cache_hit_rate") is not None:
-        rows.append(("prefix cache hit rate (blocks)", f"{s['prefix_cache_hit_rate']:.1%}"))
+        rep = s.get("prefix_cache_repeat_fraction")
+        rows.append(("prefix cache hit rate (blocks)", f"{s['prefix_cache_hit_rate']:.1%}"
+                     + (f"  [dim]({rep:.1%} of blocks repeat)[/]" if rep is not None else "")))
     rows.append(("KV pages peak / capacity", f"{s['kv_peak_pages']:,} / {s['kv_capacity_pages']:,}"))
+    if s.get("peak_running_per_replica") is not None:
+        asked = f"--max-batch {s['requested_max_batch']}"
+        if s.get("requested_concurrency"):
+            asked = f"--concurrency {s['requested_concurrency']}, " + asked
+        rows.append(("peak running requests per replica", f"{s['peak_running']:,}  [dim]({asked})[/]"))
     for k, v in rows:
         t.add_row(k, v)
     return t
 
 
 def _write(out: Path, name: str, result, fmt: str) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}summary.json").write_text(result.summary_json())
-    if fmt == "parquet":
-        result.requests.to_parquet(out / f"{name}requests.parquet", index=False)
-    else:
-        result.requests.to_csv(out / f"{name}requests.csv", index=False)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{name}summary.json").write_text(result.summary_json())
+        if fmt == "parquet":
+            result.requests.to_parquet(out / f"{name}requests.parquet", index=False)
+        else:
+            result.requests.to_csv(out / f"{name}requests.csv", index=False)
+    except OSError as e:  # checked before the run; the disk can still fill up
+        raise SpsimError(f"--out {out}: cannot write ({e.strerror or e})") from None
 
 
 def _LazySimConfig(**kw):
@@ -99,9 +169,35 @@ def _LazySimConfig(**kw):
     return SimConfig(**kw)
 
 
+def _examples(*lines: str) -> str:
+    """A help page's epilog: examples, one per paragraph (rich keeps them apart)."""
+    return "Examples:\n\n" + "\n\n".join(f"  {x}" for x in lines)
+
+
+def _specs(policies: str) -> list[str]:
+    """--policies, each spec checked before the trace is read; a policy given twice (the same spec
+    after defaults, e.g. `ar,ar`) runs once, with a warning."""
+    from spsim.policies.registry import parse_policy
+
+    specs = split_specs(policies)
+    if not specs:
+        raise SpsimError("--policies is empty")
+    seen: dict[str, str] = {}
+    out = []
+    for spec in specs:
+        canon = parse_policy(spec).make().spec
+        if canon in seen:
+            same = "is given twice" if spec == seen[canon] else f"is the same policy as {seen[canon]!r}"
+            warn([f"--policies: {spec!r} {same}; running it once"])
+            continue
+        seen[canon] = spec
+        out.append(spec)
+    return out
+
+
 def register(app: typer.Typer) -> None:
 
-    @app.command()
+    @app.command(epilog=_examples("spsim models"))
     def models():
         """Model shapes and GPUs the analytic cost model knows."""
         from spsim.hardware import GPUS
@@ -121,7 +217,7 @@ def register(app: typer.Typer) -> None:
             g.add_row(x.name, f"{x.mem_bytes / 1e9:.0f}", f"{x.hbm_bw / 1e12:.2f}", f"{x.bf16_flops / 1e12:.0f}")
         console.print(g)
 
-    @app.command()
+    @app.command(epilog=_examples("spsim policies", "spsim replay mooncake --limit 200 --policy fixed-k:k=6"))
     def policies():
         """Speculation policies and their parameters (spec grammar: name:key=value,...)."""
         from dataclasses import fields
@@ -136,14 +232,20 @@ def register(app: typer.Typer) -> None:
             t.add_row(name, cls.description, params or "-", cls.default_draft_method.label)
         console.print(t)
 
-    @app.command()
+    @app.command(epilog=_examples(
+        "spsim replay mooncake --limit 1000 --replicas 4 --policy aspire --out runs/aspire   # about 5 s",
+        "spsim replay azure-conv --limit 2000 --policy fixed-k:k=8 --qps 8 --json   # trace rescaled to 8 req/s",
+        "spsim replay my.jsonl --policy sync --concurrency 32 --skip-invalid   # closed loop, bad rows skipped"))
     @serving_options(config_cls=_LazySimConfig)
     def replay(
         trace: Optional[str] = typer.Argument(None, help=f"Trace file or shipped name (default: {DEFAULT_TRACE})."),
-        out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write summary.json and per-request results here."),
-        per_request: str = typer.Option("csv", "--per-request", help="csv or parquet."),
+        out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for summary.json and per-request "
+                                           "results (checked before the run)."),
+        per_request: str = typer.Option("csv", "--per-request", help="Per-request file format: csv or parquet "
+                                        "(needs pyarrow)."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON instead of a table."),
         limit: Optional[int] = LIMIT, trace_format: Optional[str] = TRACE_FORMAT,
+        skip_invalid: bool = SKIP_INVALID,
         serving=None,
     ):
         """Replay a trace against one policy; print a summary, optionally write results to --out."""
@@ -151,12 +253,17 @@ def register(app: typer.Typer) -> None:
             raise SpsimError("--per-request must be csv or parquet")
         cfg = serving
         policy = cfg.policy
-        tr = _load(trace, trace_format, limit)
-        if out and per_request == "parquet":  # checked before a long run, not after it
+        # everything that could fail is checked before a long run, not after it
+        check_out_dir(out, ("summary.json", f"requests.{per_request}"))
+        if out and per_request == "parquet":
             try:
                 import pyarrow  # noqa: F401
             except ImportError:
                 raise SpsimError("--per-request parquet needs pyarrow (pip install pyarrow); csv works without it") from None
+        from spsim.policies.registry import parse_policy
+
+        parse_policy(policy)
+        tr = _load(trace, trace_format, limit, skip_invalid)
         t0 = time.perf_counter()
         res = _run(tr, cfg, f"replay {policy}", quiet=as_json)
         wall = time.perf_counter() - t0
@@ -165,40 +272,71 @@ def register(app: typer.Typer) -> None:
         else:
             console.print(summary_table(res.summary, f"{policy} on {trace or DEFAULT_TRACE} ({len(tr):,} requests, "
                                                      f"{cfg.replicas} x {cfg.model} on {cfg.gpu})"))
+            if res.summary.get("prefix_cache_note"):
+                console.print(f"[dim]{escape(res.summary['prefix_cache_note'])}[/]")
             console.print(f"[dim]simulated in {wall:.1f} s[/]")
+        warn(run_notes(res.summary))
         if out:
             _write(out, "", res, per_request)
             if not as_json:
                 console.print(f"wrote {out}/summary.json and {out}/requests.{per_request}")
 
-    @app.command()
+    @app.command(epilog=_examples(
+        "spsim compare mooncake --limit 1000 --replicas 4 -P ar,sync:k=4,fixed-k:k=8,aspire   # about 30 s",
+        "spsim compare mooncake --limit 300 --concurrency 16 -P ar,entropy,aspire,oracle --seeds 3 --out runs/cmp"))
     @serving_options(exclude=("policy", "seed"), config_cls=_LazySimConfig)
     def compare(
         trace: Optional[str] = typer.Argument(None, help=f"Trace file or shipped name (default: {DEFAULT_TRACE})."),
-        policies: str = typer.Option("ar,sync,fixed-k:k=8,aspire", "--policies", "-P", help="Comma list of policy specs."),
-        seeds: int = typer.Option(1, "--seeds", help="Runs per policy with seeds 0..N-1 (mean and spread)."),
-        out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write compare.json, compare.csv and report.html here."),
+        policies: str = typer.Option("ar,sync,fixed-k:k=8,aspire", "--policies", "-P", help="Comma list of policy "
+                                     "specs; the first is the reference of the ratios."),
+        seeds: int = typer.Option(1, "--seeds", help="Runs per policy with acceptance seeds 0..N-1 (mean and "
+                                  "spread); policies without speculation (ar) run once."),
+        out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for compare.json, compare.csv and "
+                                           "report.html (self-contained; checked before the runs)."),
         as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
         limit: Optional[int] = LIMIT, trace_format: Optional[str] = TRACE_FORMAT,
+        skip_invalid: bool = SKIP_INVALID,
         serving=None,
     ):
         """Compare policies side by side on one trace, with ratios against the first (usually `ar`)."""
         from .compare import compare_policies, compare_table, write_report
 
-        specs = split_specs(policies)
-        if not specs:
-            raise SpsimError("--policies is empty")
         if seeds < 1:
-            raise SpsimError("--seeds must be >= 1")
-        tr = _load(trace, trace_format, limit)
+            raise SpsimError(f"--seeds must be >= 1 (got {seeds})")
+        specs = _specs(policies)
+        check_out_dir(out, ("compare.json", "compare.csv", "report.html"))
+        if out:
+            try:
+                import plotly  # noqa: F401
+            except ImportError:
+                raise SpsimError("--out writes report.html with plotly, which is not installed (pip install plotly)") from None
+        tr = _load(trace, trace_format, limit, skip_invalid)
         base = serving.with_(policy=specs[0], seed=0)
-        rows = compare_policies(tr, base, specs, seeds, console=None if as_json else console)
+        if live_progress(as_json):
+            rows = compare_policies(tr, base, specs, seeds, console=console)
+        else:
+            lines = ProgressLines("compare")
+            rows = compare_policies(tr, base, specs, seeds, lines=lines)
         if as_json:
             typer.echo(json.dumps(rows, indent=2))
         else:
             console.print(compare_table(rows, f"{trace or DEFAULT_TRACE}: {len(tr):,} requests, {base.replicas} x "
                                               f"{base.model} on {base.gpu}, {seeds} seed(s)"))
+        _warn_rows(rows)
         if out:
-            write_report(out, rows, base)
+            write_report(out, rows, base, trace_skipped={"rows": int(sum(tr.skipped.values())),
+                                                         "by_reason": dict(tr.skipped)})
             if not as_json:
                 console.print(f"wrote {out}/compare.json, compare.csv, report.html")
+
+
+def _warn_rows(rows: list[dict]) -> None:
+    """One warning per kind of note, naming the policies it applies to (figures: the first's)."""
+    by_kind: dict[str, list[tuple[str, str]]] = {}
+    for r in rows:
+        for kind in ("memory_note", "overload_note"):
+            if r.get(kind):
+                by_kind.setdefault(kind, []).append((r["policy"], r[kind]))
+    for kind, items in by_kind.items():
+        who = items[0][0] if len(items) == 1 else ", ".join(p for p, _ in items) + f" (figures for {items[0][0]})"
+        warn([f"{who}: {items[0][1]}"])

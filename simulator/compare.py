@@ -25,21 +25,43 @@ FIGURES = [
 ]
 
 
-def compare_policies(trace, base: SimConfig, specs: list[str], seeds: int, console=None) -> list[dict]:
+def _seed_free(spec: str) -> bool:
+    """A policy whose results do not depend on the acceptance seed (no speculation: `ar`)."""
+    from spsim.policies.registry import parse_policy
+
+    return not parse_policy(spec).cls.speculative
+
+
+def _count(vals):
+    """Counts stay ints (the same in every seed's run); a mean only where runs differ."""
+    if len(set(vals)) == 1:
+        return int(vals[0])
+    return float(np.mean(vals))
+
+
+def compare_policies(trace, base: SimConfig, specs: list[str], seeds: int, console=None, lines=None) -> list[dict]:
+    """Run every policy with seeds 0..seeds-1 (once for policies the seed cannot change) and
+    give one row per policy: means, spreads and ratios against the first. Progress: a live bar
+    on `console`, or `lines(fraction, text)` (plain progress lines), or none."""
     from rich.progress import Progress
 
     rows = []
-    runs = [(spec, s) for spec in specs for s in range(seeds)]
+    runs = [(spec, s) for spec in specs for s in range(1 if _seed_free(spec) else seeds)]
     results: dict[str, list[dict]] = {spec: [] for spec in specs}
     prog = Progress(console=console, transient=True) if console else None
     if prog:
         prog.start()
         task = prog.add_task("comparing", total=len(runs))
     try:
-        for spec, seed in runs:
+        for i, (spec, seed) in enumerate(runs):
             if prog:
                 prog.update(task, description=f"{spec} seed {seed}")
-            res = simulate(trace, base.with_(policy=spec, seed=seed))
+            cb = None
+            if lines is not None:
+                what = f"run {i + 1}/{len(runs)} {spec} seed {seed}"
+                cb = (lambda done, total, i=i, what=what:
+                      lines((i + done / total) / len(runs), f"{what}: {done:,}/{total:,} requests"))
+            res = simulate(trace, base.with_(policy=spec, seed=seed), progress=cb)
             results[spec].append(res.summary)
             if prog:
                 prog.advance(task)
@@ -49,16 +71,20 @@ def compare_policies(trace, base: SimConfig, specs: list[str], seeds: int, conso
     ref = specs[0]
     ref_mean = {k: _mean([s[k] for s in results[ref]]) for k, _, _ in FIGURES}
     for spec in specs:
-        row = {"policy": spec, "seeds": seeds, "upper_bound": spec.split(":")[0] == "oracle",
-               "completed": _mean([s["completed"] for s in results[spec]]),
-               "rejected": _mean([s["rejected"] for s in results[spec]])}
+        ss = results[spec]
+        row = {"policy": spec, "seeds": seeds, "runs": len(ss), "clairvoyant": spec.split(":")[0] == "oracle",
+               "completed": _count([s["completed"] for s in ss]),
+               "rejected": _count([s["rejected"] for s in ss])}
         for key, _, _ in FIGURES:
-            vals = [s[key] for s in results[spec]]
+            vals = [s[key] for s in ss]
             m = _mean(vals)
             row[key] = m
             row[key + "_std"] = _std(vals)
             r = ref_mean[key]
             row[key + "_vs_" + "ref"] = (m / r) if (m is not None and r not in (None, 0)) else None
+        row["peak_running"] = _count([s["peak_running"] for s in ss])
+        row["memory_note"] = ss[0]["memory_note"]
+        row["overload_note"] = ss[0]["overload_note"]
         rows.append(row)
     return rows
 
@@ -76,9 +102,13 @@ def _std(vals):
 def _fmt(m, sd, ratio, show_ratio=True):
     if m is None:
         return "-"
-    s = f"{m:,.3g}" if abs(m) < 10 else f"{m:,.0f}" if abs(m) >= 1000 else f"{m:,.1f}"
-    if sd:
-        s += f" ±{sd:.2g}"
+    if abs(m) < 10:
+        s = f"{m:,.3g}"
+        unit = 10.0 ** (np.floor(np.log10(abs(m))) - 2) if m else 1e-3
+    else:
+        s, unit = (f"{m:,.0f}", 1.0) if abs(m) >= 1000 else (f"{m:,.1f}", 0.1)
+    if sd and sd >= unit / 2:  # a spread below the shown precision is rounding, not a spread
+        s += f" ±{sd:,.0f}" if unit >= 1 else f" ±{sd:.1f}" if unit >= 0.1 else f" ±{sd:.2g}"
     if show_ratio and ratio is not None:
         s += f"\n[dim]{ratio:.2f}x[/]"
     return s
@@ -89,25 +119,40 @@ def compare_table(rows: list[dict], title: str) -> Table:
     t = Table(title=title, header_style="bold", show_lines=True)
     t.add_column("metric")
     for r in rows:
-        t.add_column(r["policy"] + ("\n[dim](upper bound)[/]" if r["upper_bound"] else ""), justify="right")
+        t.add_column(r["policy"] + ("\n[dim](clairvoyant reference)[/]" if r["clairvoyant"] else ""), justify="right")
     for key, label, hi in FIGURES:
-        vals = [(r[key], i) for i, r in enumerate(rows) if r[key] is not None and not r["upper_bound"]]
+        vals = [(r[key], i) for i, r in enumerate(rows) if r[key] is not None and not r["clairvoyant"]]
         best = (max if hi else min)(vals)[1] if vals else None
         cells = []
         for i, r in enumerate(rows):
             c = _fmt(r[key], r[key + "_std"], r[key + "_vs_ref"], key not in ("tokens_per_verify", "draft_acceptance_rate"))
             cells.append(f"[bold green]{c}[/]" if best == i and len(rows) > 1 else c)
         t.add_row(label, *cells)
-    t.caption = f"ratios against {rows[0]['policy']}; best non-oracle figure in green"
+    t.caption = (f"ratios against {rows[0]['policy']}; best figure in green"
+                 + ("; oracle knows each verification's outcome in advance: a clairvoyant reference, "
+                    "not a strict bound, left out of the green" if any(r["clairvoyant"] for r in rows) else ""))
     return t
 
 
-def write_report(out: Path, rows: list[dict], base: SimConfig) -> None:
+def write_report(out: Path, rows: list[dict], base: SimConfig, trace_skipped: dict | None = None) -> None:
+    """compare.json, compare.csv and report.html, which carries plotly.js inline: it opens offline."""
+    try:
+        _write_report(out, rows, base, trace_skipped)
+    except OSError as e:  # checked before the runs; the disk can still fill up
+        from spsim.errors import SpsimError
+
+        raise SpsimError(f"--out {out}: cannot write ({e.strerror or e})") from None
+
+
+def _write_report(out: Path, rows: list[dict], base: SimConfig, trace_skipped: dict | None) -> None:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.json").write_text(json.dumps({"config": base.__dict__, "rows": rows}, indent=2, default=str) + "\n")
+    doc = {"config": base.__dict__, "rows": rows}
+    if trace_skipped is not None:
+        doc["trace_skipped"] = trace_skipped
+    (out / "compare.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
     pd.DataFrame(rows).to_csv(out / "compare.csv", index=False)
     names = [r["policy"] for r in rows]
     panels = [("output_throughput", "Output throughput (tok/s)"), ("mean_tpot_ms", "Mean TPOT (ms)"),
@@ -117,7 +162,7 @@ def write_report(out: Path, rows: list[dict], base: SimConfig) -> None:
         vals = [r[key] or 0 for r in rows]
         err = [r[key + "_std"] or 0 for r in rows]
         fig.add_trace(go.Bar(x=names, y=vals, error_y=dict(type="data", array=err), showlegend=False,
-                             marker_color=["#999" if r["upper_bound"] else "#3b7dd8" for r in rows]),
+                             marker_color=["#999" if r["clairvoyant"] else "#3b7dd8" for r in rows]),
                       row=i // 2 + 1, col=i % 2 + 1)
     fig.update_layout(title=f"spsim compare: {base.replicas} x {base.model} on {base.gpu}", height=700)
-    fig.write_html(out / "report.html", include_plotlyjs="cdn")
+    fig.write_html(out / "report.html", include_plotlyjs=True)  # inline: the report opens without a network

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
+import tempfile
 import typing
 from dataclasses import MISSING, fields
+from pathlib import Path
 
 import typer
 
 from .config import ServingConfig
+from .errors import SpsimError
 
 _HINTS = None
 
@@ -61,3 +65,36 @@ def serving_options(exclude: tuple[str, ...] = (), defaults: dict | None = None,
 # Trace selection, shared by every command that reads a trace for serving.
 LIMIT = typer.Option(None, "--limit", "-n", help="Use only the first N requests of the trace.")
 TRACE_FORMAT = typer.Option(None, "--format", help="Force the trace format (default: detected).")
+SKIP_INVALID = typer.Option(False, "--skip-invalid", help="Skip bad trace rows (reported on stderr by reason "
+                            "and counted in the summary's trace_skipped) instead of stopping at the first.")
+
+
+def check_out_dir(out: Path | None, files: tuple[str, ...] = (), option: str = "--out",
+                  label: str | None = None) -> None:
+    """Fail now, before a long run, if results could not be written to the folder `out` (created
+    when the run ends) and files `files` in it: one line naming the path (`label`, else
+    `OPTION OUT`), exit 2."""
+    if out is None:
+        return
+    p = Path(out)
+    where = label or f"{option} {out}"
+    try:
+        if p.exists() and not p.is_dir():
+            raise SpsimError(f"{where}: exists and is not a folder" if label is None else f"{where}: {p} is not a folder")
+        probe = p
+        while not probe.exists():  # the nearest part of the path that exists
+            if probe.parent == probe:
+                break
+            probe = probe.parent
+        if not probe.is_dir():
+            raise SpsimError(f"{where}: cannot create it: {probe} is not a folder")
+        for name in files:
+            f = p / name
+            if f.is_dir():
+                raise SpsimError(f"{where}: {f} is a folder, where a results file goes")
+            if f.exists() and not os.access(f, os.W_OK):
+                raise SpsimError(f"{where}: {f} exists and is not writable")
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as e:
+        raise SpsimError(f"{where}: cannot write there ({e.strerror or e})") from None
