@@ -49,6 +49,35 @@ def resolve(spec):
 app = typer.Typer(no_args_is_help=True, help="Show, sample and fit acceptance models.")
 console = Console()
 
+SPEC_HELP = "Preset or spec, e.g. sparsespec-llama8b or sparsespec-llama8b:temperature=0.7 (see `spsim acceptance list`)."
+
+
+def _examples(*lines: str) -> str:
+    return "Examples:\n\n" + "\n\n".join(f"  {x}" for x in lines)
+
+
+def _at_least(low: int, **opts) -> None:
+    """Each given option (None: not given) must be >= low; one line naming the option otherwise."""
+    for name, v in opts.items():
+        if v is not None and v < low:
+            raise SpsimError(f"--{name.replace('_', '-')} must be >= {low} (got {v})")
+
+
+def _out_file(path: Path, option: str = "-o") -> None:
+    """Fail before the work if `path` could not be written (one line naming it)."""
+    from spsim.cli_options import check_out_dir
+
+    if path.is_dir():
+        raise SpsimError(f"{option} {path}: is a folder, not a file")
+    check_out_dir(path.parent, (path.name,), label=f"{option} {path}")
+    if not path.parent.is_dir():
+        raise SpsimError(f"{option} {path}: folder {path.parent} does not exist")
+
+
+def _setting_text(setting: dict) -> str:
+    return (f"{setting['method']} draft KV, context {setting['context']:,}, budget {setting['budget']:,} tokens, "
+            f"{setting['output_tokens']} output tokens")
+
 
 def _reference(spec: str) -> dict:
     _, _, preset = resolve(spec)
@@ -64,7 +93,7 @@ def _method(text: str | None, ref: dict) -> int:
         raise SpsimError(str(e)) from None
 
 
-@app.command("list")
+@app.command("list", epilog=_examples("spsim acceptance list"))
 def list_cmd():
     """Presets, with what each stands for."""
     t = Table("preset", "description")
@@ -73,17 +102,18 @@ def list_cmd():
     console.print(t)
 
 
-@app.command()
-def show(spec: str = typer.Argument(..., help="preset or spec, e.g. sparsespec-llama8b:temperature=0.7"),
-         k_max: int = typer.Option(20, help="longest draft shown"),
-         method: str = typer.Option(None, help="draft-KV method (default: the preset's)"),
-         context: int = typer.Option(None, help="context tokens (default: the preset's)"),
-         budget: int = typer.Option(None, help="sparse budget tokens (default: the preset's)"),
-         requests: int = typer.Option(1000, help="requests simulated per point"),
-         seed: int = typer.Option(0), as_json: bool = typer.Option(False, "--json")):
+@app.command(epilog=_examples("spsim acceptance show sparsespec-llama8b",
+                              "spsim acceptance show magicdec-pg19-llama8b --context 65536 --k-max 8 --json"))
+def show(spec: str = typer.Argument(..., help=SPEC_HELP),
+         k_max: int = typer.Option(20, help="Longest draft shown."),
+         method: str = typer.Option(None, help="Draft-KV method (default: the preset's)."),
+         context: int = typer.Option(None, help="Context tokens (default: the preset's)."),
+         budget: int = typer.Option(None, help="Sparse draft budget in tokens (default: the preset's)."),
+         requests: int = typer.Option(1000, help="Requests simulated per point."),
+         seed: int = typer.Option(0, help="Seed of the acceptance draws."),
+         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables.")):
     """Per-position acceptance, expected accepted length against k, and entropy AUC."""
-    if k_max < 1 or requests < 1:
-        raise SpsimError("--k-max and --requests must be >= 1")
+    _at_least(1, k_max=k_max, requests=requests, context=context, budget=budget)
     ref = _reference(spec)
     make_acceptance(spec, seed)  # validate the spec before simulating
     setting = {"method": _method(method, ref), "context": context or ref["context"],
@@ -101,7 +131,7 @@ def show(spec: str = typer.Argument(..., help="preset or spec, e.g. sparsespec-l
         typer.echo(json.dumps(out, indent=1))
         return
     t = Table("draft pos j", "P(j accepted | 0..j-1)", "P(0..j accepted)",
-              title=f"{spec}: {out['setting']}")
+              title=f"{spec}: {_setting_text(out['setting'])}")
     for j, c, s in zip(pc["j"], pc["conditional"], pc["survival"]):
         t.add_row(str(j), f"{c:.3f}", f"{s:.3f}")
     console.print(t)
@@ -112,12 +142,22 @@ def show(spec: str = typer.Argument(..., help="preset or spec, e.g. sparsespec-l
     console.print(f"entropy AUC for acceptance: {auc}")
 
 
-@app.command()
-def sample(spec: str, out: Path = typer.Option(..., "-o", help="events JSONL to write"),
-           k: int = typer.Option(8), requests: int = typer.Option(200), output_tokens: int = typer.Option(128),
-           method: str = typer.Option(None), context: int = typer.Option(None), budget: int = typer.Option(None),
-           seed: int = typer.Option(0)):
+@app.command(epilog=_examples("spsim acceptance sample sparsespec-llama8b -o events.jsonl --k 8",
+                              "spsim acceptance fit events.jsonl -o fitted.json   # fit a preset back"))
+def sample(spec: str = typer.Argument(..., help=SPEC_HELP),
+           out: Path = typer.Option(..., "-o", help="Accept-events JSONL to write."),
+           k: int = typer.Option(8, help="Drafts per verification (fixed-k decoding)."),
+           requests: int = typer.Option(200, help="Requests to decode."),
+           output_tokens: int = typer.Option(128, help="Output tokens per request (at least 2: the first "
+                                             "token is never drafted)."),
+           method: str = typer.Option(None, help="Draft-KV method (default: the preset's)."),
+           context: int = typer.Option(None, help="Context tokens (default: the preset's)."),
+           budget: int = typer.Option(None, help="Sparse draft budget in tokens (default: the preset's)."),
+           seed: int = typer.Option(0, help="Seed of the acceptance draws.")):
     """Write the accept events a fixed-k decoder would record under SPEC (for trying `fit`)."""
+    _at_least(1, k=k, requests=requests, context=context, budget=budget)
+    _at_least(2, output_tokens=output_tokens)
+    _out_file(out)
     ref = _reference(spec)
     ev = sample_events(make_acceptance(spec, seed), k, requests, output_tokens, context or ref["context"],
                        budget or ref["budget"], _method(method, ref))
@@ -125,19 +165,22 @@ def sample(spec: str, out: Path = typer.Option(..., "-o", help="events JSONL to 
     console.print(f"wrote {len(ev['out_pos'])} events to {out}")
 
 
-@app.command()
-def fit(events: Path, out: Path = typer.Option(..., "-o", help="preset JSON to write"),
-        base: str = typer.Option("sparsespec-llama8b", help="preset giving the parameters the events cannot identify"),
-        name: str = typer.Option(None, help="preset name (default: the output file's stem)"),
-        holdout: float = typer.Option(0.2, help="fraction of requests held out for the report")):
+@app.command(epilog=_examples("spsim acceptance fit events.jsonl -o fitted.json",
+                              "spsim replay mooncake --limit 200 --acceptance fitted.json   # use the fitted preset"))
+def fit(events: Path = typer.Argument(..., help="Accept-events JSONL (from `spsim run --out` or `acceptance sample`)."),
+        out: Path = typer.Option(..., "-o", help="Preset JSON to write."),
+        base: str = typer.Option("sparsespec-llama8b", help="Preset giving the parameters the events cannot identify."),
+        name: str = typer.Option(None, help="Preset name (default: the output file's stem)."),
+        holdout: float = typer.Option(0.2, help="Fraction of requests held out for the report, in [0, 1).")):
     """Maximum-likelihood fit of a preset to recorded accept events, with a held-out report."""
     from .entropy import empirical_auc
     from .fit import fit as do_fit, heldout_loglik
     from .keyed import uniform
 
+    if not 0 <= holdout < 1:  # also rejects NaN
+        raise SpsimError(f"--holdout must be in [0, 1) (got {holdout})")
+    _out_file(out)
     ev = read_events(events)
-    if not 0 <= holdout < 1:
-        raise SpsimError("--holdout must be in [0, 1)")
     test = uniform(12345, 0, ev.request, 0) < holdout  # split by request, keyed
     train = ev.take(~test)
     if not len(train):
