@@ -1,5 +1,7 @@
 """Published acceptance/speedup figures against the acceptance presets (issue 4).
 
+The figures and their sources: docs/anchors.md; as data: docs/published_figures.json (read here).
+
 Simulates single requests directly with the acceptance model (fixed-k decoding and an entropy-
 adaptive controller), vectorised over requests; costs are the papers' where stated below, not our
 cost model. Writes benchmarks/results/paper_shapes.json (published vs simulated, machine, versions).
@@ -44,8 +46,8 @@ from spsim.simulator.acceptance.curves import fixed_k_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ROOT / "simulator" / "acceptance" / "presets"
-# the figures used, as in /work/shared/published_figures.json (numbers as published)
-PUB = json.loads(r"""{"sparsespec_l_fixed_k": {"source": "SparseSpec-L (arXiv 2607.27735), Table: fixed speculation length vs adaptive", "setting": {"model": "Llama-3.1-8B-Instruct", "workload": "LongBench v2", "gpu": "A40 48GB", "stack": "HF Transformers, unfused sparse gather", "context_max": 65536, "output_tokens": 128, "draft_kv": "recallable top tokens from the last verification's attention, sink + recent kept, ~10% budget"}, "k": [4, 8, 12, 16, 20], "acceptance_fraction": [0.934, 0.867, 0.785, 0.726, 0.679], "speedup_vs_ar": [2.1, 2.39, 2.69, 2.66, 2.62], "adaptive_speedup_vs_ar": 2.79, "adaptive_acceptance_fraction": 0.729, "ar_tokens_per_s": 3.71, "entropy_auc_for_acceptance": 0.638, "note": "acceptance_fraction = E[accepted / k]; speedup S = (a k + 1) / (k g + 1) implies g = C_draft / C_verify of about 0.23-0.31"}, "magicdec_longbench_inversion": {"source": "SparseSpec-L (arXiv 2607.27735), Figure 2, MagicDec (SnapKV static draft KV)", "setting": {"model": "Llama-3.1-8B-Instruct", "workload": "LongBench v2", "draft_kv": "static (built once at prefill)"}, "best_speedup": 1.74, "best_k": 2, "speedup_at_k16": 0.36, "acceptance_fraction_at_k16": 0.063}, "magicdec_acceptance_vs_context": {"source": "MagicDec blog (Infini-AI-Lab), self-speculation with StreamingLLM draft KV", "setting": {"model": "Llama-3.1-8B", "workload": "PG-19", "draft_budget_tokens": 512}, "context": [4096, 8192, 16384, 32768, 65536, 100000], "per_token_acceptance": [0.84, 0.83, 0.82, 0.81, 0.79, 0.79]}, "aspire_headline": {"source": "ASPIRE (arXiv 2609.17943) abstract and write-up", "speedup_vs_ar_range": [1.7, 4.58], "mean_gain_over_best_prior_self_spec": 0.27, "staleness_gap_pp_at_draft_length_10": 16.4, "setting": {"gpu": "H100 NVL 96GB", "models": 3, "workloads": "math reasoning, code generation, long context up to 100K tokens", "baselines": ["autoregressive", "MagicDec", "Vegas"]}}}""")
+# the published figures, numbers as published: docs/published_figures.json (sources in docs/anchors.md)
+PUB = json.loads((ROOT / "docs" / "published_figures.json").read_text())
 SS = PUB["sparsespec_l_fixed_k"]
 KS = np.array(SS["k"])
 A_PUB, S_PUB = np.array(SS["acceptance_fraction"]), np.array(SS["speedup_vs_ar"])
