@@ -50,6 +50,7 @@ def _load(trace_path: str | None, fmt: str | None, limit: int | None, skip_inval
 # every further tenth of the work or every PROGRESS_EVERY_S, whichever comes first.
 PROGRESS_AFTER_S = 10.0
 PROGRESS_EVERY_S = 30.0
+PROGRESS_GAP_S = 2.0  # no two lines closer than this, except the last (100 %)
 
 
 def live_progress(as_json: bool = False) -> bool:
@@ -73,8 +74,10 @@ class ProgressLines:
         if elapsed < PROGRESS_AFTER_S:
             return
         tenth = int(10 * min(max(fraction, 0.0), 1.0))
-        if self.last_t is not None and tenth <= self.last_tenth and now - self.last_t < PROGRESS_EVERY_S:
-            return
+        if self.last_t is not None:
+            since = now - self.last_t
+            if (tenth <= self.last_tenth or since < PROGRESS_GAP_S) and since < PROGRESS_EVERY_S and fraction < 1.0:
+                return
         self.last_t, self.last_tenth = now, tenth
         print(f"{self.label}: {what} ({int(100 * min(max(fraction, 0.0), 1.0))}%), {elapsed:.0f} s elapsed",
               file=self.stream or sys.stderr, flush=True)
@@ -233,7 +236,7 @@ def register(app: typer.Typer) -> None:
         console.print(t)
 
     @app.command(epilog=_examples(
-        "spsim replay mooncake --limit 1000 --replicas 4 --policy aspire --out runs/aspire   # about 5 s",
+        "spsim replay mooncake --limit 1000 --replicas 4 --policy aspire --out runs/aspire   # about 10 s",
         "spsim replay azure-conv --limit 2000 --policy fixed-k:k=8 --qps 8 --json   # trace rescaled to 8 req/s",
         "spsim replay my.jsonl --policy sync --concurrency 32 --skip-invalid   # closed loop, bad rows skipped"))
     @serving_options(config_cls=_LazySimConfig)
@@ -282,7 +285,7 @@ def register(app: typer.Typer) -> None:
                 console.print(f"wrote {out}/summary.json and {out}/requests.{per_request}")
 
     @app.command(epilog=_examples(
-        "spsim compare mooncake --limit 1000 --replicas 4 -P ar,sync:k=4,fixed-k:k=8,aspire   # about 30 s",
+        "spsim compare mooncake --limit 1000 --replicas 4 -P ar,sync:k=4,fixed-k:k=8,aspire   # about 20 s",
         "spsim compare mooncake --limit 300 --concurrency 16 -P ar,entropy,aspire,oracle --seeds 3 --out runs/cmp"))
     @serving_options(exclude=("policy", "seed"), config_cls=_LazySimConfig)
     def compare(

@@ -27,6 +27,7 @@ def trace_file(tmp_path_factory):
 def long_run(monkeypatch):
     """Every run counts as long: lines from the start."""
     monkeypatch.setattr(sim_cli, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(sim_cli, "PROGRESS_GAP_S", 0.0)
 
 
 def _progress(stderr: str, prefix: str) -> list[str]:
@@ -65,12 +66,19 @@ def test_lines_at_most_every_tenth_or_interval(monkeypatch):
     import io
 
     monkeypatch.setattr(sim_cli, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(sim_cli, "PROGRESS_GAP_S", 0.0)
     buf = io.StringIO()
     lines = sim_cli.ProgressLines("x", stream=buf)
     for done in range(1001):
         lines(done / 1000, f"{done}/1000")
     out = buf.getvalue().splitlines()
     assert len(out) == 11 and out[-1].startswith("x: 1000/1000 (100%)")
+    monkeypatch.setattr(sim_cli, "PROGRESS_GAP_S", 60.0)  # lines close together: only the first and the last
+    buf = io.StringIO()
+    lines = sim_cli.ProgressLines("x", stream=buf)
+    for done in range(1001):
+        lines(done / 1000, f"{done}/1000")
+    assert [line.split(" (")[0] for line in buf.getvalue().splitlines()] == ["x: 0/1000", "x: 1000/1000"]
 
 
 @pytest.mark.parametrize("kw", [dict(policy="aspire", replicas=2), dict(policy="fixed-k:k=8", concurrency=6),
