@@ -17,8 +17,13 @@ err_console = Console(stderr=True)
 
 app = typer.Typer(
     name="spsim",
-    help="Decide how to serve long-context LLMs with self-speculative decoding: replay traces "
-    "against scheduling policies, calibrate cost models on a GPU, plan capacity.",
+    help="Decide how to serve long-context LLMs with self-speculative decoding: replay request traces "
+    "against scheduling policies in simulated time (replay, compare), serve them on a real model "
+    "(run), and inspect traces, models, policies and acceptance models.",
+    epilog="Examples:\n\n"
+    "  spsim compare mooncake --limit 1000 --replicas 4 -P ar,sync:k=4,fixed-k:k=8,aspire   # about 20 s\n\n"
+    "  spsim replay mooncake --limit 1000 --replicas 4 --policy aspire --out runs/aspire\n\n"
+    "Options and more examples: spsim COMMAND --help.",
     no_args_is_help=True,
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
@@ -46,10 +51,14 @@ def _register() -> None:
     from spsim.simulator.cli import register as register_sim
     from spsim.traces.cli import app as trace_app
 
-    app.add_typer(trace_app, name="trace", help="Inspect, convert, generate and transform request traces.")
+    app.add_typer(trace_app, name="trace", help="Inspect, convert, generate and transform request traces.",
+                  epilog="Examples:\n\n  spsim trace stats mooncake\n\n"
+                  "  spsim trace gen long.jsonl --preset long-doc-qa -n 2000 --qps 1.5 --seed 1\n\n"
+                  "  spsim trace convert burstgpt.csv out.jsonl --rescale-qps 5 --skip-invalid")
     register_sim(app)
     register_run(app)
-    app.add_typer(acc_app, name="acceptance", help="Show, sample and fit acceptance models.")
+    app.add_typer(acc_app, name="acceptance", help="Show, sample and fit acceptance models.",
+                  epilog="Examples:\n\n  spsim acceptance list\n\n  spsim acceptance show sparsespec-llama8b")
 
 
 _register()
