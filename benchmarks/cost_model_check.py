@@ -1,10 +1,10 @@
 """How the analytic roofline matches this project's H200 measurements, and how fast it is.
 
-1. Refits the linear-part constants (layer_fixed_s, gemm_eff, smooth_p) to DESIGN.md's per-pass
+1. Refits the linear-part constants (layer_fixed_s, gemm_eff, smooth_p) to the per-pass
    times for an 8B shape on H200 and checks the committed defaults (RooflineParams) are that fit.
 2. Compares with our own probe of an 8B linear stack (benchmarks/results/h200_probe.json).
 3. Attention: KV read bandwidth the model implies for full-attention decode at batch 1 and 8,
-   32K and 128K context, beside the torch SDPA figures in DESIGN.md; verify/decode ratios.
+   32K and 128K context, beside the torch SDPA figures in docs/anchors.md; verify/decode ratios.
 4. Speed: microseconds per time(plan), per pass of segment_times, per marginal() call.
 
 Run: python3 benchmarks/cost_model_check.py  (writes benchmarks/results/cost_model_check.json)
@@ -60,7 +60,7 @@ def probe_compare() -> dict:
         pred = cm.pass_overhead(int(n), num_logits=1) - cm.p.host_overhead_s
         rows[n] = {"measured_ms": round(t * 1e3, 3), "model_ms": round(pred * 1e3, 3), "rel": round(pred / t - 1, 4)}
     return {"note": "eager torch, 8B linear layers + LM head for 1 row, no attention/norms; launch overhead "
-                    "not captured by CUDA graphs, so small-token passes measure ~1 ms above DESIGN.md's",
+                    "not captured by CUDA graphs, so small-token passes measure ~1 ms above the reference figures (docs/anchors.md)",
             "device": probe["device"], "torch": probe["torch"], "copy_bw_TBps": round(probe["copy_bw_Bps"] / 1e12, 3),
             "gemm_bf16_TFLOPs": round(probe["gemm_8192_bf16_flops"] / 1e12, 1), "per_tokens": rows}
 

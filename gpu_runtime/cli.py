@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from spsim.cli_options import LIMIT, TRACE_FORMAT, serving_options
+from spsim.cli_options import LIMIT, SKIP_INVALID, TRACE_FORMAT, check_out_dir, serving_options
 from spsim.errors import SpsimError
 
 console = Console()
@@ -39,11 +39,13 @@ def register(app: typer.Typer) -> None:
                                                    "token ids} as JSON here."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
         limit: Optional[int] = LIMIT, trace_format: Optional[str] = TRACE_FORMAT,
+        skip_invalid: bool = SKIP_INVALID,
         serving=None,
     ):
-        """Serve a trace on a real model (GPU, or CPU for small models): measured pass times, real or
-        preset acceptance, the simulator's metrics schema."""
-        from spsim.simulator.cli import _load, summary_table
+        """Serve a trace on a real model (GPU, or CPU for small models): measured pass times.
+
+        Real or preset acceptance, results in the simulator's metrics schema."""
+        from spsim.cli_report import load_trace, run_notes, summary_table, warn
 
         from .engine import RuntimeOptions, run_trace, write_outputs
 
@@ -51,10 +53,12 @@ def register(app: typer.Typer) -> None:
             raise SpsimError(f"--temperature must be >= 0 (got {temperature})")
         if device not in ("cuda", "cpu"):
             raise SpsimError(f"--device must be cuda or cpu (got {device!r})")
-        for p in (out, dump_tokens):
-            if p is not None and p.exists() and (p is out) != p.is_dir():
-                raise SpsimError(f"{p}: exists and is not a {'folder' if p is out else 'file'}")
-        tr = _load(trace, trace_format, limit)
+        check_out_dir(out, ("summary.json", "requests.csv", "events.jsonl", "passes.jsonl"))
+        if dump_tokens is not None:
+            if dump_tokens.is_dir():
+                raise SpsimError(f"--dump-tokens {dump_tokens}: is a folder, not a file")
+            check_out_dir(dump_tokens.parent, (dump_tokens.name,), label=f"--dump-tokens {dump_tokens}")
+        tr = load_trace(trace, trace_format, limit, skip_invalid)
         opts = RuntimeOptions(weights=weights, device=device, dtype=dtype, text=str(text) if text else None,
                               temperature=temperature, max_passes=max_passes)
         res = run_trace(tr, serving, opts)
@@ -65,7 +69,11 @@ def register(app: typer.Typer) -> None:
             console.print(summary_table(res.result.summary, f"{serving.policy} on {trace} ({len(tr):,} requests, "
                                                             f"{rt['model']} on {rt['device_name']})"))
             console.print(f"[dim]{rt['passes']:,} passes; host planning {rt['mean_host_ms']:.2f} ms mean per pass[/]")
-        if out:
-            write_outputs(out, res, tr, dump_tokens)
-        elif dump_tokens:
-            dump_tokens.write_text(json.dumps({str(tr.ids[r]): t for r, t in sorted(res.tokens.items())}) + "\n")
+        warn(run_notes(res.result.summary))
+        try:
+            if out:
+                write_outputs(out, res, tr, dump_tokens)
+            elif dump_tokens:
+                dump_tokens.write_text(json.dumps({str(tr.ids[r]): t for r, t in sorted(res.tokens.items())}) + "\n")
+        except OSError as e:
+            raise SpsimError(f"--out {out or dump_tokens}: cannot write ({e.strerror or e})") from None

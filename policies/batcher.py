@@ -1,6 +1,6 @@
 """The batcher: one per replica. Builds each pass (a PassPlan) and applies its outcome.
 
-A pass is built in this order (DESIGN.md): admit waiting requests FCFS while KV pages and the
+A pass is built in this order: admit waiting requests FCFS while KV pages and the
 batch size allow; ask the policy, for every decode request, verify now or draft one more; fill the
 rest of the token budget with prefill chunks. The batcher, not the policy, forces a verify when a
 draft would pass the request's remaining output tokens, reaches `max_draft`, or (for synchronous

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from spsim.cli_options import LIMIT, SKIP_INVALID, TRACE_FORMAT, check_out_dir, serving_options
+from spsim.cli_report import DEFAULT_TRACE, err_console, load_trace as _load, run_notes, summary_table, warn  # noqa: F401
 from spsim.errors import SpsimError
 from spsim.spec import split_specs
 
@@ -23,26 +24,7 @@ from spsim.spec import split_specs
 # and the GPU world's commands work where simpy is not installed.
 
 console = Console()
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
-DEFAULT_TRACE = "mooncake"
-
-
-def _load(trace_path: str | None, fmt: str | None, limit: int | None, skip_invalid: bool = False):
-    """Read the trace (rows skipped or flagged while reading: one stderr line each, by reason) and
-    keep its first `limit` requests."""
-    from spsim.traces import read_trace
-    from spsim.traces.report import notes
-
-    if limit is not None and limit < 1:
-        raise SpsimError(f"--limit must be >= 1 (got {limit})")
-    path = trace_path or DEFAULT_TRACE
-    tr = read_trace(path, format=fmt, skip_invalid=skip_invalid)
-    for line in notes(path, tr):
-        typer.echo(line, err=True)
-    if limit is not None:
-        tr = tr.take(np.arange(min(limit, len(tr))))
-    return tr
 
 
 # Where the terminal shows no live progress bar (output piped or redirected, or --json), long runs
@@ -95,62 +77,6 @@ def _run(trace, cfg, label: str, quiet: bool = False):
                   TimeElapsedColumn(), console=console, transient=True) as prog:
         task = prog.add_task(label, total=len(trace))
         return simulate(trace, cfg, progress=lambda done, total: prog.update(task, completed=done))
-
-
-def run_notes(s: dict) -> list[str]:
-    """What limited a run, worded for the terminal: KV memory capping the batch, overload or near-zero
-    goodput (the summary's `memory_note` and `overload_note`)."""
-    return [n for n in (s.get("memory_note"), s.get("overload_note")) if n]
-
-
-def warn(lines, prefix: str = "") -> None:
-    """Yellow warning lines on stderr (stdout stays a table or JSON)."""
-    for line in lines:
-        err_console.print(f"[yellow]warning:[/] {escape(prefix + line)}")
-
-
-def _ms(v):
-    return "-" if v is None else f"{v:,.1f}"
-
-
-def summary_table(s: dict, title: str) -> Table:
-    t = Table(title=title, show_header=True, header_style="bold")
-    t.add_column("metric")
-    t.add_column("value", justify="right")
-    rows = [
-        ("completed / rejected", f"{s['completed']:,} / {s['rejected']:,}" + (f" {s['rejected_reasons']}" if s['rejected'] else "")),
-        ("duration (s)", f"{s['duration']:,.1f}"),
-        ("request throughput (req/s)", f"{s['request_throughput']:.3f}"),
-        ("goodput (req/s)", f"{s['request_goodput']:.3f}  [dim](TTFT<={s['goodput_slo']['ttft_s']}s, TPOT<={s['goodput_slo']['tpot_s']*1e3:.0f}ms)[/]"),
-        ("output throughput (tok/s)", f"{s['output_throughput']:,.1f}"),
-        ("total token throughput (tok/s)", f"{s['total_token_throughput']:,.1f}"),
-    ]
-    for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
-        rows.append((f"{m.replace('_ms', '').upper()} mean / p50 / p99 (ms)",
-                     f"{_ms(s['mean_' + m])} / {_ms(s['median_' + m])} / {_ms(s['p99_' + m])}"))
-    if s["drafted_tokens"]:
-        rows += [("draft acceptance rate", f"{s['draft_acceptance_rate']:.3f}"),
-                 ("tokens per verification (all / with drafts)",
-                  f"{s['tokens_per_verify']:.2f} / {s['spec_mean_accepted_per_verify'] + 1:.2f}"),
-                 ("drafts per verification (with drafts)", f"{s['spec_drafts_per_verify']:.2f}")]
-    pt = s["pass_time_s"]
-    tot = sum(pt.values()) or 1.0
-    rows.append(("pass time: prefill / mixed / draft / verify",
-                 " / ".join(f"{100 * pt[c] / tot:.0f}%" for c in ("prefill", "mixed", "draft", "verify"))))
-    rows.append(("preemptions", f"{s['preemptions']:,}"))
-    if s.get("prefix_cache_hit_rate") is not None:
-        rep = s.get("prefix_cache_repeat_fraction")
-        rows.append(("prefix cache hit rate (blocks)", f"{s['prefix_cache_hit_rate']:.1%}"
-                     + (f"  [dim]({rep:.1%} of blocks repeat)[/]" if rep is not None else "")))
-    rows.append(("KV pages peak / capacity", f"{s['kv_peak_pages']:,} / {s['kv_capacity_pages']:,}"))
-    if s.get("peak_running_per_replica") is not None:
-        asked = f"--max-batch {s['requested_max_batch']}"
-        if s.get("requested_concurrency"):
-            asked = f"--concurrency {s['requested_concurrency']}, " + asked
-        rows.append(("peak running requests per replica", f"{s['peak_running']:,}  [dim]({asked})[/]"))
-    for k, v in rows:
-        t.add_row(k, v)
-    return t
 
 
 def _write(out: Path, name: str, result, fmt: str) -> None:

@@ -4,7 +4,7 @@ Peaks are NVIDIA datasheet figures (dense, no sparsity). Memory is what the card
 figure was measured on this project's H200 (`torch.cuda.mem_get_info`, benchmarks/results/
 h200_probe.json); the others are the totals nvidia-smi reports for those cards.
 
-Efficiency factors come from measurements on this project's H200 (DESIGN.md "GPU runtime notes"):
+Efficiency factors come from measurements on this project's H200 (docs/anchors.md, "H200 reference measurements"):
 copy bandwidth 4.27 TB/s of 4.8 (0.89) and about 790 TFLOP/s bf16 GEMM of 989 (0.80); our own probe
 measured 4.24 TB/s and 794 TFLOP/s. We apply the same fractions to the other GPUs (an assumption:
 they are the same generation of HBM controllers and tensor cores, except the A100).

@@ -119,7 +119,7 @@ def _fmt(x, digits=0) -> str:
     return f"{x:,.{digits}f}"
 
 
-@app.command()
+@app.command(epilog="Examples:\n\n  spsim trace stats mooncake\n\n  spsim trace stats azure-conv --json")
 def stats(path: str = typer.Argument(..., help=PATH_HELP), format: Optional[str] = FORMAT,
           skip_invalid: bool = SKIP, json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
           merge: Optional[list[str]] = MERGE, window: Optional[str] = WINDOW, filter_prompt: Optional[str] = FPROMPT,
@@ -158,7 +158,7 @@ def stats(path: str = typer.Argument(..., help=PATH_HELP), format: Optional[str]
     out.print(lens)
 
 
-@app.command()
+@app.command(epilog="Examples:\n\n  spsim trace convert mooncake mooncake-10min.jsonl --window 0:600 --rescale-qps 5\n\n  spsim trace convert azure-conv az.jsonl.gz --first 1000 --skip-invalid")
 def convert(src: str = typer.Argument(..., help=PATH_HELP),
             dst: str = typer.Argument(..., help="Output canonical JSONL ('-' for stdout, .gz to compress)."),
             format: Optional[str] = FORMAT, skip_invalid: bool = SKIP,
@@ -181,7 +181,7 @@ def _write(t: Trace, dst: str) -> None:
     typer.echo(f"wrote {len(t):,} requests to {dst}", err=True)
 
 
-@app.command()
+@app.command(epilog="Examples:\n\n  spsim trace gen long.jsonl --preset long-doc-qa -n 2000 --qps 1.5 --seed 1\n\n  spsim trace gen t.jsonl -n 500 --qps 4 --prompt uniform:low=2000,high=30000 --output uniform:low=20,high=120")
 def gen(dst: str = typer.Argument(..., help="Output canonical JSONL ('-' for stdout)."),
         preset: Optional[str] = typer.Option(None, "--preset", help=f"Long-context preset: {', '.join(PRESETS)} (its specs are defaults; options below override)."),
         n: int = typer.Option(1000, "--n", "-n", help="Number of requests."),
@@ -212,7 +212,7 @@ def gen(dst: str = typer.Argument(..., help="Output canonical JSONL ('-' for std
     _write(t, dst)
 
 
-@app.command()
+@app.command(epilog="Examples:\n\n  spsim trace head mooncake -n 5\n\n  spsim trace head azure-conv --jsonl -n 3")
 def head(path: str = typer.Argument(..., help=PATH_HELP), n: int = typer.Option(10, "--n", "-n", help="Rows to show."),
          jsonl: bool = typer.Option(False, "--jsonl", help="Print canonical JSONL lines (with header) instead of a table."),
          format: Optional[str] = FORMAT, skip_invalid: bool = SKIP,

@@ -44,7 +44,7 @@ from spsim.memory import check_tp, kv_budget_bytes, kv_capacity_pages, kv_heads_
 from spsim.models import ModelConfig, dtype_bytes, get_model
 from spsim.plan import DraftMethod, PassPlan
 
-# Per-pass times measured on this project's H200 for an 8B shape (DESIGN.md), tokens -> seconds.
+# Per-pass times measured on this project's H200 for an 8B shape (docs/anchors.md), tokens -> seconds.
 # 1-64 tokens all took 4.1 ms. The fitted constants below reproduce these (see fit_error()).
 H200_8B_PASS_S = {1: 4.1e-3, 16: 4.1e-3, 32: 4.1e-3, 64: 4.1e-3, 128: 5.7e-3, 256: 7.1e-3, 512: 12.4e-3}
 
@@ -389,7 +389,7 @@ def fit_error(params: RooflineParams | None = None) -> dict:
     for n, y in H200_8B_PASS_S.items():
         rel.append((cm.pass_overhead(n) - cm.p.host_overhead_s) / y - 1)
     r = np.asarray(rel)
-    return {"reference": "DESIGN.md H200 Llama-3.1-8B shape per-pass times, 1-512 tokens",
+    return {"reference": "H200 Llama-3.1-8B shape per-pass times, 1-512 tokens (docs/anchors.md)",
             "max_abs_rel": float(np.abs(r).max()), "rms_rel": float(math.sqrt(float((r ** 2).mean()))),
             "per_point_rel": {str(k): round(float(v), 4) for k, v in zip(H200_8B_PASS_S, r)}}
 
