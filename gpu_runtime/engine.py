@@ -40,6 +40,7 @@ class RuntimeOptions:
     cpu_kv_pages: int = 4096  # default KV pages on the CPU
     max_passes: int | None = None  # stop after this many passes (a window of a long run)
     record_events: bool = True
+    cuda_graphs: bool = True  # replay decode-like passes from CUDA graphs (GPU only)
 
 
 @dataclass
@@ -149,9 +150,15 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
     table = RequestTable(trace.prompt_tokens, trace.output_tokens, arrivals)
     b = serving.new_batcher(table, trace.prefix_indptr, trace.prefix_ids, PagedKVPool)
     cache = PagedKVCache(lc, pages, cfg.page_size, device=model.device, dtype=dtype)
+    graphs = None
+    if opts.cuda_graphs and model.device.type == "cuda":
+        from .graphs import GraphedPasses
+
+        graphs = GraphedPasses(model, cache)
     ex = RuntimeExecutor(model, cache, b.pool, table, prompt_source(trace, model, tokenizer, cfg, opts),
                          method=serving.method, budget=cfg.draft_budget, temperature=opts.temperature,
-                         seed=cfg.seed, acceptance=serving.acceptance, record_events=opts.record_events)
+                         seed=cfg.seed, acceptance=serving.acceptance, record_events=opts.record_events,
+                         graphs=graphs)
     n = len(trace)
     cat_ns = dict.fromkeys(CATEGORIES, 0)
     cat_passes = dict.fromkeys(CATEGORIES, 0)
@@ -231,6 +238,7 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
         "policy_cost_model": getattr(cost, "name", type(cost).__name__), "passes": len(passes),
         "stopped_early": bool(opts.max_passes and len(passes) >= opts.max_passes),
         "mean_host_ms": float(host.mean()), "p99_host_ms": float(np.percentile(host, 99)),
+        "cuda_graphs": None if graphs is None else {"captures": graphs.captures, "replays": graphs.replays},
         "torch": torch.__version__,
     }
     events = ex.events or []

@@ -53,7 +53,7 @@ class PassRecord:
 class RuntimeExecutor:
     def __init__(self, model, cache: PagedKVCache, pool, table, prompt_fn, *, method: int, budget: int,
                  temperature: float = 0.0, seed: int = 0, acceptance=None, record_events: bool = True,
-                 attention_fn=None):
+                 attention_fn=None, graphs=None):
         """`pool`: the batcher's `PagedKVPool` (page tables); `table`: its request table;
         `prompt_fn(rid) -> token ids`; `acceptance`: None for real acceptance, else a preset model."""
         self.model, self.cache, self.pool, self.t = model, cache, pool, table
@@ -62,6 +62,7 @@ class RuntimeExecutor:
         self.temperature, self.seed = float(temperature), int(seed)
         self.acc = acceptance
         self.attention_fn = attention_fn
+        self.graphs = graphs  # graphs.GraphedPasses: decode-like passes replayed from CUDA graphs
         self.req: dict[int, RequestTokens] = {}
         self.draft_state: dict[int, DraftState] = {}
         self.outputs: dict[int, list[int]] = {}  # finished requests' generated tokens
@@ -147,8 +148,11 @@ class RuntimeExecutor:
             torch.cuda.synchronize(self.dev)
         t0 = time.perf_counter()
         tok_t = torch.as_tensor(np.asarray(toks, np.int64), device=self.dev)
-        logits = self.model(tok_t, attn.positions, attn,
-                            logit_rows=torch.as_tensor(np.asarray(logit_rows, np.int64), device=self.dev))
+        rows_t = torch.as_tensor(np.asarray(logit_rows, np.int64), device=self.dev)
+        if self.graphs is not None and self.graphs.eligible(attn):
+            logits = self.graphs.forward(attn, tok_t, rows_t)
+        else:
+            logits = self.model(tok_t, attn.positions, attn, logit_rows=rows_t)
         entropy, accepted = self._outcomes(plan, logits)
         if sync:
             torch.cuda.synchronize(self.dev)

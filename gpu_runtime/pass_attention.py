@@ -79,11 +79,12 @@ class PassAttention(PagedAttention):
         super().__init__(cache, page_tables, start, q_len, attention_fn=attention_fn)
         kv_len = np.asarray(start) + np.asarray(q_len)
         self.hkv, self.ps = hkv, ps
-        self._pre = full_page_lists(page_tables[:self.n_pre], kv_len[:self.n_pre], hkv, ps, dev)
-        self._ver = full_page_lists(page_tables[self.n_pre + n_dr:], kv_len[self.n_pre + n_dr:], hkv, ps, dev)
-        self._dr_full = full_page_lists(page_tables[self.n_pre:self.n_pre + n_dr], kv_len[self.n_pre:self.n_pre + n_dr],
-                                        hkv, ps, dev)
         self.n_dr = n_dr
+        if n_dr:  # draft rows get their own lists: the full rows around them as separate parts
+            self._pre = full_page_lists(page_tables[:self.n_pre], kv_len[:self.n_pre], hkv, ps, dev)
+            self._ver = full_page_lists(page_tables[self.n_pre + n_dr:], kv_len[self.n_pre + n_dr:], hkv, ps, dev)
+            self._dr_full = full_page_lists(page_tables[self.n_pre:self.n_pre + n_dr],
+                                            kv_len[self.n_pre:self.n_pre + n_dr], hkv, ps, dev)
         self._dr_rows = slice(self.n_pre * hkv, (self.n_pre + n_dr) * hkv)
         # draft requests' page tables as a padded device matrix (for gathers by logical page)
         if n_dr:

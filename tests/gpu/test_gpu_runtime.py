@@ -73,3 +73,17 @@ def test_bf16_agrees_with_ar_up_to_near_ties(model, policy, method):
     print(f"{policy} {method}: {same}/6 requests identical to ar; drafted {s['drafted_tokens']}, "
           f"acceptance {s['draft_acceptance_rate']}, GPU time {sum(s['pass_time_s'].values()):.3f} s "
           f"(ar {sum(ar.result.summary['pass_time_s'].values()):.3f} s)")
+
+
+def test_cuda_graphs_replay_the_same_passes(model):
+    """Decode-like passes replayed from CUDA graphs give exactly the eager run's tokens (the same
+    kernels on the same inputs), and most passes are replays, not captures."""
+    cfg = ServingConfig(policy="fixed-k:k=4", offline=True, kv_pages=8000, draft_budget=512, max_draft=8,
+                        draft_kv="static", acceptance="fixed:p=0.8")
+    eager = run_trace(trace(), cfg, RuntimeOptions(device="cuda", cuda_graphs=False), model=model)
+    graphed = run_trace(trace(), cfg, RuntimeOptions(device="cuda", cuda_graphs=True), model=model)
+    assert graphed.tokens == eager.tokens
+    g = graphed.result.summary["runtime"]["cuda_graphs"]
+    print(f"graphs: {g}; GPU time eager {sum(eager.result.summary['pass_time_s'].values()):.3f} s, "
+          f"graphed {sum(graphed.result.summary['pass_time_s'].values()):.3f} s")
+    assert g["replays"] > g["captures"] > 0
