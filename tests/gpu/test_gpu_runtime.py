@@ -78,8 +78,7 @@ def test_bf16_agrees_with_ar_up_to_near_ties(model, policy, method):
 def test_cuda_graphs_replay_the_same_passes(model):
     """Decode-like passes replayed from CUDA graphs give exactly the eager run's tokens (the same
     kernels on the same inputs), and most passes are replays, not captures."""
-    cfg = ServingConfig(policy="fixed-k:k=4", offline=True, kv_pages=8000, draft_budget=512, max_draft=8,
-                        draft_kv="static", acceptance="fixed:p=0.8")
+    cfg = ServingConfig(policy="ar", offline=True, kv_pages=8000)
     eager = run_trace(trace(), cfg, RuntimeOptions(device="cuda", cuda_graphs=False), model=model)
     graphed = run_trace(trace(), cfg, RuntimeOptions(device="cuda", cuda_graphs=True), model=model)
     assert graphed.tokens == eager.tokens
