@@ -150,15 +150,15 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
     table = RequestTable(trace.prompt_tokens, trace.output_tokens, arrivals)
     b = serving.new_batcher(table, trace.prefix_indptr, trace.prefix_ids, PagedKVPool)
     cache = PagedKVCache(lc, pages, cfg.page_size, device=model.device, dtype=dtype)
+    ex = RuntimeExecutor(model, cache, b.pool, table, prompt_source(trace, model, tokenizer, cfg, opts),
+                         method=serving.method, budget=cfg.draft_budget, temperature=opts.temperature,
+                         seed=cfg.seed, acceptance=serving.acceptance, record_events=opts.record_events,
+                         drafts_possible=serving.batcher_config.max_draft > 0)
     graphs = None
     if opts.cuda_graphs and model.device.type == "cuda":
         from .graphs import GraphedPasses
 
-        graphs = GraphedPasses(model, cache)
-    ex = RuntimeExecutor(model, cache, b.pool, table, prompt_source(trace, model, tokenizer, cfg, opts),
-                         method=serving.method, budget=cfg.draft_budget, temperature=opts.temperature,
-                         seed=cfg.seed, acceptance=serving.acceptance, record_events=opts.record_events,
-                         graphs=graphs)
+        graphs = ex.graphs = GraphedPasses(model, cache, meta=ex.meta)
     n = len(trace)
     cat_ns = dict.fromkeys(CATEGORIES, 0)
     cat_passes = dict.fromkeys(CATEGORIES, 0)

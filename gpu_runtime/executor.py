@@ -53,7 +53,7 @@ class PassRecord:
 class RuntimeExecutor:
     def __init__(self, model, cache: PagedKVCache, pool, table, prompt_fn, *, method: int, budget: int,
                  temperature: float = 0.0, seed: int = 0, acceptance=None, record_events: bool = True,
-                 attention_fn=None, graphs=None):
+                 attention_fn=None, graphs=None, drafts_possible: bool = True):
         """`pool`: the batcher's `PagedKVPool` (page tables); `table`: its request table;
         `prompt_fn(rid) -> token ids`; `acceptance`: None for real acceptance, else a preset model."""
         self.model, self.cache, self.pool, self.t = model, cache, pool, table
@@ -67,7 +67,8 @@ class RuntimeExecutor:
         self.draft_state: dict[int, DraftState] = {}
         self.outputs: dict[int, list[int]] = {}  # finished requests' generated tokens
         cfg = model.cfg
-        quest = self.method in (DraftMethod.VERIFY_QUEST, DraftMethod.STEP_QUEST)
+        # Quest page bounds, kept current on every KV write, only where drafts will read them
+        quest = drafts_possible and self.method in (DraftMethod.VERIFY_QUEST, DraftMethod.STEP_QUEST)
         self.meta = ([PageMeta(cache.num_pages, cfg.kv_heads, cfg.head_dim, cache.k.dtype, cache.device)
                       for _ in range(cfg.layers)] if quest else None)
         self.events: list[dict] = [] if record_events else None

@@ -33,8 +33,8 @@ def _copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
 class _Static:
     """Static buffers of one captured shape, and the attention callback that reads them."""
 
-    def __init__(self, cache, attn, plan: AttentionPlan, tokens, logit_rows, idx_cap: int):
-        self.cache = cache
+    def __init__(self, cache, attn, plan: AttentionPlan, tokens, logit_rows, idx_cap: int, meta=None):
+        self.cache, self.meta = cache, meta
         dev = cache.device
         c = lambda t: t.clone()  # noqa: E731
         self.tokens, self.logit_rows = c(tokens), c(logit_rows)
@@ -60,6 +60,8 @@ class _Static:
             _copy_into(dst, src)
 
     def __call__(self, layer: int, q, k, v):
+        if self.meta is not None:  # Quest page bounds stay current (the append has no host sync)
+            self.meta[layer].append(k, self.page, self.off)
         kc, vc = self.cache.k[layer], self.cache.v[layer]
         kc[self.page, :, self.off] = k.to(kc.dtype)
         vc[self.page, :, self.off] = v.to(vc.dtype)
@@ -67,8 +69,8 @@ class _Static:
 
 
 class GraphedPasses:
-    def __init__(self, model, cache, max_graphs: int = 16, capture: bool = True):
-        self.model, self.cache = model, cache
+    def __init__(self, model, cache, max_graphs: int = 16, capture: bool = True, meta=None):
+        self.model, self.cache, self.meta = model, cache, meta
         self.max_graphs, self.capture = max_graphs, capture
         self.graphs: OrderedDict[tuple, _Static] = OrderedDict()
         self.pool = torch.cuda.graph_pool_handle() if capture else None
@@ -105,7 +107,7 @@ class GraphedPasses:
         return self.model(st.tokens, st.positions, st, logit_rows=st.logit_rows)
 
     def _capture(self, key, attn, plan, tokens, logit_rows, cap) -> _Static:
-        st = _Static(self.cache, attn, plan, tokens, logit_rows, cap)
+        st = _Static(self.cache, attn, plan, tokens, logit_rows, cap, self.meta)
         if self.capture:
             m, dev = self.model, self.cache.device
             side = torch.cuda.Stream(dev)

@@ -34,14 +34,18 @@ class PageMeta:
     """
 
     def __init__(self, num_pages: int, num_kv_heads: int, head_dim: int, dtype, device):
-        self.kmin = torch.full((num_pages, num_kv_heads, head_dim), float("inf"), dtype=dtype, device=device)
-        self.kmax = torch.full_like(self.kmin, float("-inf"))
+        # one spare row past the last page: resets of pages not starting here go there (no mask
+        # compaction, so no device-to-host sync: appends can run inside a CUDA graph)
+        self._kmin = torch.full((num_pages + 1, num_kv_heads, head_dim), float("inf"), dtype=dtype, device=device)
+        self._kmax = torch.full_like(self._kmin, float("-inf"))
+        self.kmin, self.kmax = self._kmin[:num_pages], self._kmax[:num_pages]
+        self.num_pages = num_pages
 
     def append(self, k_new: torch.Tensor, page_ids: torch.Tensor, offsets: torch.Tensor) -> None:
         """k_new `[n, kv_heads, d]` written at (page_ids, offsets); a page's first token resets it."""
-        fresh = page_ids[offsets == 0].long()
-        self.kmin[fresh] = float("inf")
-        self.kmax[fresh] = float("-inf")
+        fresh = torch.where(offsets == 0, page_ids.long(), self.num_pages)
+        self._kmin.index_fill_(0, fresh, float("inf"))
+        self._kmax.index_fill_(0, fresh, float("-inf"))
         src = k_new.to(self.kmin.dtype).reshape(len(page_ids), -1)
         idx = page_ids.long()[:, None].expand_as(src)
         self.kmin.view(self.kmin.shape[0], -1).scatter_reduce_(0, idx, src, "amin")

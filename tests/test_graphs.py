@@ -24,7 +24,12 @@ def test_static_buffers_reload_per_pass():
     cache = PagedKVCache(model.cfg, 96, 16)
     cache.k.normal_()
     cache.v.normal_()
-    g = GraphedPasses(model, cache, capture=False)
+    from spsim.gpu_runtime.selection import PageMeta
+
+    meta = [PageMeta(96, model.cfg.kv_heads, model.cfg.head_dim, torch.float32, "cpu") for _ in range(model.cfg.layers)]
+    meta_plain = [PageMeta(96, model.cfg.kv_heads, model.cfg.head_dim, torch.float32, "cpu")
+                  for _ in range(model.cfg.layers)]
+    g = GraphedPasses(model, cache, capture=False, meta=meta)
     rng = np.random.default_rng(1)
     perm = rng.permutation(96)
     tables = [perm[0:30].tolist(), perm[30:60].tolist(), perm[60:90].tolist()]
@@ -35,7 +40,10 @@ def test_static_buffers_reload_per_pass():
         tok = torch.randint(0, model.cfg.vocab, (sum(q),))
         rows = torch.arange(sum(q))
         want = model(tok, attn.positions, PassAttention(cache, [0, 1, 2], tables, ctxs, q, 0, DraftRows(), 0, 2048,
-                                                        {}, None), logit_rows=rows)
+                                                        {}, meta_plain), logit_rows=rows)
         got = g.forward(attn, tok, rows)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert len(g.graphs) == 2  # the second pass reused the first one's buffers
+    for a, b in zip(meta, meta_plain):  # Quest page bounds kept current on the graph path too
+        assert torch.equal(a.kmin, b.kmin) and torch.equal(a.kmax, b.kmax)
+        assert torch.isfinite(a.kmin).any()
