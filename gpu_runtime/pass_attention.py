@@ -22,7 +22,7 @@ What persists between passes (selections of a run, scores of the last verificati
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -197,19 +197,21 @@ class PassAttention(PagedAttention):
         return selected_page_lists(self._dr_table, mat, np.asarray(counts), self._dr_kv, self.hkv, self.ps)
 
     def _plan(self, lists, num_q_heads: int):
-        # Lists change per layer here: key plans by the lists object itself (an id() alone could
-        # be reused by a later list once the first is freed).
-        hit = self._plans.get(id(lists))
-        if hit is not None and hit[0] is lists:
-            return hit[1]
-        from . import dispatch
+        # The work list depends only on the rows' lengths (page counts, last-page lengths), which a
+        # draft selection keeps from layer to layer: one plan per pass (per shape), and a layer
+        # with another selection swaps only the page lists it reads.
+        key = (lists.count_np.tobytes(), lists.last_len_np.tobytes())
+        plan = self._plans.get(key)
+        if plan is None:
+            from . import dispatch
 
-        if not dispatch.use_triton(self.cache.device):
-            return None
-        from .attention import plan_attention
+            if not dispatch.use_triton(self.cache.device):
+                return None
+            from .attention import plan_attention
 
-        plan = plan_attention(self.q_len, lists, num_q_heads)
-        self._plans[id(lists)] = (lists, plan)
+            plan = self._plans[key] = plan_attention(self.q_len, lists, num_q_heads)
+        if plan.lists is not lists:
+            plan = replace(plan, lists=lists)
         return plan
 
     def _draft_q_rows(self) -> torch.Tensor:
