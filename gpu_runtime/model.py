@@ -57,6 +57,16 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def _fused(x: torch.Tensor):
+    """The fused small-op kernels (`fused.py`) where they apply to `x` (CUDA, 16-bit), else None.
+    Imported on first use: CPU installs need not have Triton."""
+    if not x.is_cuda:
+        return None
+    from . import fused
+
+    return fused if fused.enabled(x) else None
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """HF (non-interleaved) rotation: the head's two halves are the pair's two coordinates.
     x `[T, H, D]`, cos/sin `[T, D/2]`."""
@@ -72,9 +82,18 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (f := _fused(x)) is not None:
+            return f.rmsnorm(x, self.weight, self.eps)
         h = x.to(_compute_dtype(x.dtype))
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(x.dtype)
+
+    def add_forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(x + y, norm(x + y))`: the residual add and the next norm, fused on GPUs."""
+        if (f := _fused(x)) is not None:
+            return f.add_rmsnorm(x, y, self.weight, self.eps)
+        x = x + y
+        return x, self(x)
 
 
 class Block(nn.Module):
@@ -95,11 +114,16 @@ class Block(nn.Module):
         t = x.shape[0]
         q, k, v = self.wqkv(self.attn_norm(x)).split(
             [c.q_heads * c.head_dim, c.kv_heads * c.head_dim, c.kv_heads * c.head_dim], dim=-1)
-        q = apply_rope(q.view(t, c.q_heads, c.head_dim), cos, sin)
-        k = apply_rope(k.view(t, c.kv_heads, c.head_dim), cos, sin)
+        f = _fused(x)
+        rope = f.rope if f is not None else apply_rope
+        q = rope(q.view(t, c.q_heads, c.head_dim), cos, sin)
+        k = rope(k.view(t, c.kv_heads, c.head_dim), cos, sin)
         o = attention(layer, q, k, v.view(t, c.kv_heads, c.head_dim))
-        x = x + self.wo(o.reshape(t, c.q_heads * c.head_dim))
-        gate, up = self.w_gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
+        x, h = self.mlp_norm.add_forward(x, self.wo(o.reshape(t, c.q_heads * c.head_dim)))
+        gate_up = self.w_gate_up(h)
+        if f is not None:
+            return x + self.w_down(f.silu_mul(gate_up))
+        gate, up = gate_up.chunk(2, dim=-1)
         return x + self.w_down(F.silu(gate) * up)
 
 
