@@ -82,7 +82,9 @@ class Entropy(Policy):
         i = np.arange(n, dtype=np.int64)[:, None]
         ctx = (view.context[None, :] + i).ravel()
         cap = np.minimum(view.max_draft, (view.remaining[None, :] - i).ravel() - 1)
-        rows, n_max = n * r, view.max_draft
+        # with no drafts held the rule reads verify costs at 0..min(lookahead, max_draft) drafts
+        # only (draft_more clips larger counts to the last column): the same columns, no others
+        rows, n_max = n * r, min(view.max_draft, self.lookahead)
         shape = (rows, n_max + 1)
         dm, vm = self.ctx.cost.marginal(np.broadcast_to(ctx[:, None], shape),
                                         np.broadcast_to(np.tile(view.budget, n)[:, None], shape),
