@@ -239,34 +239,40 @@ class FastPath:
         n = max_passes
         vps, vjs, dvs, accs = [], [], [], []
         rounds = 0
+        runl = run.tolist()
         while live:
             if rounds == self.MAX_ROUNDS:  # the rest later: an arrival cuts most long plans short
                 n = min(n, min(start[j] for j in live))
                 break
             rounds += 1
-            ws = []
-            for j in live:  # passes of drafting before this cycle's verification
-                eff = min(tg[j], out[j] - com[j] - 1, md)
-                ws.append(eff - d[j] if eff > d[j] else 0)
-            if sync:  # one verifies: all verify
-                w0 = min(ws)
-                ws = [w0] * len(live)
-            cols, dv, spec = [], [], []
-            for j, w in zip(live, ws):
-                vp = start[j] + w
-                if vp < n:
-                    cols.append(j)
-                    dv.append(d[j] + w)
+            if sync:  # one verifies: all verify (after the fewest passes of drafting)
+                w0 = min([min(tg[j], out[j] - com[j] - 1, md) - d[j] for j in live])
+                if w0 < 0:
+                    w0 = 0
+            cols, sids, scom, sdv, sctx = [], [], [], [], []
+            for j in live:
+                dj = d[j]
+                if sync:
+                    w = w0
+                else:  # passes of drafting before this cycle's verification
+                    eff = min(tg[j], out[j] - com[j] - 1, md)
+                    w = eff - dj if eff > dj else 0
+                if start[j] + w < n:
+                    x = dj + w
+                    cols.append((j, x))
+                    if x > 0:
+                        sids.append(runl[j])
+                        scom.append(com[j])
+                        sdv.append(x)
+                        sctx.append(ctx[j])
             if not cols:
                 break
-            sj = [j for j, x in zip(cols, dv) if x > 0]
-            if sj:
-                k = len(sj)
-                a_s = verify(run[sj], np.array([com[j] for j in sj], I64), np.array([x for x in dv if x > 0], I64),
-                             np.array([ctx[j] for j in sj], I64), budget[:k], method[:k]).tolist()
+            if sids:
+                k = len(sids)
+                it = iter(verify(np.array(sids, I64), np.array(scom, I64), np.array(sdv, I64),
+                                 np.array(sctx, I64), budget[:k], method[:k]).tolist())
             live, fin = [], None
-            it = iter(a_s) if sj else None
-            for j, x in zip(cols, dv):
+            for j, x in cols:
                 a = next(it) if x > 0 else 0
                 vp = start[j] + x - d[j]
                 vps.append(vp)
@@ -280,7 +286,8 @@ class FastPath:
                     tg[j] = K
                 start[j] = vp + 1
                 if com[j] >= out[j]:
-                    fin = vp + 1 if fin is None or vp + 1 < fin else fin
+                    if fin is None or vp + 1 < fin:
+                        fin = vp + 1
                 else:
                     live.append(j)
             if fin is not None and fin < n:
@@ -288,8 +295,9 @@ class FastPath:
         if not vps:
             return None
         vp, vj, dv, acc = (np.array(x, I64) for x in (vps, vjs, dvs, accs))
-        order = np.argsort(vp * r + vj, kind="stable")  # pass-major, running order within a pass
-        vp, vj, dv, acc = vp[order], vj[order], dv[order], acc[order]
+        if r > 1:  # one request: its verifications are in pass order already
+            order = np.argsort(vp * r + vj, kind="stable")  # pass-major, running order within a pass
+            vp, vj, dv, acc = vp[order], vj[order], dv[order], acc[order]
         k = int(np.searchsorted(vp, n))
         vp, vj, dv, acc = vp[:k], vj[:k], dv[:k], acc[:k]
         seg, need = self._cycle_arrays(n, r, ctx0, d0, vp, vj, dv, acc, run)
