@@ -64,9 +64,27 @@ def _register() -> None:
 _register()
 
 
+def command():
+    """The click command behind `app`, with on/off flags shown without a `<bool>` value in help
+    (typer's rich help shows each option's type; a flag takes none)."""
+    import typer.main
+
+    cmd = typer.main.get_command(app)
+
+    def walk(c):
+        for p in c.params:
+            if getattr(p, "is_flag", False):  # typer's options are not click.Option subclasses
+                p.metavar = ""
+        for sub in getattr(c, "commands", {}).values():
+            walk(sub)
+
+    walk(cmd)
+    return cmd
+
+
 def main() -> None:
     try:
-        app()
+        command()(standalone_mode=True)
     except SpsimError as e:
         err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)

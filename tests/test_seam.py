@@ -90,3 +90,15 @@ def test_replay_without_simpy_says_what_is_missing():
     r = run_blocked(["simpy"], "sys.argv = ['spsim', 'replay', '--limit', '3']\nfrom spsim.cli import main\nmain()")
     assert r.returncode == 3
     assert "needs the Python package 'simpy'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_flags_show_no_value_in_help():
+    from spsim.cli import command
+
+    cmd = command()
+    flags = [p for c in cmd.commands.values() for p in c.params if getattr(p, "is_flag", False)]
+    assert flags and all(p.metavar == "" for p in flags)
+    r = subprocess.run([sys.executable, "-c", "import sys; from spsim.cli import main; sys.argv=['spsim','replay','--help']; main()"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120, env={**__import__("os").environ, "COLUMNS": "200"})
+    line = next(x for x in r.stdout.splitlines() if "--json" in x)
+    assert "<bool>" not in line and "<int>" in next(x for x in r.stdout.splitlines() if "--max-batch" in x)
