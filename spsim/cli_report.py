@@ -34,10 +34,19 @@ def load_trace(trace_path: str | None, fmt: str | None, limit: int | None, skip_
     return tr
 
 
+REJECT_WHY = {"context_window": "prompt + output longer than the model's context window",
+              "kv_capacity": "more KV than a replica can ever hold"}
+
+
 def run_notes(s: dict) -> list[str]:
-    """What limited a run, worded for the terminal: KV memory capping the batch, overload or near-zero
-    goodput (the summary's `memory_note` and `overload_note`)."""
-    return [n for n in (s.get("memory_note"), s.get("overload_note")) if n]
+    """What limited a run, worded for the terminal: requests rejected, KV memory capping the batch,
+    overload or near-zero goodput (the summary's `memory_note` and `overload_note`)."""
+    notes = []
+    if s.get("rejected"):
+        why = "; ".join(f"{n} {r} ({REJECT_WHY.get(r, r)})" for r, n in s.get("rejected_reasons", {}).items())
+        head = "no request completed" if not s.get("completed") else f"{s['rejected']:,} requests rejected"
+        notes.append(f"{head}: {why}")
+    return notes + [n for n in (s.get("memory_note"), s.get("overload_note")) if n]
 
 
 def warn(lines, prefix: str = "") -> None:

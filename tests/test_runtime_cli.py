@@ -59,3 +59,11 @@ def test_bad_input_is_one_line(tmp_path, args, message):
     res = CliRunner().invoke(app, ["run", str(tr), "--model", "tiny", "--device", "cpu", "--offline", *args])
     assert isinstance(res.exception, SpsimError), (res.output, res.exception)
     assert message in str(res.exception) and res.exception.exit_code == 2
+
+
+def test_a_run_where_nothing_completes_says_why():
+    from spsim.cli_report import run_notes
+
+    notes = run_notes({"completed": 0, "rejected": 3, "rejected_reasons": {"context_window": 3}})
+    assert notes and notes[0].startswith("no request completed: 3 context_window (prompt + output longer")
+    assert run_notes({"completed": 5, "rejected": 0, "rejected_reasons": {}}) == []
