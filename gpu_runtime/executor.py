@@ -108,7 +108,6 @@ class RuntimeExecutor:
     @torch.no_grad()
     def execute(self, plan: PassPlan) -> Outcome:
         self._forget(plan)
-        t = self.t
         rids, tables, start, qlen, toks = [], [], [], [], []
         score_rows, logit_rows = [], []
         row = 0

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-import numpy as np
 import torch
 
 from .attention import AttentionPlan, mixed_attention
@@ -84,8 +83,6 @@ class GraphedPasses:
         return attn.n_pre == 0 and attn.n_dr == 0
 
     def forward(self, attn, tokens: torch.Tensor, logit_rows: torch.Tensor) -> torch.Tensor:
-        from .attention import plan_attention
-
         plan = attn._plan(attn.lists, self.model.cfg.q_heads)
         if plan is None:  # no Triton here: nothing to capture
             return self.model(tokens, attn.positions, attn, logit_rows=logit_rows)

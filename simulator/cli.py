@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -16,7 +15,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from spsim.cli_options import LIMIT, SKIP_INVALID, TRACE_FORMAT, check_out_dir, serving_options
-from spsim.cli_report import DEFAULT_TRACE, err_console, load_trace as _load, run_notes, summary_table, warn  # noqa: F401
+from spsim.cli_report import DEFAULT_TRACE, load_trace as _load, run_notes, summary_table, warn  # noqa: F401
 from spsim.errors import SpsimError
 from spsim.spec import split_specs
 
