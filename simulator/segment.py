@@ -240,6 +240,11 @@ class FastPath:
         vps, vjs, dvs, accs = [], [], [], []
         rounds = 0
         runl = run.tolist()
+        # outcomes drawn one cycle ahead: a call draws this round's unknown verifications and,
+        # for every outcome each could have, the request's next verification as it would be
+        # asked (keyed draws: a row's outcome depends on its own arguments only), so about every
+        # other round needs no call. column -> ((committed, drafts, context), accepted)
+        known: dict = {}
         while live:
             if rounds == self.MAX_ROUNDS:  # the rest later: an arrival cuts most long plans short
                 n = min(n, min(start[j] for j in live))
@@ -249,7 +254,8 @@ class FastPath:
                 w0 = min([min(tg[j], out[j] - com[j] - 1, md) - d[j] for j in live])
                 if w0 < 0:
                     w0 = 0
-            cols, sids, scom, sdv, sctx = [], [], [], [], []
+            cols, spec, sids, scom, sdv, sctx = [], [], [], [], [], []
+            got = {}
             for j in live:
                 dj = d[j]
                 if sync:
@@ -261,19 +267,62 @@ class FastPath:
                     x = dj + w
                     cols.append((j, x))
                     if x > 0:
-                        sids.append(runl[j])
-                        scom.append(com[j])
-                        sdv.append(x)
-                        sctx.append(ctx[j])
+                        spec.append((j, x))
+                        kn = known.get(j)
+                        if kn is not None and kn[0] == (com[j], x, ctx[j]):
+                            got[j] = kn[1]
+                        else:
+                            sids.append(runl[j])
+                            scom.append(com[j])
+                            sdv.append(x)
+                            sctx.append(ctx[j])
             if not cols:
                 break
+            known = {}
             if sids:
+                u = len(sids)
+                # (column, outcomes lo..hi-1, their first row, drafts next): a column's next
+                # verification after outcome a, while far from its end, checks min(K, max_draft)
+                cand = []
+                kc = min(K, md)
+                for j, x in (spec if len(spec) <= self.SCALAR_MAX else ()):  # small batches
+                    c, o, cx, rid = com[j], out[j], ctx[j], runl[j]
+                    lo, top = (got[j], got[j] + 1) if j in got else (0, x + 1)
+                    hi = min(top, o - 1 - kc - c)  # outcomes below: next verification of kc drafts
+                    if hi > lo:
+                        m = hi - lo
+                        cand.append((j, lo, hi, len(sids), kc))
+                        sids.extend([rid] * m)
+                        scom.extend(range(c + 1 + lo, c + 1 + hi))
+                        sdv.extend([kc] * m)
+                        sctx.extend(range(cx + 1 + lo, cx + 1 + hi))
+                    for a in range(max(lo, hi), top):  # near the end: fewer drafts, or finished
+                        c1 = c + a + 1
+                        x1 = min(K, o - c1 - 1, md)
+                        if c1 < o and x1 > 0:
+                            cand.append((j, a, a + 1, len(sids), x1))
+                            sids.append(rid)
+                            scom.append(c1)
+                            sdv.append(x1)
+                            sctx.append(cx + a + 1)
                 k = len(sids)
-                it = iter(verify(np.array(sids, I64), np.array(scom, I64), np.array(sdv, I64),
-                                 np.array(sctx, I64), budget[:k], method[:k]).tolist())
+                if k > len(budget):  # more rows than the per-request constants (a small max_batch)
+                    del sids[u:], scom[u:], sdv[u:], sctx[u:], cand[:]
+                    k = u
+                res = verify(np.array(sids, I64), np.array(scom, I64), np.array(sdv, I64),
+                             np.array(sctx, I64), budget[:k], method[:k]).tolist()
+                i = 0
+                for j, x in spec:
+                    if j not in got:
+                        got[j] = res[i]
+                        i += 1
+                for j, lo, hi, row, x1 in cand:
+                    a = got[j]
+                    if lo <= a < hi:
+                        known[j] = ((com[j] + a + 1, x1, ctx[j] + a + 1), res[row + a - lo])
             live, fin = [], None
             for j, x in cols:
-                a = next(it) if x > 0 else 0
+                a = got[j] if x > 0 else 0
                 vp = start[j] + x - d[j]
                 vps.append(vp)
                 vjs.append(j)
