@@ -92,8 +92,7 @@ class Entropy(Policy):
                                         np.broadcast_to(np.arange(1, n_max + 2), shape))
         nd = max(view.num_decode, 1)
         share = self.ctx.cost.pass_overhead(nd, prefill_tokens=view.prefill_tokens) / nd
-        more = er.draft_more(np.ones((rows, 1)), np.zeros(rows, np.int64), prior, dm[:, 0] + share, vm + share,
-                             cap, self.lookahead)
+        more = er.first_draft_more(prior, dm[:, 0] + share, vm + share, cap, self.lookahead)
         first = more.reshape(n, r).any(axis=1)
         return int(np.argmax(first)) if first.any() else n
 

@@ -79,6 +79,23 @@ def draft_more(p_hat: np.ndarray, drafted: np.ndarray, prior, draft_cost, verify
     return (later.max(axis=1) > now) & (drafted < cap)
 
 
+def first_draft_more(prior, draft_cost, verify_cost: np.ndarray, max_drafts, lookahead: int = 8) -> np.ndarray:
+    """`draft_more` for requests holding no drafts, the same floats without the held-draft terms
+    (E = 0, s = 1, nothing spent: each drops out exactly): True where drafting a first token
+    raises the cycle's expected tokens per unit cost. verify_cost (r, columns)."""
+    vc = np.asarray(verify_cost, float)
+    r = len(vc)
+    prior = np.broadcast_to(np.asarray(prior, float), (r,))
+    cd = np.broadcast_to(np.asarray(draft_cost, float), (r,))
+    now = 1.0 / vc[:, 0]
+    m = np.arange(1, lookahead + 1)
+    gain = np.cumsum(prior[:, None] ** m, axis=1)
+    cost = m * cd[:, None] + vc[:, np.minimum(m, vc.shape[1] - 1)]
+    cap = np.asarray(max_drafts)
+    later = np.where(m <= cap[..., None], (gain + 1.0) / cost, -np.inf)
+    return (later.max(axis=1) > now) & (0 < cap)
+
+
 def plan_length(prior, draft_cost, verify_cost, max_drafts: int) -> np.ndarray:
     """Draft length k in 0..max_drafts maximising (E[accepted] + 1) / (k draft_cost + verify(k))
     when every token is accepted with `prior` (no entropy seen yet). Vectorised over requests."""
