@@ -85,11 +85,11 @@ class Entropy(Policy):
         # with no drafts held the rule reads verify costs at 0..min(lookahead, max_draft) drafts
         # only (draft_more clips larger counts to the last column): the same columns, no others
         rows, n_max = n * r, min(view.max_draft, self.lookahead)
-        shape = (rows, n_max + 1)
-        dm, vm = self.ctx.cost.marginal(np.broadcast_to(ctx[:, None], shape),
-                                        np.broadcast_to(np.tile(view.budget, n)[:, None], shape),
-                                        np.broadcast_to(np.tile(view.method, n)[:, None], shape),
-                                        np.broadcast_to(np.arange(1, n_max + 2), shape))
+        c = n_max + 1  # the (rows, c) grids by ndarray.repeat: np.broadcast_to/np.tile cost more
+        dm, vm = self.ctx.cost.marginal(ctx[:, None].repeat(c, 1),
+                                        view.budget[None, :].repeat(n, 0).reshape(rows, 1).repeat(c, 1),
+                                        view.method[None, :].repeat(n, 0).reshape(rows, 1).repeat(c, 1),
+                                        np.arange(1, c + 1)[None, :].repeat(rows, 0))
         nd = max(view.num_decode, 1)
         share = self.ctx.cost.pass_overhead(nd, prefill_tokens=view.prefill_tokens) / nd
         more = er.first_draft_more(prior, dm[:, 0] + share, vm + share, cap, self.lookahead)
@@ -108,11 +108,10 @@ class Entropy(Policy):
         stale = [j for j, (rid, c) in enumerate(zip(ids, ctx)) if self._costs.get(rid, (None,))[0] != c]
         if stale:
             sj = np.asarray(stale)
-            shape = (len(sj), n_max + 1)
-            dm, vm = self.ctx.cost.marginal(np.broadcast_to(view.context[sj, None], shape),
-                                            np.broadcast_to(view.budget[sj, None], shape),
-                                            np.broadcast_to(view.method[sj, None], shape),
-                                            np.broadcast_to(np.arange(1, n_max + 2), shape))
+            c = n_max + 1  # (stale, c) grids by ndarray.repeat: np.broadcast_to costs more
+            dm, vm = self.ctx.cost.marginal(view.context[sj, None].repeat(c, 1), view.budget[sj, None].repeat(c, 1),
+                                            view.method[sj, None].repeat(c, 1),
+                                            np.arange(1, c + 1)[None, :].repeat(len(sj), 0))
             for row, j in enumerate(stale):
                 self._costs[ids[j]] = (ctx[j], float(dm[row, 0]), vm[row])
         got = [self._costs[rid] for rid in ids]
