@@ -77,14 +77,12 @@ def _torch_dtype(name: str | None):
 
 
 def kv_pages_for(lc: LlamaConfig, cfg: ServingConfig, opts: RuntimeOptions, dtype) -> int:
-    from .kv_cache import PagedKVCache as C
-
     if cfg.kv_pages:
         return int(cfg.kv_pages)
     dev = torch.device(opts.device)
     if dev.type == "cuda":
         free, _ = torch.cuda.mem_get_info(dev)
-        return int(free * opts.mem_frac) // C.bytes_per_page(lc, cfg.page_size, dtype)
+        return int(free * opts.mem_frac) // PagedKVCache.bytes_per_page(lc, cfg.page_size, dtype)
     return opts.cpu_kv_pages
 
 
@@ -217,10 +215,10 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
         cat = plan.category
         cat_ns[cat] += int(round(out.elapsed_s * 1e9))
         cat_passes[cat] += 1
-        rec = ex.passes[-1]
-        passes.append({"pass": len(passes), "category": cat, "prefill_tokens": rec.prefill_tokens,
-                       "drafts": rec.drafts, "verifies": rec.verifies, "verify_tokens": rec.verify_tokens,
-                       "gpu_ms": round(rec.gpu_s * 1e3, 4), "host_ms": round(host_s * 1e3, 4)})
+        passes.append({"pass": len(passes), "category": cat, "prefill_tokens": int(plan.prefill_tokens.sum()),
+                       "drafts": len(plan.draft_ids), "verifies": len(plan.verify_ids),
+                       "verify_tokens": int(plan.verify_query.sum()), "gpu_ms": round(out.elapsed_s * 1e3, 4),
+                       "host_ms": round(host_s * 1e3, 4)})
         if progress is not None:
             d = int(((table.phase == Phase.DONE) | (table.phase == Phase.REJECTED)).sum())
             if d != done_count:

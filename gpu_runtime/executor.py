@@ -39,17 +39,6 @@ class RequestTokens:
     draft_entropy: list[float] = field(default_factory=list)
 
 
-@dataclass
-class PassRecord:
-    """What `passes.jsonl` records per pass."""
-
-    prefill_tokens: int
-    drafts: int
-    verifies: int
-    verify_tokens: int
-    gpu_s: float
-
-
 class RuntimeExecutor:
     def __init__(self, model, cache: PagedKVCache, pool, table, prompt_fn, *, method: int, budget: int,
                  temperature: float = 0.0, seed: int = 0, acceptance=None, record_events: bool = True,
@@ -72,7 +61,6 @@ class RuntimeExecutor:
         self.meta = ([PageMeta(cache.num_pages, cfg.kv_heads, cfg.head_dim, cache.k.dtype, cache.device)
                       for _ in range(cfg.layers)] if quest else None)
         self.events: list[dict] = [] if record_events else None
-        self.passes: list[PassRecord] = []
         self.dev = cache.device
 
     # ---------------------------------------------------------------- bookkeeping
@@ -156,10 +144,7 @@ class RuntimeExecutor:
         entropy, accepted = self._outcomes(plan, logits)
         if sync:
             torch.cuda.synchronize(self.dev)
-        gpu_s = time.perf_counter() - t0
-        self.passes.append(PassRecord(int(plan.prefill_tokens.sum()), len(plan.draft_ids), len(plan.verify_ids),
-                                      int(plan.verify_query.sum()), gpu_s))
-        return Outcome(gpu_s, entropy, accepted)
+        return Outcome(time.perf_counter() - t0, entropy, accepted)
 
     def _add(self, rids, tables, start, qlen, rid, s, n) -> None:
         rids.append(rid)
@@ -192,7 +177,7 @@ class RuntimeExecutor:
             u = S.keyed_uniform(self.seed, ids.astype(np.int64), committed + plan.draft_pos, S.DRAFT)
             new = S.sample(q, u).tolist()
             if self.acc is None:
-                ent = S.entropy(S.probs_from_logits(lg, T if T > 0 else 1.0)).cpu().numpy().astype(np.float64)
+                ent = S.draft_entropy(lg, T).cpu().numpy()
             else:  # preset acceptance: the acceptance model's keyed entropy signal, as in a replay
                 n = len(ids)
                 ent = self.acc.draft_entropy(ids, committed, plan.draft_pos, plan.draft_context,

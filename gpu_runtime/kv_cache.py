@@ -2,7 +2,8 @@
 
 The cache holds every layer's K and V as `[layers, pages, kv_heads, page_size, head_dim]`; one
 layer's slice is the layout the kernels read (`pages.PageLists`). Physical pages are handed out by
-`PageAllocator`; a request's *page table* lists its pages in token order.
+the batcher's pool (`spsim.policies.kv.PagedKVPool`); a request's *page table* lists its pages in
+token order.
 
 One `PagedAttention` serves one forward pass: each request `r` has `start[r]` tokens in the cache
 already (positions `0 .. start[r] - 1`) and brings `q_len[r]` new ones (positions `start[r] ..`):
@@ -22,26 +23,6 @@ import torch
 
 from .model_config import LlamaConfig
 from .pages import PageLists, full_page_lists
-
-
-class PageAllocator:
-    """Free list of physical page ids (lowest first)."""
-
-    def __init__(self, num_pages: int):
-        self.num_pages = num_pages
-        self._free = list(range(num_pages - 1, -1, -1))
-
-    @property
-    def free_pages(self) -> int:
-        return len(self._free)
-
-    def alloc(self, n: int) -> list[int]:
-        if n > len(self._free):
-            raise MemoryError(f"KV cache: {n} pages wanted, {len(self._free)} free")
-        return [self._free.pop() for _ in range(n)]
-
-    def free(self, ids: Sequence[int]) -> None:
-        self._free.extend(reversed(list(ids)))
 
 
 class PagedKVCache:

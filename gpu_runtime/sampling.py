@@ -2,8 +2,7 @@
 
 Every random number is a pure function of (seed, request id, output position, stream), so a
 request's output never depends on batch composition or call order, and reruns reproduce it. The
-hash is the simulator's (`simulator/acceptance/keyed.key`, re-implemented here because that module
-imports scipy): the ACCEPT stream is bit-for-bit the simulator's acceptance stream, only shifted to
+hash is the simulator's (`spsim.keyed.key`, shared by both worlds): the ACCEPT stream is bit-for-bit the simulator's acceptance stream, only shifted to
 the bin centre so u is never 0 or 1 (u < p/q with p = 0 never accepts, u < 1 always does).
 
 Position convention: the draft at output position t uses DRAFT(t); its accept test ACCEPT(t); the
@@ -22,43 +21,23 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from spsim.keyed import INV53, U64, key
+
 DRAFT = 0  # sampling a draft token
 ACCEPT = 1  # the accept test of the draft at that position
 TARGET = 2  # sampling the target's token at that position
 
-_U64 = np.uint64
-_GOLD = _U64(0x9E3779B97F4A7C15)
-_M1 = _U64(0xBF58476D1CE4E5B9)
-_M2 = _U64(0x94D049BB133111EB)
-_INV53 = 1.0 / float(1 << 53)
-
-
-def _mix(x) -> np.ndarray:
-    """splitmix64 finaliser; uint64 arithmetic wraps on purpose."""
-    z = np.asarray(x, dtype=_U64) + _GOLD
-    z = (z ^ (z >> _U64(30))) * _M1
-    z = (z ^ (z >> _U64(27))) * _M2
-    return z ^ (z >> _U64(31))
-
-
-def _u64(a) -> np.ndarray:
-    return np.asarray(a, dtype=np.int64).astype(_U64)  # negatives wrap instead of raising
-
-
 def keyed_hash(seed: int, stream: int, rid, pos) -> np.ndarray:
-    """64-bit hash of (seed, stream, rid, pos); rid and pos broadcast. Same as the simulator's key."""
-    with np.errstate(over="ignore"):
-        h = _mix(np.array([seed & 0xFFFFFFFFFFFFFFFF], dtype=_U64) ^ (_U64(stream) << _U64(56)))
-        h = _mix(h ^ _u64(rid))
-        h = _mix(h ^ (_u64(pos) * _GOLD))
-    return h.reshape(np.broadcast_shapes(np.shape(rid), np.shape(pos)))
+    """64-bit hash of (seed, stream, rid, pos) (`spsim.keyed`, the simulator's); rid and pos
+    broadcast, and the result has their broadcast shape."""
+    return key(seed, stream, rid, pos).reshape(np.broadcast_shapes(np.shape(rid), np.shape(pos)))
 
 
 def keyed_uniform(seed: int, rid, pos, stream: int) -> np.ndarray:
     """Uniform in (0, 1) (53-bit bin centres) keyed by (seed, request id, output position, stream).
 
     rid and pos broadcast against each other; the result has their broadcast shape (float64)."""
-    return ((keyed_hash(seed, stream, rid, pos) >> _U64(11)).astype(np.float64) + 0.5) * _INV53
+    return ((keyed_hash(seed, stream, rid, pos) >> U64(11)).astype(np.float64) + 0.5) * INV53
 
 
 def cycle_uniforms(seed: int, rid, start, k: int) -> tuple[np.ndarray, np.ndarray]:

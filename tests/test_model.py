@@ -20,7 +20,7 @@ if FRESH:
     interpret.load_interpreted()
 
 from spsim.errors import SpsimError  # noqa: E402
-from spsim.gpu_runtime.kv_cache import PageAllocator, PagedAttention, PagedKVCache  # noqa: E402
+from spsim.gpu_runtime.kv_cache import PagedAttention, PagedKVCache  # noqa: E402
 from spsim.gpu_runtime.model import Transformer, reference_logits  # noqa: E402
 from spsim.gpu_runtime.model_config import CONFIGS, ConfigError, LlamaConfig, RopeScaling, get_config  # noqa: E402
 from spsim.gpu_runtime.reference import mixed_attention_ref  # noqa: E402
@@ -48,9 +48,12 @@ def run_passes(model, seqs, passes, rng, attention_fn=None, page_size=16):
     """Drive the model through `passes` (lists of (request, start, q_len)) over a shared paged cache
     with shuffled physical pages; returns {request: logits of every token it fed, in order}."""
     cache = PagedKVCache(model.cfg, 64, page_size)
-    alloc = PageAllocator(64)
-    alloc._free = list(rng.permutation(64))  # pages out of order
-    tables = [alloc.alloc(cache.pages_for(len(s))) for s in seqs]
+    free = list(rng.permutation(64))  # pages out of order, handed out from the end
+    tables = []
+    for seq in seqs:
+        n = cache.pages_for(len(seq))
+        tables.append(free[len(free) - n:][::-1])
+        del free[len(free) - n:]
     got = {r: [] for r in range(len(seqs))}
     for p in passes:
         attn = PagedAttention(cache, [tables[r] for r, _, _ in p], [s for _, s, _ in p], [n for _, _, n in p],

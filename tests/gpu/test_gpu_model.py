@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from spsim.gpu_runtime.kv_cache import PageAllocator, PagedAttention, PagedKVCache
+from spsim.gpu_runtime.kv_cache import PagedAttention, PagedKVCache
 from spsim.gpu_runtime.model import Transformer, reference_logits
 from spsim.gpu_runtime.model_config import get_config
 from spsim.gpu_runtime.reference import mixed_attention_ref
@@ -37,9 +37,12 @@ PASSES = [
 
 def run_passes(model, seqs, attention_fn=None, page_size=16, seed=0):
     cache = PagedKVCache(model.cfg, 1024, page_size, device=DEV, dtype=model.dtype)
-    alloc = PageAllocator(1024)
-    alloc._free = list(np.random.default_rng(seed).permutation(1024))  # pages out of order
-    tables = [alloc.alloc(cache.pages_for(len(s))) for s in seqs]
+    free = list(np.random.default_rng(seed).permutation(1024))  # pages out of order, handed out from the end
+    tables = []
+    for seq in seqs:
+        n = cache.pages_for(len(seq))
+        tables.append(free[len(free) - n:][::-1])
+        del free[len(free) - n:]
     got = {r: [] for r in range(len(seqs))}
     for p in PASSES:
         attn = PagedAttention(cache, [tables[r] for r, _, _ in p], [s for _, s, _ in p], [n for _, _, n in p],
