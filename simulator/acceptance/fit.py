@@ -70,8 +70,8 @@ class _Data:
 
 def loglik(p: LatentParams, d: "_Data") -> float:
     """Log-likelihood of the informative tokens: one chain per request-level node, mixed at the end."""
-    off, cs, st = p.method_terms()
-    offset = off[d.m] - cs[d.m] * d.lr - st[d.m] * d.j
+    off, cs, st, sc, knee = p.method_terms()
+    offset = off[d.m] - cs[d.m] * d.lr - (st[d.m] + sc[d.m] * np.maximum(d.lr - knee[d.m], 0.0)) * d.j
     gh_x, gh_w = np.polynomial.hermite_e.hermegauss(_Q)
     gh_w = gh_w / gh_w.sum()
     states, P, pi = rouwenhorst(p.rho)

@@ -5,7 +5,7 @@ For the token at output position t of request r, drafted j positions after the l
 
     logit p = mu + sigma_req * L_r + sigma_span * X_r(t)             (request level, easy/hard spans)
               + method offset - ctx_slope_m * ln(max(context, budget) / budget)   (budget vs context)
-              - stale_m * j                                          (index staleness, draft length)
+              - stale_m(context) * j                                 (index staleness, draft length)
               - temp_slope * (temperature - ref_temperature)         (rejection sampling at T > 0)
 
 L_r ~ N(0, 1) per request; X_r is a stationary AR(1) with unit variance and lag-one correlation rho
@@ -13,7 +13,10 @@ L_r ~ N(0, 1) per request; X_r is a stationary AR(1) with unit variance and lag-
 same position keeps the same draw whatever the draft length or call order; verification accepts the
 longest accepted prefix. Method terms: selected pages (every method but STATIC) share `ctx_slope`;
 those refreshed every step (STEP_LAYER, STEP_QUEST) keep only `step_residual` of the staleness;
-STATIC (a fixed window) has its own offset, context slope and draft-length slope.
+STATIC (a fixed window) has its own offset, context slope and draft-length slope, and that slope
+grows by `static_stale_ctx` per e-fold of context/budget beyond `static_knee` (the long-context
+cliff: docs/acceptance.md). VERIFY_ATTN and STEP_QUEST may differ from VERIFY_QUEST and STEP_LAYER
+by `verify_attn_offset`, `step_quest_offset` and `step_quest_residual`.
 """
 
 from __future__ import annotations
@@ -41,6 +44,11 @@ class LatentParams:
     static_offset: float = -0.5
     static_ctx_slope: float = 0.10
     static_stale: float = 0.20
+    static_stale_ctx: float = 0.0  # extra static draft-length slope per e-fold of context/budget ...
+    static_knee: float = 0.0  # ... beyond this log(context/budget)
+    verify_attn_offset: float = 0.0  # VERIFY_ATTN's offset against VERIFY_QUEST
+    step_quest_offset: float = 0.0  # STEP_QUEST's offset against STEP_LAYER
+    step_quest_residual: float = 0.15  # STEP_QUEST's share of the staleness (STEP_LAYER: step_residual)
     sigma_req: float = 0.6
     sigma_span: float = 1.0
     rho: float = 0.9
@@ -56,6 +64,7 @@ class LatentParams:
             setattr(self, f.name, float(getattr(self, f.name)))
         checks = [("sigma_req", self.sigma_req >= 0), ("sigma_span", self.sigma_span >= 0),
                   ("rho", 0 <= self.rho < 1), ("auc", 0 < self.auc < 1), ("step_residual", self.step_residual >= 0),
+                  ("step_quest_residual", self.step_quest_residual >= 0), ("static_knee", self.static_knee >= 0),
                   ("entropy_median", self.entropy_median > 0), ("entropy_sigma", self.entropy_sigma > 0),
                   ("temperature", self.temperature >= 0)]
         for name, ok in checks:
@@ -65,18 +74,19 @@ class LatentParams:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def method_terms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(offset, context slope, staleness slope) indexed by DraftMethod code."""
+    def method_terms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(offset, context slope, staleness slope, staleness slope per e-fold of context/budget
+        beyond the knee, knee) indexed by DraftMethod code."""
         t = -self.temp_slope * (self.temperature - self.ref_temperature)
-        # by code: STATIC, VERIFY_QUEST, STEP_LAYER, VERIFY_ATTN, STEP_QUEST. The two selectors
-        # refreshed at verification share one staleness, the two refreshed every step one residual
-        # (an assumption until events tell them apart: docs/acceptance.md)
-        off = np.array([self.static_offset + t, t, t, t, t])
+        # by code: STATIC, VERIFY_QUEST, STEP_LAYER, VERIFY_ATTN, STEP_QUEST
+        off = np.array([self.static_offset + t, t, t, t + self.verify_attn_offset, t + self.step_quest_offset])
         cs = np.array([self.static_ctx_slope] + [self.ctx_slope] * 4)
-        refreshed = self.stale * self.step_residual
-        st = np.array([self.static_stale, self.stale, refreshed, self.stale, refreshed])
+        st = np.array([self.static_stale, self.stale, self.stale * self.step_residual, self.stale,
+                       self.stale * self.step_quest_residual])
+        sc = np.array([self.static_stale_ctx, 0.0, 0.0, 0.0, 0.0])
+        knee = np.array([self.static_knee, 0.0, 0.0, 0.0, 0.0])
         assert len(off) == len(DraftMethod)
-        return off, cs, st
+        return off, cs, st, sc, knee
 
 
 def ar1(eps: np.ndarray, rho: float) -> np.ndarray:
@@ -108,7 +118,7 @@ class LatentAcceptance:
 
     def __init__(self, params: LatentParams, seed: int = 0, name: str = "latent"):
         self.params, self.seed, self.name = params, int(seed), name
-        self._toff, self._tcs, self._tst = params.method_terms()  # indexed by method code (np.take)
+        self._toff, self._tcs, self._tst, self._tsc, self._tknee = params.method_terms()  # by method code
         self._shift = ent.shift_for_auc(params.auc, params.entropy_sigma)
         self._store = PositionStore(2, self._build)  # margin, entropy noise
         self._j = np.arange(64)
@@ -133,7 +143,10 @@ class LatentAcceptance:
     def _offsets(self, context, budget, method):
         """Per request: logit offset at staleness 0, and the logit drop per draft position."""
         lr = np.log(np.maximum(context / np.maximum(budget, 1), 1.0))
-        return self._toff.take(method) - self._tcs.take(method) * lr, self._tst.take(method)
+        stale = self._tst.take(method)
+        if self._tsc.any():  # the static window's draft-length slope grows with context beyond the knee
+            stale = stale + self._tsc.take(method) * np.maximum(lr - self._tknee.take(method), 0.0)
+        return self._toff.take(method) - self._tcs.take(method) * lr, stale
 
     def verify(self, rid, out_pos, drafted, context, budget, method) -> np.ndarray:
         drafted = np.asarray(drafted, np.int64)
