@@ -37,7 +37,7 @@ def test_sample_fit_roundtrip(tmp_path):
     assert r.exit_code == 0, r.output
     d = json.loads(out.read_text())
     assert abs(d["params"]["stale"] - 0.2) < 0.08
-    assert d["fit"]["heldout"]["accepted_length"][0]["k"] == 6
+    assert d["fit"]["heldout"]["groups"][0]["accepted_length"][0]["k"] == 6  # per method and budget
     m = make_acceptance(f"file:path={out},temperature=0.5", 1)
     assert m.params.temperature == 0.5 and m.params.stale == d["params"]["stale"]
     a = m.verify(np.arange(4), np.zeros(4, int), np.full(4, 3), np.full(4, 1000), np.full(4, 100), np.ones(4, int))

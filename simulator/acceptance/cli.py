@@ -166,40 +166,65 @@ def sample(spec: str = typer.Argument(..., help=SPEC_HELP),
 
 
 @app.command(epilog=_examples("spsim acceptance fit events.jsonl -o fitted.json",
-                              "spsim replay mooncake --limit 200 --acceptance fitted.json   # use the fitted preset"))
+                              "spsim acceptance fit events.jsonl -o fitted.json --holdout-by text=doc3   # hold out one text",
+                              "spsim acceptance fit events.jsonl -o fitted.json --holdout-by dataset --folds 5",
+                              "spsim replay mooncake --limit 200 --acceptance file:path=fitted.json   # use it"))
 def fit(events: Path = typer.Argument(..., help="Accept-events JSONL (from `spsim run --out` or `acceptance sample`)."),
         out: Path = typer.Option(..., "-o", help="Preset JSON to write."),
         base: str = typer.Option("sparsespec-llama8b", help="Preset giving the parameters the events cannot identify."),
         name: str = typer.Option(None, help="Preset name (default: the output file's stem)."),
-        holdout: float = typer.Option(0.2, help="Fraction of requests held out for the report, in [0, 1).")):
-    """Maximum-likelihood fit of a preset to recorded accept events, with a held-out report."""
-    from .entropy import empirical_auc
-    from .fit import fit as do_fit, heldout_loglik
-    from .keyed import uniform
+        holdout: float = typer.Option(0.2, help="Share of groups (request windows, or --holdout-by FIELD's values) "
+                                      "held out for the report, in [0, 1)."),
+        holdout_by: str = typer.Option(None, "--holdout-by", help="FIELD=VALUE: hold out the events whose FIELD is "
+                                       "VALUE (a text, a dataset, a time range you labelled); FIELD: group by FIELD "
+                                       "and hold out --holdout of its values. Default: by request window."),
+        folds: int = typer.Option(0, help="Also cross-validate with this many folds by group (each fold fits "
+                                  "again): held-out log-likelihood per fold and the parameters' spread.")):
+    """Maximum-likelihood fit of a preset to recorded accept events, with a held-out report.
+
+    Reused request ids (several runs or experiments in one file) are kept apart as windows, reported;
+    interleaved reuse is rejected naming the line. Tokens after a run's first rejection are censored
+    by the fit (write them or not). The report sets the fit against baselines on held-out groups, for
+    every method and budget present."""
+    from .fit import Baselines, fit as do_fit, heldout_loglik, kfold
 
     if not 0 <= holdout < 1:  # also rejects NaN
         raise SpsimError(f"--holdout must be in [0, 1) (got {holdout})")
+    _at_least(0, folds=folds)
+    if folds == 1:
+        raise SpsimError("--folds must be 0 (off) or >= 2 (got 1)")
     _out_file(out)
     ev = read_events(events)
-    test = uniform(12345, 0, ev.request, 0) < holdout  # split by request, keyed
+    field, value, labels = _groups(events, ev, holdout_by)
+    if value is not None:
+        test = np.asarray([x is not None and str(x) == value for x in labels], bool)
+        if not test.any():
+            seen = sorted({str(x) for x in labels if x is not None})
+            raise SpsimError(f"--holdout-by {holdout_by}: no event has {field} = {value!r} "
+                             f"(values: {', '.join(seen[:10])}{' ...' if len(seen) > 10 else ''})")
+    else:
+        test = _held_out_groups(labels, holdout)
     train = ev.take(~test)
     if not len(train):
-        raise SpsimError(f"{events}: no training events after the hold-out split")
+        raise SpsimError(f"{events}: no training events after the hold-out split (--holdout-by {holdout_by})")
     base_p = preset_params(base)
     params, rep = do_fit(train, base_p)
-    report = {"train": rep}
+    inf = ev.informative()
+    data = {"events": len(ev), "windows": ev.meta["windows"], "request_ids": ev.meta["request_ids"],
+            "reused_request_ids": ev.meta["reused_ids"],
+            "informative_tokens": int(inf.sum()), "censored_tokens": int((~inf).sum()),
+            "padding": ev.padding(), "train_events": len(train), "train_tokens": rep["tokens"],
+            "train_windows": rep["windows"], "heldout_events": int(test.sum()),
+            "methods": {DraftMethod(int(m)).label: int(c) for m, c in zip(*np.unique(ev.method, return_counts=True))}}
+    if ev.meta["reused_ids"]:
+        data["reused_note"] = (f"{ev.meta['reused_ids']} request id(s) start over in the file (several runs or "
+                               "experiments): each use is its own window (labelled id#2, id#3 ...)")
+    report = {"data": data, "train": rep}
     if test.any():
         te = ev.take(test)
-        inf = te.informative() & np.isfinite(te.entropy)
-        drafted, accepted = te.runs()
-        report["heldout"] = {
-            "tokens": int(te.informative().sum()),
-            "loglik_per_token_fitted": heldout_loglik(params, te),
-            "loglik_per_token_base": heldout_loglik(base_p, te),
-            "entropy_auc_observed": empirical_auc(te.entropy[inf], te.accepted[inf]),
-            "entropy_auc_fitted": params.auc,
-            "accepted_length": _length_report(params, te, drafted, accepted),
-        }
+        report["heldout"] = _heldout_report(params, base_p, Baselines(train), ev, te, field, value)
+    if folds:
+        report["kfold"] = {"by": field or "request window", **kfold(ev, labels, folds, base_p)}
     d = {"name": name or out.stem, "description": f"fitted by maximum likelihood to {events.name}",
          "model": "", "workload": "", "reference": {**load_preset(base)["reference"],
                                                     "method": DraftMethod(int(np.bincount(ev.method).argmax())).label,
@@ -211,10 +236,89 @@ def fit(events: Path = typer.Argument(..., help="Accept-events JSONL (from `spsi
          "stated": {}}
     out.write_text(json.dumps(d, indent=1, default=float) + "\n")
     console.print_json(json.dumps(report, default=float))
-    console.print(f"wrote {out}")
+    if not rep["converged"]:
+        console.print(f"[yellow]fit did not converge: {rep['status']}[/]")
+    console.print(f"used {rep['tokens']:,} informative tokens of {len(train):,} training events in "
+                  f"{rep['windows']:,} windows ({data['events']:,} events, {data['windows']:,} windows, "
+                  f"{data['request_ids']:,} request ids in the file); wrote {out}")
 
 
-def _length_report(params, te, drafted, accepted) -> list[dict]:
+def _groups(path: Path, ev, holdout_by: str | None):
+    """(field, value or None, label per event) for the hold-out and the folds."""
+    if holdout_by is None:
+        return None, None, np.asarray([str(ev.names[w]) for w in ev.request.tolist()], dtype=object)
+    field, eq, value = holdout_by.partition("=")
+    field = field.strip()
+    if not field or (eq and not value):
+        raise SpsimError(f"--holdout-by {holdout_by!r}: expected FIELD or FIELD=VALUE")
+    if field == "request":
+        labels = np.asarray([str(ev.names[w]) for w in ev.request.tolist()], dtype=object)
+    elif field in ev.extra:
+        labels = ev.extra[field]
+    elif field in ("method", "budget", "context", "out_pos", "draft_pos"):
+        col = getattr(ev, field)
+        labels = (np.asarray([DraftMethod(int(m)).label for m in col.tolist()], dtype=object) if field == "method"
+                  else col.astype(str).astype(object))
+    else:
+        known = sorted(ev.extra) + ["request", "method", "budget", "context"]
+        raise SpsimError(f"{path}: --holdout-by {holdout_by}: no event has a field {field!r} "
+                         f"(fields to group by: {', '.join(known)})")
+    return field, (value if eq else None), labels
+
+
+def _held_out_groups(labels, share: float) -> np.ndarray:
+    """Events of round(share x groups) groups (at least one when share > 0 and there are two or
+    more), chosen by a hash of the group label: the same split whatever the file order."""
+    from .fit import group_folds
+
+    if share <= 0:
+        return np.zeros(len(labels), bool)
+    uniq = np.unique(np.asarray([str(x) for x in labels], dtype=object))
+    n_out = min(max(1, round(share * len(uniq))), len(uniq) - 1)
+    rank = group_folds(labels, 1 << 30)  # the hash rank of each event's group
+    return rank < n_out
+
+
+def _heldout_report(params, base_p, baselines, ev, te, field, value) -> dict:
+    """Held-out log-likelihood per token (fitted, base preset, baselines) overall and for every
+    (method, budget) in the file, with the accepted-length check per recorded draft length."""
+    from .entropy import empirical_auc
+    from .fit import heldout_loglik
+
+    inf = te.informative() & np.isfinite(te.entropy)
+    out = {"by": field or "request window", **({"value": value} if value is not None else {}),
+           "tokens": int(te.informative().sum()),
+           "loglik_per_token_fitted": heldout_loglik(params, te),
+           "loglik_per_token_base": heldout_loglik(base_p, te),
+           **{f"loglik_per_token_{k}_baseline": v for k, v in baselines.loglik(te).items()},
+           "entropy_auc_observed": empirical_auc(te.entropy[inf], te.accepted[inf]),
+           "entropy_auc_fitted": params.auc, "groups": []}
+    padding = ev.padding()
+    for m, b in sorted({(int(m), int(b)) for m, b in zip(ev.method.tolist(), ev.budget.tolist())}):
+        sel = (te.method == m) & (te.budget == b)
+        row = {"method": DraftMethod(m).label, "budget": b, "heldout_events": int(sel.sum())}
+        if not sel.any():
+            row["note"] = "no held-out events with this method and budget (all in training)"
+            out["groups"].append(row)
+            continue
+        g = te.take(sel)
+        row.update({"tokens": int(g.informative().sum()), "median_context": int(np.median(g.context)),
+                    "loglik_per_token_fitted": heldout_loglik(params, g),
+                    "loglik_per_token_base": heldout_loglik(base_p, g),
+                    **{f"loglik_per_token_{k}_baseline": v for k, v in baselines.loglik(g).items()}})
+        if padding == "unpadded":
+            row["accepted_length"] = None
+            row["accepted_length_note"] = ("events stop at each run's first rejection and carry no `drafted` "
+                                           "field, so a rejected run's draft length is unknown: add `drafted` "
+                                           "(the run's draft length) to each event for this check")
+        else:
+            drafted, accepted = g.runs()
+            row["accepted_length"] = _length_report(params, g, drafted, accepted, m, b)
+        out["groups"].append(row)
+    return out
+
+
+def _length_report(params, te, drafted, accepted, method: int, budget: int) -> list[dict]:
     """Observed vs fitted accepted-length distribution for each recorded draft length (>= 20 runs)."""
     from .latent import LatentAcceptance
 
@@ -224,7 +328,7 @@ def _length_report(params, te, drafted, accepted) -> list[dict]:
         if k < 1 or sel.sum() < 20:
             continue
         sim = curves.fixed_k_runs(LatentAcceptance(params, seed=1), int(k), 400, 128, int(np.median(te.context)),
-                                  int(np.median(te.budget)), int(np.bincount(te.method).argmax()))
+                                  budget, method)
         s = sim["accepted"][sim["drafted"] == k]
         obs = np.bincount(accepted[sel], minlength=k + 1) / sel.sum()
         pred = np.bincount(s, minlength=k + 1) / max(len(s), 1)
