@@ -26,7 +26,8 @@ from spsim.plan import DraftMethod, Outcome, PassPlan
 
 from . import sampling as S
 from .kv_cache import PagedKVCache
-from .pass_attention import DraftRows, DraftState, PassAttention
+from .draft_store import DraftStore
+from .pass_attention import DraftRows, PassAttention, budget_pages
 from .selection import PageMeta
 
 
@@ -53,7 +54,6 @@ class RuntimeExecutor:
         self.attention_fn = attention_fn
         self.graphs = graphs  # graphs.GraphedPasses: decode-like passes replayed from CUDA graphs
         self.req: dict[int, RequestTokens] = {}
-        self.draft_state: dict[int, DraftState] = {}
         self.outputs: dict[int, list[int]] = {}  # finished requests' generated tokens
         cfg = model.cfg
         # Quest page bounds, kept current on every KV write, only where drafts will read them
@@ -62,6 +62,10 @@ class RuntimeExecutor:
                       for _ in range(cfg.layers)] if quest else None)
         self.events: list[dict] = [] if record_events else None
         self.dev = cache.device
+        # selections of drafting runs and verification page scores, on the GPU by request slot
+        self.store = DraftStore(cfg.layers, cfg.kv_heads, budget_pages(self.budget, cache.page_size), self.dev,
+                                scores=self.method == DraftMethod.VERIFY_ATTN)
+        self.last_prep_s = 0.0  # host time of the last pass's input preparation (part of its elapsed time)
 
     # ---------------------------------------------------------------- bookkeeping
     def _state(self, rid: int) -> RequestTokens:
@@ -78,12 +82,12 @@ class RuntimeExecutor:
                 st.drafts.clear()
                 st.draft_probs.clear()
                 st.draft_entropy.clear()
-            self.draft_state.pop(rid, None)
+            self.store.release(rid)
         for rid in plan.released.tolist():
             st = self.req.pop(rid, None)
             if st is not None:
                 self.outputs[rid] = st.tokens[st.prompt_len:]
-            self.draft_state.pop(rid, None)
+            self.store.release(rid)
 
     def generated(self) -> dict[int, list[int]]:
         """Output tokens of every request seen, finished or not."""
@@ -95,6 +99,12 @@ class RuntimeExecutor:
     # ---------------------------------------------------------------- one pass
     @torch.no_grad()
     def execute(self, plan: PassPlan) -> Outcome:
+        # timed from here: preparing a pass's inputs on the host is part of every pass of a real
+        # engine (and calibration models it); the GPU is synchronised first so no earlier work counts
+        sync = self.dev.type == "cuda"
+        if sync:
+            torch.cuda.synchronize(self.dev)
+        t0 = time.perf_counter()
         self._forget(plan)
         rids, tables, start, qlen, toks = [], [], [], [], []
         score_rows, logit_rows = [], []
@@ -130,13 +140,10 @@ class RuntimeExecutor:
             row += q
         n_pre = len(plan.prefill_ids)
         attn = PassAttention(self.cache, rids, tables, start, qlen, n_pre, drafts, self.method, self.budget,
-                             self.draft_state, self.meta, score_rows, self.attention_fn)
-        sync = self.dev.type == "cuda"
-        if sync:
-            torch.cuda.synchronize(self.dev)
-        t0 = time.perf_counter()
+                             self.store, self.meta, score_rows, self.attention_fn)
         tok_t = torch.as_tensor(np.asarray(toks, np.int64), device=self.dev)
         rows_t = torch.as_tensor(np.asarray(logit_rows, np.int64), device=self.dev)
+        self.last_prep_s = time.perf_counter() - t0
         if self.graphs is not None and self.graphs.eligible(attn):
             logits = self.graphs.forward(attn, tok_t, rows_t)
         else:
@@ -157,14 +164,15 @@ class RuntimeExecutor:
         t, T = self.t, self.temperature
         r = 0
         # prefill's last chunks: the first output token (or the next one after a recompute)
-        for rid, last in zip(plan.prefill_ids.tolist(), plan.prefill_last.tolist()):
-            if not last:
-                continue
-            st = self.req[rid]
-            pos = len(st.tokens) - st.prompt_len  # output position of the token sampled now
-            p = S.probs_from_logits(logits[r:r + 1], T)
-            st.tokens.append(int(S.sample(p, S.keyed_uniform(self.seed, rid, pos, S.TARGET))[0]))
-            r += 1
+        last = [rid for rid, lst in zip(plan.prefill_ids.tolist(), plan.prefill_last.tolist()) if lst]
+        if last:
+            sts = [self.req[rid] for rid in last]
+            pos = np.asarray([len(st.tokens) - st.prompt_len for st in sts], np.int64)  # output position
+            p = S.probs_from_logits(logits[r:r + len(last)], T)
+            new = S.sample(p, S.keyed_uniform(self.seed, np.asarray(last, np.int64), pos, S.TARGET)).tolist()
+            for st, x in zip(sts, new):
+                st.tokens.append(int(x))
+            r += len(last)
         # drafts: one token each from the draft distribution
         nd = len(plan.draft_ids)
         entropy = np.full(nd, np.nan)
@@ -200,29 +208,45 @@ class RuntimeExecutor:
                 v = plan.verify_ids[spec]
                 accepted[spec] = self.acc.verify(v, t.committed[v], k[spec], plan.verify_context[spec],
                                                  np.full(len(v), self.budget), np.full(len(v), self.method))
-        for i, (rid, qn, ctx) in enumerate(zip(plan.verify_ids.tolist(), plan.verify_query.tolist(),
-                                              plan.verify_context.tolist())):
-            st = self.req[rid]
-            k = qn - 1
-            p = S.probs_from_logits(logits[r:r + qn], T)
-            base = len(st.tokens) - st.prompt_len  # output position of the first draft
-            u_t = S.keyed_uniform(self.seed, rid, base + np.arange(qn), S.TARGET)
-            if self.acc is None:
-                dq = torch.stack(st.draft_probs) if (T > 0 and k) else None
-                u_a = S.keyed_uniform(self.seed, rid, base + np.arange(k), S.ACCEPT)
-                a, nxt = S.verify(torch.as_tensor(st.drafts, dtype=torch.long, device=p.device), dq, p, T, u_a, u_t)
-            else:
-                a = int(accepted[i])
-                nxt = int(S.sample(p[a:a + 1], u_t[a:a + 1])[0])
-            accepted[i] = a
+        if not nv:
+            return entropy, accepted
+        # all verifications at once: [nv, K + 1] logits rows (rows past a request's query repeat its last)
+        qn = plan.verify_query.astype(np.int64)
+        K = int(qn.max()) - 1
+        ids = plan.verify_ids.astype(np.int64)
+        sts = [self.req[rid] for rid in ids.tolist()]
+        base = np.asarray([len(st.tokens) - st.prompt_len for st in sts], np.int64)  # first draft's output position
+        j = np.arange(K + 1)
+        first_row = r + np.concatenate([[0], np.cumsum(qn)[:-1]])
+        idx = first_row[:, None] + np.minimum(j[None, :], qn[:, None] - 1)
+        p = S.probs_from_logits(logits[torch.as_tensor(idx.reshape(-1), device=logits.device)], T)
+        p = p.view(nv, K + 1, -1)
+        u_t = S.keyed_uniform(self.seed, ids[:, None], base[:, None] + j[None, :], S.TARGET)
+        rows = np.arange(nv)
+        if self.acc is None:
+            x = np.zeros((nv, K), np.int64)
+            for i, st in enumerate(sts):
+                x[i, :len(st.drafts)] = st.drafts
+            dq = None
+            if T > 0 and K:
+                dq = torch.zeros((nv, K, p.shape[-1]), dtype=p.dtype, device=p.device)
+                for i, st in enumerate(sts):
+                    if st.draft_probs:
+                        dq[i, :len(st.draft_probs)] = torch.stack(st.draft_probs)
+            u_a = S.keyed_uniform(self.seed, ids[:, None], base[:, None] + j[None, :K], S.ACCEPT)
+            accepted, nxt = S.verify_batch(torch.as_tensor(x, device=p.device), dq, p, T, u_a, u_t, k=qn - 1)
+        else:
+            a = torch.as_tensor(accepted, device=p.device)
+            nxt = S.sample(p[torch.arange(nv, device=p.device), a], u_t[rows, accepted]).cpu().numpy()
+        for i, (st, rid, q, ctx) in enumerate(zip(sts, ids.tolist(), qn.tolist(), plan.verify_context.tolist())):
+            k, a = q - 1, int(accepted[i])
             if self.events is not None and k:
-                for j in range(k):
-                    self.events.append({"request": rid, "out_pos": base + j, "draft_pos": j, "accepted": j < a,
-                                        "entropy": st.draft_entropy[j], "method": self.method,
+                for jj in range(k):
+                    self.events.append({"request": rid, "out_pos": int(base[i]) + jj, "draft_pos": jj,
+                                        "accepted": jj < a, "entropy": st.draft_entropy[jj], "method": self.method,
                                         "budget": self.budget, "context": ctx})
-            st.tokens += st.drafts[:a] + [int(nxt)]
+            st.tokens += st.drafts[:a] + [int(nxt[i])]
             st.drafts.clear()
             st.draft_probs.clear()
             st.draft_entropy.clear()
-            r += qn
-        return entropy, accepted
+        return entropy, np.asarray(accepted, np.int64)

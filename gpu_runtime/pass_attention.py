@@ -16,34 +16,31 @@ kept):
   the top pages by them (ASPIRE's designated layer).
 - STEP_QUEST: every draft step, each layer scores the pages by Quest bounds with its query.
 
-What persists between passes (selections of a run, scores of the last verification) lives in
-`DraftState`, owned by the executor, one per request.
+What persists between passes (selections of a run, scores of the last verification) lives on the
+GPU in the executor's `DraftStore`, by request slot. The pass's page lists are built once: draft
+rows read a fixed-size slab of page ids (their counts are known on the host from lengths and the
+budget) that each layer overwrites with its selection on the device, so every layer shares one
+attention work plan, no layer syncs with the host, and the whole pass can be captured in a CUDA
+graph (`graphs.py`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from spsim.plan import DraftMethod
 
+from . import dispatch
+from .draft_store import DraftStore
 from .kv_cache import PagedAttention, PagedKVCache
-from .pages import concat_page_lists, full_page_lists, pages_for, selected_page_lists
-from .selection import PageMeta, select_from_scores, select_quest, select_static
+from .pages import PageLists, concat_page_lists, full_page_lists, last_page_len, pages_for
+from .selection import PageMeta, select_static, top_pages
 
 SINK, RECENT = 1, 1  # pages always kept at the start and at the end of the context
-
-
-@dataclass
-class DraftState:
-    """Per request: the run's selection per layer (logical pages, `[kv_heads, K]`, ascending),
-    and the last verification's page scores per layer with the pages they covered."""
-
-    selection: list | None = None
-    scores: list | None = None
-    scored_pages: int = 0
+TABLE_COLS = 128  # draft page tables are padded to a multiple of this many pages (fewer graph shapes)
 
 
 @dataclass
@@ -56,185 +53,204 @@ class DraftRows:
     run_start: list[int] = field(default_factory=list)  # context before the run (its last page is kept)
 
 
+def budget_pages(budget: int, page_size: int) -> int:
+    return max(int(budget) // page_size, SINK + RECENT)
+
+
 class PassAttention(PagedAttention):
     """`model.Attention` for one mixed pass (see the module docstring)."""
 
     def __init__(self, cache: PagedKVCache, rids: list[int], page_tables, start, q_len, n_prefill: int,
-                 drafts: DraftRows, method: int, budget: int, states: dict[int, DraftState],
+                 drafts: DraftRows, method: int, budget: int, states: DraftStore | None,
                  meta: list[PageMeta] | None, score_rows: list[int] | None = None, attention_fn=None):
         """Requests `rids` in pass order: `n_prefill` prefilling first, then `len(drafts.rids)`
         drafting ones, then verifying ones.
+        `states`: the executor's `DraftStore` (a throwaway one when None: timing benchmarks).
         `meta`: per-layer Quest page summaries (updated on every write) or None. `score_rows`:
-        request indices (in pass order) whose page scores to keep in `states` (verifications and
-        last prefill chunks, for VERIFY_ATTN)."""
-        self.rids = rids
-        self.n_pre, self.drafts, self.method, self.budget = n_prefill, drafts, int(method), int(budget)
-        self.states, self.meta = states, meta
-        self.score_rows = score_rows or []
-        n_dr = len(drafts.rids)
-        n_req = len(q_len)
+        request indices (in pass order) whose page scores to keep (verifications and last prefill
+        chunks, for VERIFY_ATTN)."""
         cfg = cache.cfg
         hkv, ps, dev = cfg.kv_heads, cache.page_size, cache.device
-        # full lists for everyone; draft rows are replaced per layer below
-        super().__init__(cache, page_tables, start, q_len, attention_fn=attention_fn)
-        kv_len = np.asarray(start) + np.asarray(q_len)
-        self.hkv, self.ps = hkv, ps
-        self.n_dr = n_dr
-        if n_dr:  # draft rows get their own lists: the full rows around them as separate parts
-            self._pre = full_page_lists(page_tables[:self.n_pre], kv_len[:self.n_pre], hkv, ps, dev)
-            self._ver = full_page_lists(page_tables[self.n_pre + n_dr:], kv_len[self.n_pre + n_dr:], hkv, ps, dev)
-            self._dr_full = full_page_lists(page_tables[self.n_pre:self.n_pre + n_dr],
-                                            kv_len[self.n_pre:self.n_pre + n_dr], hkv, ps, dev)
-        self._dr_rows = slice(self.n_pre * hkv, (self.n_pre + n_dr) * hkv)
-        # draft requests' page tables as a padded device matrix (for gathers by logical page)
+        self.rids = list(rids)
+        self.n_pre, self.drafts, self.method, self.budget = n_prefill, drafts, int(method), int(budget)
+        self.n_dr = n_dr = len(drafts.rids)
+        self.meta, self.hkv, self.ps = meta, hkv, ps
+        kv_len = np.asarray(start, np.int64) + np.asarray(q_len, np.int64)
+        self.kp = budget_pages(budget, ps)
+        m = self.method
+        keep = m == DraftMethod.VERIFY_ATTN and bool(score_rows)
+        if states is None or not isinstance(states, DraftStore):
+            states = DraftStore(cfg.layers, hkv, self.kp, dev, slots=max(1, n_dr + len(score_rows or [])),
+                                scores=m == DraftMethod.VERIFY_ATTN)
+        self.store = states
+        lists = lists0 = None
         if n_dr:
-            tabs = [np.asarray(t, np.int64) for t in page_tables[self.n_pre:self.n_pre + n_dr]]
-            width = max(len(t) for t in tabs)
-            pt = np.zeros((n_dr, width), np.int64)
-            for i, t in enumerate(tabs):
-                pt[i, :len(t)] = t
-            self._dr_table = torch.as_tensor(pt, device=dev)
-        self._dr_kv = np.asarray(drafts.kv_len, np.int64)
-        self._static = None
-        self._concat: dict = {}
-        self._step_sel = None  # STEP_LAYER: selection from layer 0's scores, for layers 1..
-        # page scores: verify-attn keeps the verifications' (and last prefill chunks'); step-layer
-        # needs layer 0's for the draft rows
-        want = (method == DraftMethod.VERIFY_ATTN and self.score_rows) or (method == DraftMethod.STEP_LAYER and n_dr)
+            a, b = n_prefill, n_prefill + n_dr
+            pre = full_page_lists(page_tables[:a], kv_len[:a], hkv, ps, dev)
+            ver = full_page_lists(page_tables[b:], kv_len[b:], hkv, ps, dev)
+            slab = self._setup_drafts(page_tables[a:b], drafts, dev)
+            lists = concat_page_lists([pre, slab, ver])
+            off = int(pre.indices.shape[0])
+            self._slab = lists.indices[off:off + slab.indices.shape[0]].view(self._rows, self._K)
+            if m == DraftMethod.STEP_LAYER:  # layer 0 attends in full and ranks the pages
+                lists0 = concat_page_lists([pre, full_page_lists(page_tables[a:b], kv_len[a:b], hkv, ps, dev), ver])
+            elif m == DraftMethod.STATIC:
+                self._write(self._static_sel)
+        super().__init__(cache, page_tables, start, q_len, lists=lists, attention_fn=attention_fn)
+        self.lists0 = lists0
+        # page scores the attention kernel writes: verify-attn keeps the verifications' (and last
+        # prefill chunks'); step-layer ranks the draft rows' pages by layer 0's
+        want = keep or (m == DraftMethod.STEP_LAYER and n_dr)
         maxp = int(pages_for(kv_len, ps).max(initial=1))
-        self._scores = torch.empty((n_req * hkv, maxp), dtype=torch.float32, device=dev) if want else None
+        self._scores = torch.empty((len(kv_len) * hkv, maxp), dtype=torch.float32, device=dev) if want else None
+        self._keep = None
+        if keep:  # where each kept request's rows land in the store
+            score_rows = list(score_rows)
+            slots = states.slots_of([self.rids[i] for i in score_rows])
+            states.ensure_score_width(maxp)
+            states.scored_pages[slots] = pages_for(kv_len[score_rows], ps)
+            src = (np.asarray(score_rows, np.int64)[:, None] * hkv + np.arange(hkv)).reshape(-1)
+            self._keep = (torch.as_tensor(src, device=dev), torch.as_tensor(states.score_rows(slots), device=dev))
         self._q = None
 
-    # -- which pages each row reads in `layer`
+    # -- setup (host, once per pass)
+    def _setup_drafts(self, tables, d: DraftRows, dev) -> PageLists:
+        """Slot, counts and index tensors of the draft rows; returns their page lists (a slab of
+        `count` page ids per row at `row * K`, filled per layer)."""
+        hkv, ps, m, kp = self.hkv, self.ps, self.method, self.kp
+        kv = np.asarray(d.kv_len, np.int64)
+        n = len(kv)
+        npg = pages_for(kv, ps)
+        width = -(-int(max(len(t) for t in tables)) // TABLE_COLS) * TABLE_COLS
+        pt = np.zeros((n, width), np.int64)
+        for i, t in enumerate(tables):
+            pt[i, :len(t)] = t
+        T = lambda a, dt=torch.int64: torch.as_tensor(np.asarray(a), dtype=dt, device=dev)  # noqa: E731
+        self._table = T(pt)
+        self._table_rows = self._table.repeat_interleave(hkv, 0)  # [rows, width]: gathers per row
+        self._rows = rows = n * hkv
+        if m in (DraftMethod.VERIFY_QUEST, DraftMethod.VERIFY_ATTN):
+            run_start = np.asarray(d.run_start, np.int64)
+            top = run_start // ps  # the run's first draft kept its newest page; later pages are new
+            c_sel = np.minimum(pages_for(run_start + 1, ps), kp)
+            counts = c_sel + (npg - 1 - top)
+            first = np.flatnonzero(np.asarray(d.first, bool))
+            slots = self.store.slots_of(d.rids)
+            self._slots = T(slots)
+            self._c_sel = T(np.repeat(c_sel, hkv))[:, None]
+            self._top = T(np.repeat(top, hkv))[:, None]
+            self._nf = nf = len(first)
+            if nf:
+                cf = np.minimum(npg[first], kp)  # == c_sel there
+                self._kf = int(cf.max())
+                self._first = T(first)
+                self._first_slots = T(slots[first])
+                self._first_counts = T(np.repeat(cf, hkv), torch.int32)
+                self._first_npg = T(npg[first], torch.int32)
+                self._first_table = self._table[self._first].contiguous()
+                if m == DraftMethod.VERIFY_ATTN:
+                    rows_f = self.store.score_rows(slots[first])
+                    self._first_score_rows = T(rows_f)
+                    scored = self.store.scored_pages[slots[first]]
+                    self._first_w = int(npg[first].max())
+                    self._first_masks = self._masks(npg[first], scored, self._first_w, dev)
+        else:
+            counts = np.minimum(npg, kp)
+            if m == DraftMethod.STATIC:
+                sel, _ = select_static(kv, self.budget, ps, hkv, SINK, dev)
+                self._static_sel = sel
+            elif m == DraftMethod.STEP_QUEST:
+                self._npg = T(npg, torch.int32)
+            elif m == DraftMethod.STEP_LAYER:
+                self._step_w = int(npg.max())
+                self._step_masks = self._masks(npg, npg, self._step_w, dev)
+            self._counts_t = T(np.repeat(counts, hkv), torch.int32)
+        counts = np.repeat(counts, hkv)
+        self._K = K = int(counts.max())
+        self._col = torch.arange(K, device=dev)[None, :]
+        last = np.repeat(last_page_len(kv, ps), hkv)
+        return PageLists.from_host(np.arange(rows) * K, counts, last, np.zeros(rows * K, np.int64), hkv, ps, dev)
+
+    def _masks(self, npg, scored, width: int, dev):
+        """Per row: columns with a usable score, and columns always kept (sink, recent, and pages
+        the scores never covered: they hold drafts since)."""
+        n = torch.as_tensor(np.repeat(npg, self.hkv), device=dev)[:, None]
+        sc = torch.as_tensor(np.repeat(np.asarray(scored, np.int64), self.hkv), device=dev)[:, None]
+        col = torch.arange(width, device=dev)[None, :]
+        valid = col < torch.minimum(n, sc)
+        keep = ((col < SINK) | (col >= torch.minimum(n - RECENT, sc))) & (col < n)
+        return ~valid, keep
+
+    # -- per layer (device only)
     def lists_for(self, layer: int):
         if not self.n_dr:
             return self.lists
-        dl = self._draft_lists(layer)
-        hit = self._concat.get(id(dl))
-        if hit is None or hit[0] is not dl:  # layers sharing a draft selection share the whole list
-            hit = self._concat[id(dl)] = (dl, concat_page_lists([self._pre, dl, self._ver]))
-        return hit[1]
+        if self.method == DraftMethod.STEP_LAYER:
+            if layer == 0:
+                return self.lists0
+            if layer == 1:  # layer 0 has run: its scores rank the pages for every later layer
+                s = self._scores[self.n_pre * self.hkv:(self.n_pre + self.n_dr) * self.hkv, :self._step_w]
+                self._write(self._top_k(s, self._step_masks, self._counts_t, self._K))
+            return self.lists
+        if self.method == DraftMethod.STEP_QUEST:
+            s = dispatch.quest_scores(self._draft_q(), self.meta[layer], self._table, self._npg, SINK, RECENT)
+            self._write(self._top_k(s, None, self._counts_t, self._K))
+        elif self.method in (DraftMethod.VERIFY_QUEST, DraftMethod.VERIFY_ATTN):
+            self._verify_selection(layer)
+        return self.lists
+
+    def _verify_selection(self, layer: int) -> None:
+        """A run's first drafts select and store their pages; every draft reads its run's stored
+        pages plus the pages its drafts have reached since (page ids top + 1 ..)."""
+        st = self.store
+        if self._nf:
+            if self.method == DraftMethod.VERIFY_QUEST:
+                q = self._draft_q().index_select(0, self._first)
+                s = dispatch.quest_scores(q, self.meta[layer], self._first_table, self._first_npg, SINK, RECENT)
+                masks = None
+            else:
+                s = st.scores[layer].index_select(0, self._first_score_rows)[:, :self._first_w]
+                masks = self._first_masks
+            sel = self._top_k(s, masks, self._first_counts, self._kf)
+            st.sel[layer, :, :, :self._kf].index_copy_(0, self._first_slots, sel.view(self._nf, self.hkv, self._kf))
+        g = st.sel[layer].index_select(0, self._slots).view(self._rows, st.kp)
+        K = self._K
+        g = torch.nn.functional.pad(g, (0, K - st.kp), value=-1) if K > st.kp else g[:, :K]
+        self._write(torch.where(self._col < self._c_sel, g, self._top + 1 + (self._col - self._c_sel)))
+
+    @staticmethod
+    def _top_k(s, masks, counts_t, k: int):
+        if masks is not None:
+            s = s.masked_fill(masks[0], float("-inf")).masked_fill(masks[1], float("inf"))
+        if dispatch.use_triton(s.device):
+            from .quest import topk_pages
+
+            return topk_pages(s, counts_t, k)
+        return top_pages(s, counts_t.cpu().numpy())
+
+    def _write(self, sel: torch.Tensor) -> None:
+        """Logical pages `[rows, K]` -> physical page ids in the slab."""
+        phys = torch.gather(self._table_rows, 1, sel.clamp(0, self._table_rows.shape[1] - 1))
+        self._slab.copy_(phys)
+
+    def _draft_q(self) -> torch.Tensor:
+        off = int(self.q_len[:self.n_pre].sum())
+        return self._q[off:off + self.n_dr]
 
     def page_scores_for(self, layer: int):
         if self._scores is None:
             return None
-        if self.method == DraftMethod.STEP_LAYER and layer != 0 and not self.score_rows:
+        if self.method == DraftMethod.STEP_LAYER and layer != 0 and self._keep is None:
             return None
         return self._scores
-
-    def _draft_lists(self, layer: int):
-        m, d = self.method, self.drafts
-        if m == DraftMethod.STATIC:
-            if self._static is None:
-                sel, counts = select_static(self._dr_kv, self.budget, self.ps, self.hkv, SINK, self.cache.device)
-                self._static = selected_page_lists(self._dr_table, sel, counts, self._dr_kv, self.hkv, self.ps)
-            return self._static
-        if m == DraftMethod.STEP_LAYER:
-            if layer == 0:
-                return self._dr_full
-            if self._step_sel is None:  # layer 0 has run: its scores rank the pages
-                s = self._scores[self._dr_rows]
-                sel, counts = select_from_scores(s, pages_for(self._dr_kv, self.ps), self._dr_kv, self.budget,
-                                                 self.ps, self.hkv, SINK, RECENT)
-                self._step_sel = selected_page_lists(self._dr_table, sel, counts, self._dr_kv, self.hkv, self.ps)
-            return self._step_sel
-        q = self._q[self._draft_q_rows()]
-        if m == DraftMethod.STEP_QUEST:
-            sel, counts = select_quest(q, self.meta[layer], self._dr_table, self._dr_kv, self.budget, self.ps,
-                                       SINK, RECENT)
-            return selected_page_lists(self._dr_table, sel, counts, self._dr_kv, self.hkv, self.ps)
-        # VERIFY_QUEST / VERIFY_ATTN: selected at the run's first draft, reused (plus the pages
-        # its drafts have reached) by the later ones
-        first = np.asarray(d.first, bool)
-        if first.any():
-            idx = np.flatnonzero(first)
-            ti = torch.as_tensor(idx, device=q.device)
-            kv = self._dr_kv[idx]
-            if m == DraftMethod.VERIFY_QUEST:
-                sel, counts = select_quest(q[ti], self.meta[layer], self._dr_table[ti].contiguous(), kv, self.budget,
-                                           self.ps, SINK, RECENT)
-            else:
-                s, scored = self._stored_scores(idx, layer, kv)
-                sel, counts = select_from_scores(s, scored, kv, self.budget, self.ps, self.hkv, SINK, RECENT)
-            for j, i in enumerate(idx.tolist()):
-                rows = sel[j * self.hkv:(j + 1) * self.hkv]
-                c = counts[j * self.hkv:(j + 1) * self.hkv]
-                st = self.states.setdefault(d.rids[i], DraftState())
-                if st.selection is None:
-                    st.selection = [None] * self.cache.cfg.layers
-                st.selection[layer] = [rows[h, :c[h]].clone() for h in range(self.hkv)]
-        return self._from_states(layer)
-
-    def _stored_scores(self, idx, layer, kv):
-        """Each request's scores from its last verification, `[len(idx) * hkv, maxp]` (-inf past)."""
-        maxp = int(pages_for(kv, self.ps).max(initial=1))
-        out = torch.full((len(idx) * self.hkv, maxp), float("-inf"), device=self.cache.device)
-        scored = np.zeros(len(idx), np.int64)
-        for j, i in enumerate(idx.tolist()):
-            st = self.states.get(self.drafts.rids[i])
-            if st is None or st.scores is None:
-                continue  # no verification seen (cannot happen after a prefill): sink + recent only
-            s = st.scores[layer]
-            w = min(s.shape[1], maxp)
-            out[j * self.hkv:(j + 1) * self.hkv, :w] = s[:, :w]
-            scored[j] = st.scored_pages
-        return out, scored
-
-    def _from_states(self, layer: int):
-        """Draft rows from each request's stored selection plus the pages its run has reached
-        since (known on the host: no device read)."""
-        rows, counts = [], []
-        dev = self.cache.device
-        for i, rid in enumerate(self.drafts.rids):
-            sel = self.states[rid].selection[layer]
-            top = int(self.drafts.run_start[i]) // self.ps  # the run's first draft kept its newest page
-            last = int(pages_for(self._dr_kv[i], self.ps)) - 1
-            extra = torch.arange(top + 1, last + 1, device=dev) if last > top else None
-            for h in range(self.hkv):
-                rows.append(sel[h] if extra is None else torch.cat([sel[h], extra]))
-                counts.append(len(sel[h]) + max(0, last - top))
-        mat = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=-1)
-        return selected_page_lists(self._dr_table, mat, np.asarray(counts), self._dr_kv, self.hkv, self.ps)
-
-    def _plan(self, lists, num_q_heads: int):
-        # The work list depends only on the rows' lengths (page counts, last-page lengths), which a
-        # draft selection keeps from layer to layer: one plan per pass (per shape), and a layer
-        # with another selection swaps only the page lists it reads.
-        key = (lists.count_np.tobytes(), lists.last_len_np.tobytes())
-        plan = self._plans.get(key)
-        if plan is None:
-            from . import dispatch
-
-            if not dispatch.use_triton(self.cache.device):
-                return None
-            from .attention import plan_attention
-
-            plan = self._plans[key] = plan_attention(self.q_len, lists, num_q_heads)
-        if plan.lists is not lists:
-            plan = replace(plan, lists=lists)
-        return plan
-
-    def _draft_q_rows(self) -> torch.Tensor:
-        """Flat-batch rows of the draft tokens (one each)."""
-        off = int(self.q_len[:self.n_pre].sum())
-        return torch.arange(off, off + self.n_dr, device=self.cache.device)
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.meta is not None:
             self.meta[layer].append(k, self._page, self._off)
         self._q = q
         out = super().__call__(layer, q, k, v)
-        if self.score_rows and self.method == DraftMethod.VERIFY_ATTN:
-            self._keep_scores(layer)
+        if self._keep is not None:
+            src, dst = self._keep
+            w = self._scores.shape[1]
+            self.store.scores[layer, :, :w].index_copy_(0, dst, self._scores.index_select(0, src))
         return out
-
-    def _keep_scores(self, layer: int) -> None:
-        kv_len = self.start + self.q_len
-        for i in self.score_rows:
-            rid = self.rids[i]
-            st = self.states.setdefault(rid, DraftState())
-            if st.scores is None or len(st.scores) != self.cache.cfg.layers:
-                st.scores = [None] * self.cache.cfg.layers
-            n = int(pages_for(kv_len[i], self.ps))
-            st.scores[layer] = self._scores[i * self.hkv:(i + 1) * self.hkv, :n].clone()
-            st.scored_pages = n
