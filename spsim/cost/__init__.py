@@ -7,10 +7,11 @@ on a GPU register their own profile kind. Profiles are JSON (`spsim.cost.profile
 from __future__ import annotations
 
 from .base import CostModel
+from .calibrated import CalibratedCostModel, CalibratedParams
 from .profile import KINDS, load_cost_model, read_profile, register_kind, save_profile
 from .roofline import RooflineCostModel, RooflineParams, fit_error
 
-__all__ = ["CostModel", "RooflineCostModel", "RooflineParams", "fit_error", "make_cost_model",
+__all__ = ["CostModel", "CalibratedCostModel", "CalibratedParams", "RooflineCostModel", "RooflineParams", "fit_error", "make_cost_model",
            "load_cost_model", "read_profile", "register_kind", "save_profile", "KINDS"]
 
 

@@ -48,7 +48,7 @@ def load_cost_model(path: str | Path, expect: dict | None = None):
     """Rebuild a cost model from a JSON profile; errors name the file. `expect` holds what the run
     asks for (`model_name`, `tp`, `kv_dtype`, `weight_dtype`, `page_size`): a profile recorded for
     other values is an error; other package or kernel versions are a warning."""
-    from . import roofline  # noqa: F401  (registers the built-in kind)
+    from . import calibrated, roofline  # noqa: F401  (register the built-in kinds; no torch)
 
     prof = read_profile(path)
     kind = prof.get("kind")

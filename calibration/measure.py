@@ -1,0 +1,399 @@
+"""Time the sweep's passes on the real runtime: random weights of the real shape, a KV cache of
+random values, no trace (a pass's time does not depend on the values).
+
+Each point is timed the way `spsim run` times a pass: `RuntimeExecutor.execute(plan)` (the
+runtime's own timer, from the tokens' upload to the sampled outcomes, synchronised), replayed from
+a CUDA graph where the runtime would graph that pass (`GraphedPasses`, decode-like passes) and
+eager otherwise, after warm-up (compilation, graph capture), median of repeats. Before each
+repeat the requests' token state is put back, so every repeat is the same pass: the drafts a
+verification checks, a draft's position, the selection a later draft reuses (primed by a first
+draft) and the scores a verify-attn selection reads (primed by a verification).
+
+Every point gets a fresh executor (its Quest bounds filled with random keys where the method keeps
+them) and fresh graphs, so one point's failure cannot leak into the next; the failure is
+recorded with its reason. Drafting requests share pages with verifying requests or with each
+other (they read only their selection), so big drafting batches fit; full-attention requests get
+pages of their own. Neither simpy nor plotly is imported: this runs on the GPU machine.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import platform
+import statistics
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from spsim.errors import SpsimError
+from spsim.plan import DraftMethod, PassPlan
+
+from .design import Point, default_design, smoke_design, sweep_order
+from .records import Writer, read_measurements
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNEL_FILES = ("attention.py", "quest.py", "fused.py", "selection.py", "pages.py", "pass_attention.py", "graphs.py",
+                "executor.py", "sampling.py", "model.py", "kv_cache.py")
+MEM_FRAC = 0.9  # of free memory for KV, as `spsim run` sizes its pool (engine.RuntimeOptions.mem_frac)
+SWEEP_FRAC = 0.75  # of free memory the sweep's cache may take (Quest bounds, graphs, logits beside it)
+
+
+class NoRoom(Exception):
+    """The point's full-attention requests need more KV than the sweep's cache holds."""
+
+
+class Tables:
+    """The executor's page-table source (`pool.table(rid)`, as the batcher's PagedKVPool)."""
+
+    def __init__(self, tables: dict[int, np.ndarray]):
+        self.tables = tables
+
+    def table(self, rid: int) -> np.ndarray:
+        return self.tables[rid]
+
+
+def page_tables(point: Point, num_pages: int, page_size: int, perm: np.ndarray) -> dict[int, np.ndarray]:
+    """Request id -> pages. Prefilling and verifying requests get their own pages (in a fixed
+    random order, as a long-running pool scatters them); drafting requests reuse the longest
+    other request's pages that cover them, else get pages of their own while there are any, else
+    share an earlier drafting request's."""
+    plan = point.plan()
+    need = lambda t: -(-int(t) // page_size)  # noqa: E731
+    out, used = {}, 0
+    full = [(int(r), c + n) for r, c, n in zip(plan.prefill_ids, plan.prefill_context, plan.prefill_tokens)]
+    full += [(int(r), c + q) for r, c, q in zip(plan.verify_ids, plan.verify_context, plan.verify_query)]
+    for rid, kv in full:
+        n = need(kv)
+        if used + n > num_pages:
+            raise NoRoom(f"needs more than the sweep's {num_pages} KV pages")
+        out[rid] = perm[used:used + n]
+        used += n
+    owners = list(out.values())
+    for j, (rid, c, p) in enumerate(zip(plan.draft_ids.tolist(), plan.draft_context.tolist(), plan.draft_pos.tolist())):
+        n = need(c + p + 1)
+        fit = [t for t in owners if len(t) >= n]
+        if used + n <= num_pages and (not fit or j >= len(owners)):
+            out[rid] = perm[used:used + n]
+            used += n
+            owners.append(out[rid])
+        elif fit:
+            out[rid] = fit[j % len(fit)][:n]
+        else:
+            raise NoRoom(f"a draft at {c} tokens needs {n} pages, the sweep's cache has {num_pages}")
+    return out
+
+
+def _pages_needed(point: Point, page_size: int) -> int:
+    """Pages a point takes: its full-attention requests' own, plus one drafting request's."""
+    need = lambda t: -(-int(t) // page_size)  # noqa: E731
+    own = sum(need(c + n) for c, n in point.prefill) + sum(need(c + q) for c, q in point.verifies)
+    return own + max([need(c + p + 1) for c, p in point.drafts], default=0)
+
+
+def _token_state(point: Point) -> dict[int, tuple[int, int, int]]:
+    """rid -> (tokens held, prompt length, drafts held before the pass)."""
+    plan = point.plan()
+    st = {}
+    for rid, c, n in zip(plan.prefill_ids.tolist(), plan.prefill_context.tolist(), plan.prefill_tokens.tolist()):
+        st[rid] = (c + n, c + n, 0)
+    for rid, c, p in zip(plan.draft_ids.tolist(), plan.draft_context.tolist(), plan.draft_pos.tolist()):
+        st[rid] = (c + 1, max(c, 1), p)
+    for rid, c, q in zip(plan.verify_ids.tolist(), plan.verify_context.tolist(), plan.verify_query.tolist()):
+        st[rid] = (c + 1, max(c, 1), q - 1)
+    return st
+
+
+class Bench:
+    """The model, the cache and the way one point is timed."""
+
+    def __init__(self, model, cache, graphs: bool, min_reps: int = 3, max_reps: int = 10, target_s: float = 0.25,
+                 seed: int = 0):
+        self.model, self.cache = model, cache
+        self.graphs = graphs and cache.device.type == "cuda"
+        self.min_reps, self.max_reps, self.target_s = min_reps, max_reps, target_s
+        self.perm = np.random.default_rng(seed).permutation(cache.num_pages).astype(np.int64)
+        self.dev = cache.device
+
+    def _executor(self, point: Point, tables):
+        from spsim.gpu_runtime.executor import RuntimeExecutor
+
+        ex = RuntimeExecutor(self.model, self.cache, Tables(tables), None, lambda rid: [], method=point.method,
+                             budget=point.budget, temperature=0.0, seed=0, acceptance=None, record_events=False,
+                             drafts_possible=point.group != "ar")
+        for m in getattr(ex, "meta", None) or []:  # Quest bounds of random keys: min <= max, finite
+            m.kmin.normal_().abs_().neg_()
+            m.kmax.normal_().abs_()
+        if self.graphs:
+            from spsim.gpu_runtime.graphs import GraphedPasses
+
+            ex.graphs = GraphedPasses(self.model, self.cache, meta=ex.meta)
+        return ex
+
+    def run(self, point: Point) -> dict:
+        """Time one point: {"seconds": median, "samples", "first_s", "graphed"}."""
+        from spsim.gpu_runtime.executor import RequestTokens
+
+        tables = page_tables(point, self.cache.num_pages, self.cache.page_size, self.perm)
+        ex = self._executor(point, tables)
+        base = _token_state(point)
+        vocab = self.model.cfg.vocab
+        states = {rid: RequestTokens([(7 * rid + 1) % vocab] * n, prompt) for rid, (n, prompt, _) in base.items()}
+
+        def reset():
+            for rid, st in states.items():
+                n, _, nd = base[rid]
+                del st.tokens[n:]
+                st.drafts[:] = [1] * nd
+                st.draft_probs.clear()
+                st.draft_entropy[:] = [0.0] * nd
+                ex.req[rid] = st
+
+        plan = point.plan()
+        self._prime(ex, point, plan, reset)
+        reset()
+        first = ex.execute(plan).elapsed_s  # compiles kernels, captures the graph
+        captures = getattr(ex.graphs, "captures", 0) if ex.graphs is not None else 0
+        if captures or first < 0.3:  # a second warm-up: the first replay, or caches of a fast pass
+            reset()
+            ex.execute(plan)
+        replays0 = getattr(ex.graphs, "replays", 0) if ex.graphs is not None else 0
+        samples: list[float] = []
+        while len(samples) < self.max_reps:
+            reset()
+            samples.append(ex.execute(plan).elapsed_s)
+            spent = sum(samples)
+            if (len(samples) >= self.min_reps and spent >= self.target_s) or (len(samples) >= 2 and spent >= 1.0):
+                break
+        graphed = ex.graphs is not None and getattr(ex.graphs, "replays", 0) > replays0
+        return {"seconds": statistics.median(samples), "samples": [round(s, 7) for s in samples],
+                "first_s": round(first, 6), "graphed": bool(graphed)}
+
+    @staticmethod
+    def _prime(ex, point: Point, plan: PassPlan, reset) -> None:
+        """State a draft reads from earlier passes: verify-attn ranks pages by the scores the
+        last verification wrote (one q=1 verification just before the run); a later draft of a
+        verify-refreshed method reuses its run's first draft's selection (that draft, once)."""
+        n = len(plan.draft_ids)
+        if not n or point.method not in (DraftMethod.VERIFY_QUEST, DraftMethod.VERIFY_ATTN):
+            return
+        ids, ctx = plan.draft_ids, plan.draft_context
+        if point.method == DraftMethod.VERIFY_ATTN:
+            reset()
+            for rid in ids.tolist():
+                ex.req[rid].drafts.clear()
+            ex.execute(PassPlan(verify_ids=ids, verify_query=np.ones(n, np.int64),
+                                verify_context=np.maximum(ctx - 1, 0)))
+        later = plan.draft_pos > 0
+        if later.any():
+            reset()
+            for rid in ids[later].tolist():
+                ex.req[rid].drafts.clear()
+            k = int(later.sum())
+            ex.execute(PassPlan(draft_ids=ids[later], draft_context=ctx[later], draft_budget=plan.draft_budget[later],
+                                draft_method=plan.draft_method[later], draft_pos=np.zeros(k, np.int64)))
+
+
+# ---------------------------------------------------------------------------- the sweep
+
+def kernel_version() -> str:
+    """Hash of the runtime's source files that decide a pass's time."""
+    h = hashlib.sha1()
+    for name in KERNEL_FILES:
+        p = ROOT / "gpu_runtime" / name
+        h.update(p.read_bytes() if p.exists() else b"")
+    return h.hexdigest()[:12]
+
+
+def _git() -> str | None:
+    try:
+        r = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True,
+                           text=True, timeout=5)
+        return r.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def machine_info(model, cache, dev, kv_pages_allocatable: int, free_bytes: int | None) -> dict:
+    import torch
+
+    try:
+        import triton
+
+        triton_v = triton.__version__
+    except ImportError:
+        triton_v = None
+    cfg = model.cfg
+    info = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "device": str(dev), "device_name": (torch.cuda.get_device_name(dev) if dev.type == "cuda"
+                                            else platform.processor() or platform.machine() or "cpu"),
+        "memory_bytes": (torch.cuda.get_device_properties(dev).total_memory if dev.type == "cuda" else None),
+        "free_bytes_after_weights": free_bytes,
+        "model_name": cfg.name, "model_shape": {k: getattr(cfg, k) for k in (
+            "hidden", "layers", "q_heads", "kv_heads", "head_dim", "intermediate", "vocab", "max_context",
+            "tied_embeddings", "qkv_bias")},
+        "dtype": str(model.dtype).replace("torch.", ""), "kv_dtype": str(cache.k.dtype).replace("torch.", ""),
+        "page_size": cache.page_size, "kv_pages_allocatable": int(kv_pages_allocatable),
+        "sweep_cache_pages": cache.num_pages,
+        "versions": {"torch": torch.__version__, "triton": triton_v, "numpy": np.__version__,
+                     "python": platform.python_version()},
+        "cuda": getattr(torch.version, "cuda", None), "kernel_version": kernel_version(), "git": _git(),
+    }
+    return info
+
+
+class _Progress:
+    """A rich progress bar with ETA where rich is installed and the output is a terminal; plain
+    lines otherwise (every 10 points or 20 s)."""
+
+    def __init__(self, total: int, log):
+        self.log, self.total, self.done, self.t_last = log, total, 0, time.monotonic()
+        self.bar = None
+        try:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+            if not self.bar.console.is_terminal:
+                self.bar = None
+        except ImportError:
+            pass
+        if self.bar is not None:
+            self.bar.start()
+            self.task = self.bar.add_task("calibrating", total=total)
+
+    def step(self, label: str, failed: int) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, description=f"{label:<22} failed {failed}")
+        elif self.done % 10 == 0 or time.monotonic() - self.t_last > 20 or self.done == self.total:
+            self.t_last = time.monotonic()
+            self.log(f"  {self.done}/{self.total} points ({label}), {failed} failed")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cuda", design: str = "default",
+            deadline: float | None = None, page_size: int = 16, dtype: str | None = None, graphs: bool = True,
+            cpu_kv_pages: int = 4096, log=print, bench_kw: dict | None = None) -> dict:
+    """Measure the design's points missing from `out` (appending each as it is taken) until done
+    or `deadline` (time.monotonic()); returns counts. `design`: default or smoke."""
+    import torch
+
+    from spsim.gpu_runtime.kv_cache import PagedKVCache
+    from spsim.gpu_runtime.model import Transformer
+    from spsim.gpu_runtime.model_config import get_config
+
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise SpsimError("no CUDA GPU on this machine: `spsim calibrate --gpu` measures this machine's GPU "
+                         "(refit elsewhere with `spsim calibrate --from MEASUREMENTS.jsonl`)")
+    cfg = get_config(model_name)
+    sessions, done = read_measurements(out)
+    for s in sessions:
+        if s.get("model_name") not in (None, cfg.name) or s.get("page_size") not in (None, page_size):
+            raise SpsimError(f"{out}: measurements of {s.get('model_name')} (page size {s.get('page_size')}); "
+                             f"this sweep is {cfg.name} (page size {page_size}): use another --measurements file")
+    done_keys = {m.point.key for m in done}
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
+    if dtype is not None and dtype not in tdt:
+        raise SpsimError(f"--dtype must be one of {', '.join(tdt)} (got {dtype!r})")
+    torch_dtype = tdt[dtype] if dtype else (torch.bfloat16 if dev.type == "cuda" else None)
+    t0 = time.monotonic()
+    log(f"building {cfg.name} (random weights) on {dev} ...")
+    model = Transformer.random(cfg, seed=0, device=dev, dtype=torch_dtype)
+    bpp = PagedKVCache.bytes_per_page(cfg, page_size, model.dtype)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        free, _ = torch.cuda.mem_get_info(dev)
+        allocatable = int(free * MEM_FRAC) // bpp
+        sweep_max = int(free * SWEEP_FRAC) // bpp
+    else:
+        free, allocatable = None, cpu_kv_pages
+        sweep_max = cpu_kv_pages
+    make = {"default": default_design, "smoke": smoke_design}[design]
+    points = make(cfg.max_context, sweep_max * page_size)
+    todo = sweep_order([p for p in points if p.key not in done_keys])
+    if not todo:
+        log(f"all {len(points)} points of the {design} design are in {out} already")
+        return {"measured": 0, "failed": 0, "skipped": len(points), "left": 0, "design": len(points)}
+    pages = min(sweep_max, max(_pages_needed(p, page_size) for p in todo))
+    cache = PagedKVCache(cfg, pages, page_size, device=dev, dtype=model.dtype)
+    cache.k.normal_()
+    cache.v.normal_()
+    info = machine_info(model, cache, dev, allocatable, free)
+    info["design"] = design
+    log(f"{info['device_name']}: {allocatable:,} KV pages allocatable ({page_size} tokens), sweep cache "
+        f"{pages:,} pages; {len(todo)} of {len(points)} points to measure "
+        f"({len(points) - len(todo)} already in {out}); setup {time.monotonic() - t0:.0f} s")
+    writer = Writer(out)
+    writer.session(info)
+    bench = Bench(model, cache, graphs, **(bench_kw or {}))
+    counts = {"measured": 0, "failed": 0, "skipped": len(points) - len(todo), "left": 0, "design": len(points)}
+    walls: list[float] = []
+    prog = _Progress(len(todo), log)
+    ctx = _device_context(dev)
+    try:
+        with ctx:
+            for i, p in enumerate(todo):
+                est = 1.5 * (statistics.median(walls) if walls else 2.0)
+                if deadline is not None and time.monotonic() + est > deadline:
+                    counts["left"] = len(todo) - i
+                    break
+                rec = {"id": p.key, "group": p.group, "label": p.label, "heldout": p.heldout, "point": p.to_dict()}
+                w0 = time.monotonic()
+                failed = False
+                try:
+                    rec.update(bench.run(p), ok=True)
+                    counts["measured"] += 1
+                except NoRoom as e:
+                    rec.update(ok=False, error=f"no room: {e}")
+                    counts["failed"] += 1
+                except Exception as e:  # noqa: BLE001  (recorded with its reason; the sweep goes on)
+                    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+                    rec.update(ok=False, error=f"{type(e).__name__}: {msg}"[:400])
+                    counts["failed"] += 1
+                    failed = True
+                rec["wall_s"] = round(time.monotonic() - w0, 3)
+                walls.append(rec["wall_s"])
+                writer.write(rec)
+                prog.step(p.label, counts["failed"])
+                if failed:
+                    _recover(dev, p)
+    finally:
+        prog.close()
+        writer.close()
+    return counts
+
+
+def _device_context(dev):
+    if dev.type == "cpu":  # the runtime on the CPU runs the PyTorch reference paths (engine.run_trace)
+        from spsim.gpu_runtime.dispatch import reference_only
+
+        return reference_only()
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def _recover(dev, point: Point) -> None:
+    """After a failed point: free what it held; a GPU that cannot synchronise any more (an illegal
+    access poisons the CUDA context) ends the sweep, the failure recorded."""
+    gc.collect()
+    if dev.type != "cuda":
+        return
+    import torch
+
+    try:
+        torch.cuda.synchronize(dev)
+        torch.cuda.empty_cache()
+    except Exception as e:  # noqa: BLE001
+        raise SpsimError(f"the GPU failed at point {point.key} ({point.label}) and cannot continue ({e}); "
+                         "run the same command again to resume after it") from None

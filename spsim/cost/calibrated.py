@@ -1,0 +1,302 @@
+"""A cost model fitted to pass times measured on a GPU: the roofline's structure with fitted
+constants, plus the terms the real runtime pays and the analytic model leaves out.
+
+    pass = roofline pass (its formulas, its constants fitted: `RooflineParams`)
+         + weights' read time and the attention's KV read time each scaled by a fitted factor
+           (the kernels' own effective bandwidths, not the copy benchmark's)
+         + eager_pass_s               once, if the pass is not replayed from a CUDA graph
+                                      (it holds a prefill chunk or drafts: ~800 kernel launches)
+         + draft_pass_s[method]       once, if it holds drafts (selection kernels, host work)
+         + verify_req_s               per verifying request (sampling, acceptance on the host)
+         + draft_req_s[method][later] per drafting request
+         + draft_page_s[method][later] x context pages, per drafting request: page scoring, page
+           tables, top-k, split counts: what makes a draft at a fixed budget cost more at a longer
+           context (measured ~2x from 32K to 128K at batch 8 on the H200)
+`later`: 0 for a run's first draft (draft_pos == 0), 1 after; methods refreshed at verification
+select on the first draft only. With every extra term 0 and both scales 1 this is the roofline.
+
+It is a `RooflineCostModel`, so the policies' grids and the simulator's segment pricing use the
+roofline's lookup tables, which are built from the overridden per-request formulas; the two
+per-pass terms are added per pass (`segment_times`). `spsim.calibration.fit` fits the params.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+import numpy as np
+
+from spsim.hardware import GPU
+from spsim.models import ModelConfig
+from spsim.plan import DraftMethod, PassPlan
+
+from .roofline import RooflineCostModel, RooflineParams
+
+N_METHODS = len(DraftMethod)
+_ZEROS = (0.0,) * N_METHODS
+_ZEROS2 = ((0.0, 0.0),) * N_METHODS
+
+
+@dataclass(frozen=True)
+class CalibratedParams(RooflineParams):
+    weight_scale: float = 1.0  # weights' read time / the roofline's
+    attn_bw_scale: float = 1.0  # attention's KV page read time / the roofline's
+    eager_pass_s: float = 0.0  # per pass not replayed from a CUDA graph (prefill or drafts)
+    verify_req_s: float = 0.0  # per verifying request
+    draft_pass_s: tuple = _ZEROS  # [method]: per pass holding drafts
+    draft_req_s: tuple = _ZEROS2  # [method][later]: per drafting request
+    draft_page_s: tuple | None = None  # [method][later]: per context page; None: the roofline's scoring
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CalibratedParams":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown params {sorted(unknown)}")
+        kw = dict(d)
+        for k in ("draft_pass_s",):
+            if k in kw:
+                kw[k] = tuple(float(x) for x in kw[k])
+        for k in ("draft_req_s", "draft_page_s"):
+            if kw.get(k) is not None:
+                kw[k] = tuple(tuple(float(x) for x in row) for row in kw[k])
+        p = cls(**kw)
+        p.check()
+        return p
+
+    def check(self) -> None:
+        if len(self.draft_pass_s) != N_METHODS or len(self.draft_req_s) != N_METHODS or \
+                (self.draft_page_s is not None and len(self.draft_page_s) != N_METHODS):
+            raise ValueError(f"draft terms need one entry per draft-KV method ({N_METHODS})")
+        if any(len(r) != 2 for r in self.draft_req_s) or \
+                (self.draft_page_s is not None and any(len(r) != 2 for r in self.draft_page_s)):
+            raise ValueError("draft_req_s / draft_page_s rows are [first draft, later drafts]")
+
+
+class CalibratedCostModel(RooflineCostModel):
+    """Implements spsim.cost.CostModel from a measured profile (see the module docstring)."""
+
+    name = "calibrated"
+
+    def __init__(self, model: ModelConfig | str = "llama-3.1-8b", gpu: GPU | str = "h200", tp: int = 1,
+                 weight_dtype: str = "bf16", kv_dtype: str = "bf16", page_size: int = 16,
+                 params: CalibratedParams | None = None, check_memory: bool = True, info: dict | None = None):
+        """`info`: the profile's measurement metadata (GPU, versions, points, errors, KV pages)."""
+        params = params or CalibratedParams()
+        if not isinstance(params, CalibratedParams):
+            params = CalibratedParams(**asdict(params))
+        super().__init__(model, gpu, tp, weight_dtype, kv_dtype, page_size, params, check_memory)
+        P = self.p
+        self.info = dict(info or {})
+        self.weights_s *= P.weight_scale
+        self.page_read_s *= P.attn_bw_scale
+        self._build_tables(self.model.max_context)  # again: page_read_s changed
+        if P.draft_page_s is not None:
+            self.score_tbl = np.asarray(P.draft_page_s, dtype=np.float64).reshape(N_METHODS, 2)
+            self._score_rows = self.score_tbl.tolist()
+        self.req_tbl = np.asarray(P.draft_req_s, dtype=np.float64).reshape(N_METHODS, 2)
+        self._req_rows = self.req_tbl.tolist()
+        self.draft_pass = np.asarray(P.draft_pass_s, dtype=np.float64)
+        self._draft_pass_list = self.draft_pass.tolist()
+
+    # ---- per-request terms (vector formulas; the tables are built from these) ----
+    def prefill_attn(self, context, query):
+        return RooflineCostModel.full_attn(self, context, query)
+
+    def full_attn(self, context, query):
+        """A verifying request: the roofline's full attention plus its per-request cost."""
+        return RooflineCostModel.full_attn(self, context, query) + self.p.verify_req_s
+
+    def draft_attn(self, context, budget, method, pos):
+        t = RooflineCostModel.draft_attn(self, context, budget, method, pos)
+        return t + self.req_tbl[method, np.minimum(pos, 1)]
+
+    # scalar twins (same operations in the same order)
+    def _verify1(self, c: int, q: int) -> float:
+        return self.L * self._layer1(c + q, c + (q + 1) * 0.5, q) + self.p.verify_req_s
+
+    def _draft1(self, c: int, b: int, m: int, pos: int) -> float:
+        return RooflineCostModel._draft1(self, c, b, m, pos) + self._req_rows[m][1 if pos > 0 else 0]
+
+    # ---- per-pass terms ----
+    def pass_terms(self, has_prefill: bool, methods) -> float:
+        """Seconds a pass pays once: eager launches (prefill or drafts) and its drafts' selection
+        (the largest of the methods present; a runtime uses one)."""
+        if not len(methods):
+            return self.p.eager_pass_s if has_prefill else 0.0
+        return self.p.eager_pass_s + max(self._draft_pass_list[m] for m in methods)
+
+    # ---- the CostModel protocol ----
+    def time(self, plan: PassPlan) -> float:
+        n_pre, n_dr, n_ver = len(plan.prefill_ids), len(plan.draft_ids), len(plan.verify_ids)
+        scalar = n_pre + n_dr + n_ver <= self.SCALAR_MAX
+        total = 0.0
+        tokens = n_dr
+        logits = n_dr + n_pre
+        if n_pre:
+            t = plan.prefill_tokens
+            if scalar:
+                L, f = self.L, self._layer1
+                for c, q in zip(plan.prefill_context.tolist(), t.tolist()):
+                    total += L * f(c + q, c + (q + 1) * 0.5, q)
+            else:
+                total += float(self.prefill_attn(plan.prefill_context, t).sum())
+            tokens += int(t.sum())
+        methods = ()
+        if n_dr:
+            if scalar:
+                f = self._draft1
+                ml = plan.draft_method.tolist()
+                for c, b, m, pos in zip(plan.draft_context.tolist(), plan.draft_budget.tolist(), ml,
+                                        plan.draft_pos.tolist()):
+                    total += f(c, b, m, pos)
+                methods = set(ml)
+            else:
+                total += float(self.draft_attn(plan.draft_context, plan.draft_budget, plan.draft_method,
+                                                plan.draft_pos).sum())
+                methods = np.unique(plan.draft_method).tolist()
+        if n_ver:
+            if scalar:
+                f = self._verify1
+                nq = 0
+                for c, q in zip(plan.verify_context.tolist(), plan.verify_query.tolist()):
+                    total += f(c, q)
+                    nq += q
+            else:
+                q = plan.verify_query
+                total += float(self.full_attn(plan.verify_context, q).sum())
+                nq = int(q.sum())
+            tokens += nq
+            logits += nq
+        if tokens == 0:
+            return 0.0
+        return self.pass_overhead(tokens, num_logits=logits) + total + self.pass_terms(n_pre > 0, methods)
+
+    def pass_overhead(self, num_tokens: int, prefill_tokens: int = 0, *, num_logits: int | None = None) -> float:
+        t = super().pass_overhead(num_tokens, prefill_tokens, num_logits=num_logits)
+        return t + self.p.eager_pass_s if prefill_tokens > 0 else t
+
+    def marginal(self, context, budget, method, query, draft_pos=None):
+        context, budget, method, query = (np.asarray(a, dtype=np.int64) for a in (context, budget, method, query))
+        if context.ndim == 1 and len(context) <= self.SCALAR_MAX:
+            pos = np.zeros_like(context) if draft_pos is None else np.asarray(draft_pos, dtype=np.int64)
+            g, v = self._draft1, self._verify1
+            cl = context.tolist()
+            d = [g(c, b, m, p) for c, b, m, p in zip(cl, budget.tolist(), method.tolist(), pos.tolist())]
+            return np.array(d), np.array([v(c, q) for c, q in zip(cl, query.tolist())])
+        return super().marginal(context, budget, method, query, draft_pos)  # tables / vector formulas
+
+    # ---- many passes at once (the simulator's segments; the fit's design matrix) ----
+    def segment_times(self, seg) -> np.ndarray:
+        """The roofline's table pricing (from this model's per-request formulas) plus the per-pass
+        terms of passes holding drafts. Simulator only: imports it."""
+        from spsim.simulator.segment_cost import RooflineSegments
+
+        t = RooflineSegments(self).segment_times(seg)
+        draft = seg.kind == type(seg).DRAFT
+        if draft.any():
+            per = np.where(draft, self.draft_pass[seg.method][None, :], 0.0).max(axis=1)
+            t = t + np.where(draft.any(axis=1), self.p.eager_pass_s + per, 0.0)
+        return t
+
+    def decode_times(self, context: list[int], n: int) -> np.ndarray:
+        from spsim.simulator.segment_cost import RooflineSegments
+
+        return RooflineSegments(self).decode_times(context, n)  # no drafts, no prefill: no pass terms
+
+    def times(self, batch: "PlanBatch") -> np.ndarray:
+        """`time(plan)` of many plans at once (vector formulas; the fit calls this per step)."""
+        n = batch.n
+        att = np.zeros(n)
+        if len(batch.pre_of):
+            att += np.bincount(batch.pre_of, self.prefill_attn(batch.pre_ctx, batch.pre_q), n)
+        if len(batch.dr_of):
+            att += np.bincount(batch.dr_of, self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method,
+                                                             batch.dr_pos), n)
+        if len(batch.ver_of):
+            att += np.bincount(batch.ver_of, self.full_attn(batch.ver_ctx, batch.ver_q), n)
+        lin = self.overhead_vec(batch.tokens, batch.logits)
+        per = np.zeros(n)
+        np.maximum.at(per, batch.dr_of, self.draft_pass[batch.dr_method])  # the largest method's (as time())
+        per = per + np.where(batch.has_prefill | batch.has_draft, self.p.eager_pass_s, 0.0)
+        return lin + att + per
+
+    def kv_capacity_pages(self, reserve_frac: float | None = None, selection_metadata: bool = True) -> int:
+        """The KV pages the runtime could allocate on the measured GPU, where the profile says so."""
+        pages = self.info.get("kv_pages_allocatable")
+        if pages and reserve_frac is None:
+            return int(pages)
+        return super().kv_capacity_pages(reserve_frac, selection_metadata)
+
+    # ---- metadata and profiles ----
+    def metadata(self) -> dict:
+        md = super().metadata()
+        md.update({k: v for k, v in self.info.items() if k not in ("params",)})
+        md["cost_model"] = self.name
+        md["params"] = asdict(self.p)
+        md.pop("fit_error", None)  # the roofline's (against the anchor table); ours are in info
+        for k in ("fit_error", "heldout_error"):
+            if k in self.info:
+                md[k] = self.info[k]
+        return md
+
+    @classmethod
+    def from_profile(cls, prof: dict) -> "CalibratedCostModel":
+        md = prof["metadata"]
+        return cls(ModelConfig.from_dict(md["model"]), GPU.from_dict(md["gpu"]), tp=md["tp"],
+                   weight_dtype=md["weight_dtype"], kv_dtype=md["kv_dtype"], page_size=md["page_size"],
+                   params=CalibratedParams.from_dict(md["params"]), check_memory=False,
+                   info={k: v for k, v in md.items() if k not in ("params", "model", "gpu")})
+
+    def with_params(self, **kw) -> "CalibratedCostModel":
+        return CalibratedCostModel(self.model, self.gpu, self.tp, self.weight_dtype, self.kv_dtype, self.page_size,
+                                   replace(self.p, **kw), check_memory=False, info=self.info)
+
+
+@dataclass
+class PlanBatch:
+    """Many plans as flat arrays (each group's requests, with the index of their plan): what
+    `CalibratedCostModel.times` prices in a few vector operations."""
+
+    n: int
+    pre_of: np.ndarray
+    pre_ctx: np.ndarray
+    pre_q: np.ndarray
+    dr_of: np.ndarray
+    dr_ctx: np.ndarray
+    dr_budget: np.ndarray
+    dr_method: np.ndarray
+    dr_pos: np.ndarray
+    ver_of: np.ndarray
+    ver_ctx: np.ndarray
+    ver_q: np.ndarray
+    tokens: np.ndarray
+    logits: np.ndarray
+    has_prefill: np.ndarray
+    has_draft: np.ndarray
+
+    @classmethod
+    def of(cls, plans: list[PassPlan]) -> "PlanBatch":
+        cat = lambda xs: np.concatenate(xs).astype(np.int64) if xs else np.zeros(0, np.int64)  # noqa: E731
+        idx = lambda f: cat([np.full(len(f(p)), i) for i, p in enumerate(plans)])  # noqa: E731
+        n_pre = np.array([len(p.prefill_ids) for p in plans], np.int64)
+        n_dr = np.array([len(p.draft_ids) for p in plans], np.int64)
+        ver_tok = np.array([int(p.verify_query.sum()) for p in plans], np.int64)
+        pre_tok = np.array([int(p.prefill_tokens.sum()) for p in plans], np.int64)
+        return cls(
+            len(plans), idx(lambda p: p.prefill_ids), cat([p.prefill_context for p in plans]),
+            cat([p.prefill_tokens for p in plans]), idx(lambda p: p.draft_ids),
+            cat([p.draft_context for p in plans]), cat([p.draft_budget for p in plans]),
+            cat([p.draft_method for p in plans]), cat([p.draft_pos for p in plans]),
+            idx(lambda p: p.verify_ids), cat([p.verify_context for p in plans]), cat([p.verify_query for p in plans]),
+            tokens=pre_tok + n_dr + ver_tok, logits=n_pre + n_dr + ver_tok, has_prefill=n_pre > 0,
+            has_draft=n_dr > 0)
+
+
+def _load(prof: dict) -> CalibratedCostModel:
+    return CalibratedCostModel.from_profile(prof)
+
+
+from .profile import register_kind  # noqa: E402  (after the class it registers)
+
+register_kind(CalibratedCostModel.name, _load)
