@@ -22,6 +22,9 @@ FIGURES = [
     ("mean_e2el_ms", "E2EL mean ms", False),
     ("tokens_per_verify", "tok/verify", True),
     ("draft_acceptance_rate", "accept rate", True),
+    ("decode_time_per_token_ms", "decode ms/tok", False),
+    ("decode_output_throughput", "decode tok/s", True),
+    ("prefill_time_share", "prefill GPU share", False),
 ]
 
 
@@ -125,7 +128,8 @@ def compare_table(rows: list[dict], title: str) -> Table:
         best = (max if hi else min)(vals)[1] if vals else None
         cells = []
         for i, r in enumerate(rows):
-            c = _fmt(r[key], r[key + "_std"], r[key + "_vs_ref"], key not in ("tokens_per_verify", "draft_acceptance_rate"))
+            c = _fmt(r[key], r[key + "_std"], r[key + "_vs_ref"],
+                     key not in ("tokens_per_verify", "draft_acceptance_rate", "prefill_time_share"))
             cells.append(f"[bold green]{c}[/]" if best == i and len(rows) > 1 else c)
         t.add_row(label, *cells)
     t.caption = (f"ratios against {rows[0]['policy']}; best figure in green"

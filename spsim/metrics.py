@@ -17,6 +17,17 @@ statistics and time per pass category. Definitions (one each):
   `spec_*` variants count only verifications that had at least one draft.
 - Goodput: completed requests meeting both SLOs (the trace's own where given, else the run's) per
   second of `duration`.
+- Decode phase (papers report decode-phase speedups at a fixed batch; compare those with these):
+  decode-only passes are passes without a prefill chunk (categories mixed, draft, verify).
+  `decode_time_per_token_ms` = GPU time in decode-only passes / output tokens they emitted (all
+  requests together; at a fixed batch B a request's decode-phase TPOT is B times this, so ratios
+  between policies at one batch are the papers' TPOT ratios); `decode_output_throughput` = those
+  tokens per second of decode-only time per replica (replicas run side by side);
+  `prefill_time_share` = GPU time in passes with a prefill chunk / all GPU time. Tokens emitted in
+  decode-only passes are counted per pass where the executor reports them (`cat_tokens`);
+  otherwise they are estimated as all output tokens emitted minus each request's first token
+  (which its prefill pass samples): exact unless decoding requests ride in prefill passes, which
+  the estimate counts as decode tokens (`decode_tokens_exact` says which).
 """
 
 from __future__ import annotations
@@ -122,6 +133,26 @@ def summarize_requests(req: pd.DataFrame, itl_s: np.ndarray, slo_ttft_s: np.ndar
 CATEGORIES = ("prefill", "mixed", "draft", "verify")  # PassPlan.category
 
 
+DECODE_CATEGORIES = ("mixed", "draft", "verify")
+
+
+def decode_phase(table, ns: dict, cat_tokens: list[dict] | None, replicas: int) -> dict:
+    """Decode-phase figures (definitions in the module doc) from GPU ns per pass category."""
+    total = sum(ns.values())
+    dec_ns = sum(ns[c] for c in DECODE_CATEGORIES)
+    if cat_tokens is not None:
+        tokens, exact = sum(d[c] for d in cat_tokens for c in DECODE_CATEGORIES), True
+    else:
+        emitted = int(np.asarray(table.committed).sum())
+        firsts = int(np.isfinite(np.asarray(table.t_first)).sum())
+        tokens, exact = max(emitted - firsts, 0), False
+    dec_s = dec_ns / 1e9
+    return {"decode_time_s": dec_s, "decode_tokens": tokens, "decode_tokens_exact": exact,
+            "decode_time_per_token_ms": dec_s / tokens * 1e3 if tokens else None,
+            "decode_output_throughput": tokens / (dec_s / replicas) if dec_s > 0 else None,
+            "prefill_time_share": ns["prefill"] / total if total else None}
+
+
 def request_frame(table, ids: np.ndarray) -> pd.DataFrame:
     from spsim.policies.request import REJECT_REASONS
 
@@ -136,9 +167,11 @@ def request_frame(table, ids: np.ndarray) -> pd.DataFrame:
     return df[PER_REQUEST_COLUMNS]
 
 
-def summarize_run(table, batchers, cat_ns: list[dict], cat_passes: list[dict], cfg, cost, trace) -> RunResult:
+def summarize_run(table, batchers, cat_ns: list[dict], cat_passes: list[dict], cfg, cost, trace,
+                  cat_tokens: list[dict] | None = None) -> RunResult:
     """The summary of a run in either world: the request table, each replica's batcher (emission
-    gaps, KV pool), its GPU time (integer ns) and passes per pass category."""
+    gaps, KV pool), its GPU time (integer ns), passes and (where counted) output tokens emitted
+    per pass category."""
     req = request_frame(table, np.asarray(trace.ids, dtype=object))
     gaps = [g for b in batchers for g in b.itl]
     itl = np.concatenate(gaps) if gaps else np.zeros(0)
@@ -150,6 +183,7 @@ def summarize_run(table, batchers, cat_ns: list[dict], cat_passes: list[dict], c
     ns = {c: sum(d[c] for d in cat_ns) for c in CATEGORIES}
     s["pass_time_s"] = {c: ns[c] / 1e9 for c in CATEGORIES}
     s["passes"] = {c: sum(d[c] for d in cat_passes) for c in CATEGORIES}
+    s.update(decode_phase(table, ns, cat_tokens, len(batchers)))
     caches = [b.pool.cache for b in batchers if b.pool.cache is not None]
     if caches:
         q = sum(c.queried_blocks for c in caches)
