@@ -46,6 +46,7 @@ def _register() -> None:
     # Each part's CLI module imports only typer, rich and light spsim modules; a command imports
     # its own world (simpy, scipy, torch) when it runs, so `spsim --help` works everywhere and a
     # broken command fails loudly here instead of vanishing from the help.
+    from spsim.calibration.cli import register as register_calibrate
     from spsim.gpu_runtime.cli import register as register_run
     from spsim.simulator.acceptance.cli import app as acc_app
     from spsim.simulator.cli import register as register_sim
@@ -57,6 +58,7 @@ def _register() -> None:
                   "  spsim trace convert burstgpt.csv out.jsonl --rescale-qps 5 --skip-invalid")
     register_sim(app)
     register_run(app)
+    register_calibrate(app)
     app.add_typer(acc_app, name="acceptance", help="Show, sample and fit acceptance models.",
                   epilog="Examples:\n\n  spsim acceptance list\n\n  spsim acceptance show sparsespec-llama8b")
 

@@ -80,17 +80,22 @@ class CalibratedCostModel(RooflineCostModel):
 
     def __init__(self, model: ModelConfig | str = "llama-3.1-8b", gpu: GPU | str = "h200", tp: int = 1,
                  weight_dtype: str = "bf16", kv_dtype: str = "bf16", page_size: int = 16,
-                 params: CalibratedParams | None = None, check_memory: bool = True, info: dict | None = None):
-        """`info`: the profile's measurement metadata (GPU, versions, points, errors, KV pages)."""
+                 params: CalibratedParams | None = None, check_memory: bool = True, info: dict | None = None,
+                 table_q: int | None = None):
+        """`info`: the profile's measurement metadata (GPU, versions, points, errors, KV pages).
+        `table_q`: query lengths the attention tables cover (default the context window; the fit
+        builds thousands of models and prices queries of at most a prefill chunk)."""
         params = params or CalibratedParams()
         if not isinstance(params, CalibratedParams):
             params = CalibratedParams(**asdict(params))
+        self._defer_tables = True  # built once below, after the scales
         super().__init__(model, gpu, tp, weight_dtype, kv_dtype, page_size, params, check_memory)
         P = self.p
         self.info = dict(info or {})
         self.weights_s *= P.weight_scale
         self.page_read_s *= P.attn_bw_scale
-        self._build_tables(self.model.max_context)  # again: page_read_s changed
+        self._defer_tables = False
+        self._build_tables(min(self.model.max_context, table_q or self.model.max_context))
         if P.draft_page_s is not None:
             self.score_tbl = np.asarray(P.draft_page_s, dtype=np.float64).reshape(N_METHODS, 2)
             self._score_rows = self.score_tbl.tolist()
@@ -98,6 +103,10 @@ class CalibratedCostModel(RooflineCostModel):
         self._req_rows = self.req_tbl.tolist()
         self.draft_pass = np.asarray(P.draft_pass_s, dtype=np.float64)
         self._draft_pass_list = self.draft_pass.tolist()
+
+    def _build_tables(self, qmax: int) -> None:
+        if not self._defer_tables:
+            super()._build_tables(qmax)
 
     # ---- per-request terms (vector formulas; the tables are built from these) ----
     def prefill_attn(self, context, query):

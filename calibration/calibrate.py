@@ -1,0 +1,141 @@
+"""`spsim calibrate`: measure the sweep on this machine's GPU (resuming a measurements file),
+then fit a calibrated cost profile; or refit a measurements file anywhere (`--from`).
+
+Also what `benchmarks/calibrate_gpu.py` runs on the GPU machine (a checkout without an install,
+no simpy, maybe no rich): plain functions, plain prints.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from spsim.errors import SpsimError
+from spsim.hardware import GPU, get_gpu
+from spsim.models import ModelConfig, get_model
+
+FIT_RESERVE_S = 20.0  # the budget keeps this much for fitting and writing the profile
+DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float8_e4m3fn": "fp8"}
+
+
+def default_paths(model: str, out: str | None, measurements: str | None) -> tuple[Path, Path]:
+    out_p = Path(out) if out else Path(f"profile-{model}.json")
+    meas = Path(measurements) if measurements else out_p.with_name(out_p.stem + ".measurements.jsonl")
+    return out_p, meas
+
+
+def calibrate_gpu(model: str = "llama-3.1-8b", minutes: float | None = 8.0, out: str | None = None,
+                  measurements: str | None = None, device: str = "cuda", design: str = "default",
+                  host_log: str | None = None, page_size: int = 16, t_start: float | None = None, log=print) -> dict:
+    """Measure what `measurements` lacks (until done or the time budget), then fit and write the
+    profile. Returns the fit report."""
+    from .measure import measure
+
+    t_start = time.monotonic() if t_start is None else t_start
+    out_p, meas = default_paths(model, out, measurements)
+    _check_writable(out_p)
+    deadline = None if minutes is None else t_start + 60 * minutes - FIT_RESERVE_S
+    counts = measure(meas, model, device, design=design, deadline=deadline, page_size=page_size, log=log)
+    log(f"measured {counts['measured']} points ({counts['failed']} failed) into {meas}"
+        + (f"; {counts['left']} left: run the same command again to resume" if counts["left"] else ""))
+    return calibrate_from(meas, out_p, host_log, log)
+
+
+def calibrate_from(measurements: str | Path, out: str | Path | None = None, host_log: str | None = None,
+                   log=print) -> dict:
+    """Fit a profile to a measurements file and write it (and `<out>.fit.json`: the per-point
+    predictions). Returns the report."""
+    from spsim.cost import save_profile
+
+    from .fit import fit, host_overhead_from_log
+    from .records import read_measurements
+
+    meas = Path(measurements)
+    if not meas.exists():
+        raise SpsimError(f"{meas}: measurements file not found")
+    sessions, recs = read_measurements(meas)
+    if not sessions:
+        raise SpsimError(f"{meas}: no session line (not written by `spsim calibrate`?)")
+    s = sessions[-1]
+    model = model_shape(meas, s)
+    out_p = Path(out) if out else Path(f"profile-{model.name}.json")
+    _check_writable(out_p)
+    host = host_overhead_from_log(host_log) if host_log else None
+    info = profile_info(meas, sessions)
+    if len(info["session_machines"]) > 1:
+        log(f"warning: {meas} was measured in sessions on different machines or code: "
+            + "; ".join(info["session_machines"]))
+    if host_log:
+        info["host_source"] = f"mean host_ms of {Path(host_log).name}"
+    cm, report = fit(recs, model, gpu_of(s), tp=1, weight_dtype=info["weight_dtype"], kv_dtype=info["kv_dtype"],
+                     page_size=int(s["page_size"]), host_overhead_s=host, info=info)
+    save_profile(cm, out_p)
+    side = out_p.with_name(out_p.stem + ".fit.json")
+    side.write_text(json.dumps(report, indent=1) + "\n")
+    h, f = report["heldout_error"], report["fit_error"]
+    log(f"fitted {report['points']['fit']} points, held out {report['points']['heldout']}: held-out median "
+        f"{_pct(h.get('median_abs_rel'))}, p95 {_pct(h.get('p95_abs_rel'))} (fit median {_pct(f['median_abs_rel'])}, "
+        f"p95 {_pct(f['p95_abs_rel'])})")
+    for g, e in sorted(h.get("groups", {}).items()):
+        log(f"  held out {g:<20} n={e['n']:<3} median {_pct(e.get('median_abs_rel'))}  p95 {_pct(e.get('p95_abs_rel'))}")
+    log(f"wrote {out_p} (use: spsim replay TRACE --profile {out_p}) and {side}")
+    return report
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f} %"
+
+
+def _check_writable(path: Path) -> None:
+    if path.is_dir():
+        raise SpsimError(f"--out {path}: is a folder, not a file")
+    if not path.parent.exists():
+        raise SpsimError(f"--out {path}: folder {path.parent} does not exist")
+
+
+def model_shape(path, session: dict) -> ModelConfig:
+    """The simulator's shape of the measured model (the catalog's, checked against what was
+    measured; a shape outside the catalog as measured)."""
+    name, shape = session.get("model_name"), session.get("model_shape")
+    if not name or not isinstance(shape, dict):
+        raise SpsimError(f"{path}: session line lacks model_name / model_shape")
+    try:
+        m = get_model(name)
+    except SpsimError:
+        return ModelConfig(name, **{k: shape[k] for k in ("layers", "hidden", "q_heads", "kv_heads", "head_dim",
+                                                          "intermediate", "vocab", "max_context", "tied_embeddings",
+                                                          "qkv_bias")})
+    diff = [k for k, v in shape.items() if getattr(m, k, v) != v]
+    if diff:
+        raise SpsimError(f"{path}: measured {name} has {', '.join(diff)} unlike spsim's {m.name} shape")
+    return m
+
+
+def gpu_of(session: dict) -> GPU:
+    """The catalog GPU of the measured device (its datasheet is the fit's starting point); a GPU
+    outside the catalog starts from the H200's figures with its own name and memory."""
+    name = str(session.get("device_name") or "")
+    try:
+        return get_gpu(name)
+    except SpsimError:
+        h = get_gpu("h200")
+        key = name.strip().lower().replace(" ", "-") or "unknown"
+        return GPU(key, int(session.get("memory_bytes") or h.mem_bytes), h.hbm_bw, h.bf16_flops, h.fp8_flops,
+                   h.nvlink_bw, h.sm_count)
+
+
+def profile_info(path: Path, sessions: list[dict]) -> dict:
+    """What the profile records about the measurement (the last session's machine)."""
+    s = sessions[-1]
+    g = gpu_of(s)
+    return {
+        "gpu_name": g.name, "device_name": s.get("device_name"), "memory_bytes": s.get("memory_bytes"),
+        "weight_dtype": DTYPES.get(s.get("dtype"), "bf16"), "kv_dtype": DTYPES.get(s.get("kv_dtype"), "bf16"),
+        "measured_dtype": s.get("dtype"), "kv_pages_allocatable": s.get("kv_pages_allocatable"),
+        "versions": s.get("versions") or {}, "cuda": s.get("cuda"), "kernel_version": s.get("kernel_version"),
+        "git": s.get("git"), "date": s.get("date"), "measurements": path.name, "sessions": len(sessions),
+        "design": s.get("design"),
+        "session_machines": sorted({f"{x.get('device_name')} / torch {(x.get('versions') or {}).get('torch')} / "
+                                    f"kernels {x.get('kernel_version')}" for x in sessions}),
+    }

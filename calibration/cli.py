@@ -1,0 +1,68 @@
+"""`spsim calibrate`: measure pass times on this machine's GPU and fit a cost profile, or refit.
+
+Imports only typer and light spsim modules; torch (measuring) and scipy (fitting) are imported
+when the command runs.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from spsim.errors import SpsimError
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(epilog="Examples:\n\n"
+                 "  spsim calibrate --gpu --model llama-3.1-8b --out h200-llama-3.1-8b.json   # about 7 min on an H200\n\n"
+                 "  spsim calibrate --gpu --minutes 4   # stop in time, run again to resume where it stopped\n\n"
+                 "  spsim calibrate --from h200-llama-3.1-8b.measurements.jsonl --out h200.json   # refit, no GPU\n\n"
+                 "  spsim replay mooncake --limit 300 --profile h200-llama-3.1-8b.json\n\n"
+                 "From a checkout without an install (the GPU machine): python3 benchmarks/calibrate_gpu.py --help")
+    def calibrate(
+        gpu: bool = typer.Option(False, "--gpu", help="Measure on this machine's GPU (random weights of --model, "
+                                 "synthetic KV), then fit."),
+        from_: Optional[Path] = typer.Option(None, "--from", help="Refit a measurements file (JSON lines) "
+                                             "instead of measuring; no GPU needed."),
+        model: str = typer.Option("llama-3.1-8b", "--model", "-m", help="Model shape to measure (see `spsim models`)."),
+        minutes: float = typer.Option(8.0, "--minutes", help="Time budget of the whole command; measuring stops "
+                                      "in time to fit (the file stays intact; run again to resume)."),
+        out: Optional[Path] = typer.Option(None, "--out", "-o", help="Profile to write (default "
+                                           "profile-MODEL.json); per-point predictions go beside it (.fit.json)."),
+        measurements: Optional[Path] = typer.Option(None, "--measurements", help="Measurements file to append "
+                                                    "to and resume from (default: beside --out)."),
+        host_log: Optional[Path] = typer.Option(None, "--host-log", help="passes.jsonl of a `spsim run`: its "
+                                                "mean host planning time per pass (default: the roofline's "
+                                                "100 us assumption)."),
+        page_size: int = typer.Option(16, "--page-size", help="KV page size in tokens."),
+        device: str = typer.Option("cuda", "--device", help="cuda, or cpu (tiny models: tests the pipeline)."),
+        design: str = typer.Option("default", "--design", help="default (the full sweep) or smoke (a few "
+                                   "points of every kind, for tests)."),
+    ):
+        """Measure pass times on the GPU and fit a calibrated cost profile (or refit one).
+
+        Times decode, verify, drafting (every draft-KV method), mixed and prefill passes on the real runtime, each written as it is taken; a fifth of the points is held out and the profile reports its error (heldout_error)."""
+        t_start = time.monotonic()
+        from .calibrate import calibrate_from, calibrate_gpu
+
+        if gpu == (from_ is not None):
+            raise SpsimError("give one of --gpu (measure here, then fit) or --from MEASUREMENTS (refit)")
+        if minutes <= 0 or minutes != minutes:
+            raise SpsimError(f"--minutes must be > 0 (got {minutes})")
+        if page_size < 1:
+            raise SpsimError(f"--page-size must be >= 1 (got {page_size})")
+        if device not in ("cuda", "cpu"):
+            raise SpsimError(f"--device must be cuda or cpu (got {device!r})")
+        if design not in ("default", "smoke"):
+            raise SpsimError(f"--design must be default or smoke (got {design!r})")
+        if host_log is not None and not host_log.is_file():
+            raise SpsimError(f"--host-log {host_log}: not a file")
+        if from_ is not None:
+            calibrate_from(from_, out, str(host_log) if host_log else None)
+            return
+        calibrate_gpu(model, minutes, str(out) if out else None, str(measurements) if measurements else None,
+                      device=device, design=design, host_log=str(host_log) if host_log else None,
+                      page_size=page_size, t_start=t_start)

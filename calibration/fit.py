@@ -1,0 +1,211 @@
+"""Fit a `CalibratedCostModel` to measured pass times (scipy least squares on log error).
+
+The model's structure is fixed (spsim/cost/calibrated.py); what is fitted is its constants:
+the roofline's (per-layer fixed cost, GEMM efficiency and knee, sampling bytes per logit,
+attention flop efficiency, per-request and per-split attention costs), the two bandwidth scales
+(weights, attention KV), and the runtime's extra terms (eager pass, per verifying request, per
+drafting request, per context page and per pass of drafting, by draft-KV method). Structural
+integers (page size, split size, MMA tiles, attention floor) stay the roofline's.
+
+Residuals are log(predicted / measured) on the points not held out, with a soft-L1 loss (a few
+noisy points cannot drag the fit), plus a weak pull of every constant towards its starting value
+(the roofline's, or a small positive guess) so constants the data cannot tell apart stay put
+instead of wandering (weights' read time and the per-layer fixed cost are both per-pass constants
+at small batches). Errors are reported as fractions, |predicted / measured - 1|.
+
+Host planning time is not in the measured passes (the runtime's timer starts after planning):
+it comes from the per-pass logs of `spsim run` (`host_ms` in passes.jsonl) when given, else it is
+the roofline's assumption, and the profile says which.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+
+from spsim.cost.calibrated import N_METHODS, CalibratedCostModel, CalibratedParams, PlanBatch
+from spsim.cost.roofline import RooflineParams
+from spsim.errors import InputError, SpsimError
+from spsim.plan import DraftMethod
+
+from .records import Measurement
+
+PRIOR_WEIGHT = 0.001  # per constant, in units of its scale: ~0.1 % of one point's log error
+LOSS_SCALE = 0.03  # soft-L1 knee: residuals beyond ~3 % count linearly
+
+
+class Fitter:
+    """Maps a vector of free constants to `CalibratedParams` (tied where the data cannot tell
+    two apart: methods that select at every step have no first/later difference)."""
+
+    def __init__(self, labels: set[str], base: CalibratedCostModel, host_overhead_s: float = 0.0):
+        """`base`: the model with neutral constants (the roofline's), for starting values."""
+        d = RooflineParams()
+        # (name, index or None, start, lower, upper, scale)
+        spec = [("layer_fixed_s", None, d.layer_fixed_s, 0.0, 1e-3, 1e-5),
+                ("gemm_eff", None, d.gemm_eff, 0.05, 2.0, 0.1),
+                ("smooth_p", None, d.smooth_p, 1.0, 12.0, 0.5),
+                ("weight_scale", None, 1.0, 0.3, 3.0, 0.1),
+                ("sample_bytes_per_logit", None, float(d.sample_bytes_per_logit), 0.0, 200.0, 5.0),
+                ("attn_bw_scale", None, 1.0, 0.2, 5.0, 0.1),
+                ("attn_flops_eff", None, d.attn_flops_eff, 0.02, 2.0, 0.1),
+                ("attn_req_s", None, d.attn_req_s, 0.0, 1e-4, 1e-6),
+                ("attn_split_s", None, d.attn_split_s, 0.0, 1e-4, 1e-6)]
+        if "prefill" in labels or any(x.startswith(("draft", "mixed")) for x in labels):
+            spec.append(("eager_pass_s", None, 1e-3, 0.0, 1.0, 1e-3))
+        if labels & {"ar", "verify"} or any(x.startswith("mixed") for x in labels):
+            spec.append(("verify_req_s", None, 1e-5, 0.0, 1e-2, 1e-5))
+        self.page0 = [[float(base.score_tbl[m, j]) for j in (0, 1)] for m in range(N_METHODS)]
+        for m in DraftMethod:
+            if f"draft:{m.label}" not in labels and f"mixed:{m.label}" not in labels:
+                continue
+            spec.append(("draft_pass_s", (int(m),), 1e-3, 0.0, 1.0, 1e-3))
+            later = (1,) if m.refresh == "verify" else ()
+            for j in (0,) + later:
+                spec.append(("draft_req_s", (int(m), j), 1e-5, 0.0, 1e-2, 1e-5))
+                spec.append(("draft_page_s", (int(m), j), max(self.page0[m][j], 1e-9), 0.0, 1e-4, 1e-7))
+        self.spec = spec
+        self.host_overhead_s = host_overhead_s
+        self.x0 = np.array([s[2] for s in spec])
+        self.lo = np.array([s[3] for s in spec])
+        self.hi = np.array([s[4] for s in spec])
+        self.scale = np.array([s[5] for s in spec])
+
+    def params(self, x) -> CalibratedParams:
+        flat = {"host_overhead_s": self.host_overhead_s}
+        dpass = [0.0] * N_METHODS
+        dreq = [[0.0, 0.0] for _ in range(N_METHODS)]
+        dpage = [list(r) for r in self.page0]
+        tied = {int(m) for m in DraftMethod if m.refresh != "verify"}
+        for (name, idx, *_), v in zip(self.spec, np.asarray(x, float).tolist()):
+            if idx is None:
+                flat[name] = v
+            elif name == "draft_pass_s":
+                dpass[idx[0]] = v
+            else:
+                tbl = dreq if name == "draft_req_s" else dpage
+                m, j = idx
+                tbl[m][j] = v
+                if m in tied:
+                    tbl[m][1] = v
+        return CalibratedParams(**flat, draft_pass_s=tuple(dpass), draft_req_s=tuple(map(tuple, dreq)),
+                                draft_page_s=tuple(map(tuple, dpage)))
+
+
+def errors(pred: np.ndarray, meas: np.ndarray) -> dict:
+    r = np.abs(pred / meas - 1)
+    if not len(r):
+        return {"n": 0}
+    return {"n": int(len(r)), "median_abs_rel": float(np.median(r)), "p95_abs_rel": float(np.percentile(r, 95)),
+            "max_abs_rel": float(r.max()), "mean_rel": float(np.mean(pred / meas - 1))}
+
+
+def group_errors(pred, meas, labels) -> dict:
+    labels = np.asarray(labels)
+    return {g: errors(pred[labels == g], meas[labels == g]) for g in sorted(set(labels.tolist()))}
+
+
+def fit(measurements: list[Measurement], model, gpu="h200", tp: int = 1, weight_dtype: str = "bf16",
+        kv_dtype: str = "bf16", page_size: int = 16, host_overhead_s: float | None = None, info: dict | None = None,
+        max_nfev: int = 400) -> tuple[CalibratedCostModel, dict]:
+    """Fit on the measured points not held out; returns the model (host overhead set) and a report
+    with `fit_error`, `heldout_error` (each overall and per group) and the points' predictions."""
+    from scipy.optimize import least_squares
+
+    ok = [m for m in measurements if m.ok]
+    if not ok:
+        raise SpsimError("no successful measurements to fit")
+    # a point measured twice (resumed sweeps never do this, merged files may): keep the last
+    by_key = {m.point.key: m for m in ok}
+    ok = list(by_key.values())
+    train = [m for m in ok if not m.point.heldout]
+    test = [m for m in ok if m.point.heldout]
+    if len(train) < 10:
+        raise SpsimError(f"only {len(train)} measured points to fit on (need 10 or more)")
+    labels = {m.point.label for m in train}
+    shape = dict(model=model, gpu=gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, page_size=page_size,
+                 check_memory=False)
+    fitter = Fitter(labels, CalibratedCostModel(params=CalibratedParams(), **shape))
+    b_train = PlanBatch.of([m.point.plan() for m in train])
+    y_train = np.array([m.seconds for m in train])
+    log_y = np.log(y_train)
+    w_prior = PRIOR_WEIGHT
+
+    qmax = int(max(b_train.pre_q.max(initial=1), b_train.ver_q.max(initial=1))) + 1
+
+    def resid(x):
+        cm = CalibratedCostModel(params=fitter.params(x), table_q=qmax, **shape)
+        pred = cm.times(b_train)
+        r = np.log(np.maximum(pred, 1e-12)) - log_y
+        return np.concatenate([r, w_prior * (x - fitter.x0) / fitter.scale])
+
+    sol = least_squares(resid, fitter.x0, bounds=(fitter.lo, fitter.hi), x_scale=fitter.scale, loss="soft_l1",
+                        f_scale=LOSS_SCALE, max_nfev=max_nfev, method="trf", ftol=1e-12, xtol=1e-12, gtol=1e-12)
+    params = fitter.params(sol.x)
+    cm = CalibratedCostModel(params=params, **shape)
+    allm = train + test
+    pred = cm.times(PlanBatch.of([m.point.plan() for m in allm]))
+    meas = np.array([m.seconds for m in allm])
+    lab = [m.point.label for m in allm]
+    n_tr = len(train)
+    report = {
+        "fit_error": {**errors(pred[:n_tr], meas[:n_tr]), "groups": group_errors(pred[:n_tr], meas[:n_tr], lab[:n_tr])},
+        "heldout_error": {**errors(pred[n_tr:], meas[n_tr:]),
+                          "groups": group_errors(pred[n_tr:], meas[n_tr:], lab[n_tr:])},
+        "points": {"measured": len(ok), "fit": n_tr, "heldout": len(test),
+                   "failed": sum(1 for m in measurements if not m.ok)},
+        "optimizer": {"status": int(sol.status), "message": str(sol.message), "nfev": int(sol.nfev)},
+        "predictions": [{"id": m.point.key, "label": m.point.label, "heldout": m.point.heldout,
+                         "measured_s": float(y), "predicted_s": float(p)} for m, y, p in zip(allm, meas, pred)],
+    }
+    host = RooflineParams().host_overhead_s if host_overhead_s is None else float(host_overhead_s)
+    final = CalibratedCostModel(params=replace(params, host_overhead_s=host), **shape,
+                                info=_profile_info(info or {}, report, host, host_overhead_s is not None))
+    return final, report
+
+
+def _profile_info(info: dict, report: dict, host: float, measured_host: bool) -> dict:
+    out = dict(info)
+    out["fit_error"] = _round(report["fit_error"])
+    out["heldout_error"] = _round(report["heldout_error"])
+    out["points"] = report["points"]
+    out["host_overhead"] = {"seconds": host, "source": out.pop("host_source", None) if measured_host else
+                            "assumption (the roofline's); give --host-log passes.jsonl from `spsim run`"}
+    return out
+
+
+def _round(d):
+    if isinstance(d, dict):
+        return {k: _round(v) for k, v in d.items()}
+    return round(d, 5) if isinstance(d, float) else d
+
+
+def host_overhead_from_log(path: str | Path) -> float:
+    """Mean host planning seconds per pass from `spsim run --out DIR`'s passes.jsonl."""
+    path = Path(path)
+    vals = []
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpsimError(f"{path}: cannot read the pass log ({e})") from None
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(path, i, None, f"not JSON ({e.msg})") from None
+        v = rec.get("host_ms") if isinstance(rec, dict) else None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            raise InputError(path, i, "host_ms", f"must be a number >= 0, got {v!r}")
+        vals.append(float(v))
+    if not vals:
+        raise SpsimError(f"{path}: no passes in the pass log")
+    return float(np.mean(vals)) / 1e3
+
+
+def params_dict(p: CalibratedParams) -> dict:
+    return asdict(p)
