@@ -127,10 +127,13 @@ class Bench:
         for m in getattr(ex, "meta", None) or []:  # Quest bounds of random keys: min <= max, finite
             m.kmin.normal_().abs_().neg_()
             m.kmax.normal_().abs_()
-        if self.graphs:
+        if self.graphs:  # as `spsim run` sets them up (gpu_runtime/engine.py)
+            import inspect
+
             from spsim.gpu_runtime.graphs import GraphedPasses
 
-            ex.graphs = GraphedPasses(self.model, self.cache, meta=ex.meta)
+            kw = {"meta": ex.meta} if "meta" in inspect.signature(GraphedPasses).parameters else {}
+            ex.graphs = GraphedPasses(self.model, self.cache, **kw)
         return ex
 
     def run(self, point: Point) -> dict:
@@ -367,6 +370,8 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
                 prog.step(p.label, counts["failed"])
                 if failed:
                     _recover(dev, p)
+                elif dev.type == "cuda":  # the point's graphs and Quest bounds back to the device
+                    torch.cuda.empty_cache()
     finally:
         prog.close()
         writer.close()

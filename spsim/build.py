@@ -28,6 +28,12 @@ def build_cost_model(cfg: ServingConfig):
 
     if cfg.profile:
         return load_cost_model(cfg.profile, expect={"tp": cfg.tp})
+    if cfg.cost == "auto":  # a profile measured on this GPU for this model, where spsim ships one
+        from .calibration.shipped import shipped_cost_model
+
+        cm = shipped_cost_model(cfg)
+        if cm is not None:
+            return cm
     return make_cost_model(model=cfg.model, gpu=cfg.gpu, tp=cfg.tp, weight_dtype=cfg.weight_dtype,
                            kv_dtype=cfg.kv_dtype, page_size=cfg.page_size)
 

@@ -28,6 +28,8 @@ class ServingConfig:
     gpu: str = opt("h200", "GPU (h200, h100-sxm, h100-nvl, a100-80gb).", "--gpu", "-g")
     tp: int = opt(1, "Tensor-parallel GPUs per replica.", "--tp")
     profile: str | None = opt(None, "Cost profile JSON (replaces --model/--gpu pricing).", "--profile")
+    cost: str = opt("auto", "Cost model without --profile: auto (the calibrated profile spsim ships for this --gpu "
+                    "and --model where there is one, else the analytic roofline) or roofline.", "--cost")
     acceptance: str | None = opt(None, "Acceptance model spec (default: the embedded preset).", "--acceptance", "-a")
     replicas: int = opt(1, "Model replicas behind the router.", "--replicas", "-r")
     router: str = opt("least-outstanding", "least-outstanding or round-robin.", "--router")
@@ -76,6 +78,8 @@ class ServingConfig:
         for name in ("kv_dtype", "weight_dtype"):
             if getattr(self, name) not in ("bf16", "fp8"):
                 raise SpsimError(f"{flag(name)} must be bf16 or fp8 (got {getattr(self, name)!r})")
+        if self.cost not in ("auto", "roofline"):
+            raise SpsimError(f"--cost must be auto or roofline (got {self.cost!r})")
         if self.draft_kv != "auto":
             from .plan import DraftMethod
 

@@ -1,0 +1,49 @@
+"""Cost profiles shipped with spsim, measured on our GPUs: `calibration/profiles/<gpu>-<model>.json`
+(catalog names, e.g. `h200-llama-3.1-8b.json`).
+
+Where one exists for a run's GPU and model and was measured at the run's tp, dtypes and page size,
+it is the run's default cost model (`--cost auto`); `--cost roofline` keeps the analytic model. Its
+package and kernel versions are those of the GPU machine that measured it, so a version differing
+from this machine's is not worth a warning here (`--profile FILE` still warns).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+from spsim.errors import SpsimError
+
+PROFILES = Path(__file__).resolve().parent / "profiles"
+
+
+def profile_path(gpu: str, model: str) -> Path | None:
+    """The shipped profile for this GPU and model (any alias), or None."""
+    from spsim.hardware import get_gpu
+    from spsim.models import get_model
+
+    try:
+        name = f"{get_gpu(gpu).name}-{get_model(model).name}.json"
+    except SpsimError:
+        return None
+    p = PROFILES / name
+    return p if p.is_file() else None
+
+
+def shipped_cost_model(cfg):
+    """The shipped calibrated model for a `ServingConfig`, or None (no profile for this GPU and
+    model, or one measured at another tp, dtype or page size). The model's `source` is its file."""
+    from spsim.cost import load_cost_model, read_profile
+
+    path = profile_path(cfg.gpu, cfg.model)
+    if path is None:
+        return None
+    md = read_profile(path).get("metadata") or {}
+    want = {"tp": cfg.tp, "weight_dtype": cfg.weight_dtype, "kv_dtype": cfg.kv_dtype, "page_size": cfg.page_size}
+    if any(md.get(k) != v for k, v in want.items()):
+        return None
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*profile measured with.*")
+        cm = load_cost_model(path, expect={**want, "model_name": md.get("model_name")})
+    cm.source = str(path)
+    return cm
