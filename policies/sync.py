@@ -42,6 +42,13 @@ class Sync(Policy):
     def cycle_target(self) -> int | None:
         return self.k if self.k >= 0 else None  # a fixed k: every cycle k drafts (or fewer, forced)
 
+    def asked_cycle(self) -> int:
+        """The k of the cycle in progress, once `targets` has answered on a pass: until the
+        batch's verification, asking again answers d + 1 while every request holds fewer than
+        k drafts, then d (all verify), and changes no state; a cycle of 0 is one plain pass.
+        (An executor that advances many passes at once asks for a cycle's first pass only.)"""
+        return self.cycle_k
+
     # relative margin by which k = 0 must win for `zero_run` to vouch for it: the vectorised
     # prices below agree with `_choose`'s to float rounding (~1e-15), not bit for bit, so a pass
     # nearer a tie is left to `targets` itself
@@ -79,17 +86,23 @@ class Sync(Policy):
             self.cycle_k = 0
 
     def _choose(self, view: DecodeView) -> int:
+        """k in 0..k_max with the best expected goodput. Per k: expected tokens summed over the
+        batch, over k draft passes plus one verification priced by the cost model. Every k's
+        figures in few calls (once per cycle, the policy's hot spot), the same floats as one
+        call per k: rows of (k, request) grids are summed as the 1-D arrays were."""
         cost = self.ctx.cost
         k_max = min(self.k_max, view.max_draft)
         a = self.acc.get(view.ids, view.committed)
-        n = len(view.ids)
+        n, K = len(view.ids), k_max + 1
+        ks = np.arange(K, dtype=np.int64)
+        tokens = expected_tokens(a[None, :].repeat(K, 0), ks[:, None].repeat(n, 1)).sum(axis=1)
+        d_sum, v_sum = _marginal_rows(cost, view, K)
+        over = cost.pass_overhead(n) + d_sum
         best, best_rate = 0, -1.0
-        for k in range(k_max + 1):
-            tokens = expected_tokens(a, np.full(n, k)).sum()
-            d_m, v_m = cost.marginal(view.context, view.budget, view.method, np.full(n, k + 1))
-            t = k * (cost.pass_overhead(n) + d_m.sum()) + cost.pass_overhead(n * (k + 1)) + v_m.sum()
-            if tokens / t > best_rate:
-                best, best_rate = k, tokens / t
+        for k, tok, v in zip(ks.tolist(), tokens, v_sum):
+            t = k * over + cost.pass_overhead(n * (k + 1)) + v
+            if tok / t > best_rate:
+                best, best_rate = k, tok / t
         return best
 
     def targets(self, view: DecodeView) -> np.ndarray:
@@ -99,3 +112,33 @@ class Sync(Policy):
         if len(d) == 0 or d.max() >= self.cycle_k:
             return d.copy()  # everyone verifies
         return d + 1
+
+
+def _marginal_rows(cost, view: DecodeView, K: int) -> tuple:
+    """(sum of the batch's draft costs, (K,) sums of its verify costs with queries 1..K), as K
+    calls `cost.marginal(context, budget, method, full(n, k + 1))` give them. A cost model that
+    prices small calls element by element in plain floats (`SCALAR_MAX`: the roofline's scalar
+    twins) is asked for whole rows of the (k, request) grid at once, up to that many elements
+    per call: the same floats, in fewer calls. Others are asked once per k."""
+    n = len(view.ids)
+    rows = getattr(cost, "SCALAR_MAX", 0) // n if n else 0
+    if rows < 2:
+        d_sum, v = None, []
+        for k in range(K):
+            d_m, v_m = cost.marginal(view.context, view.budget, view.method, np.full(n, k + 1))
+            if d_sum is None:
+                d_sum = d_m.sum()  # the same for every k (no draft term depends on the query)
+            v.append(v_m.sum())
+        return d_sum, v
+    ctx, b, m = view.context.tolist(), view.budget.tolist(), view.method.tolist()
+    d_sum, v = None, []
+    for k0 in range(0, K, rows):
+        kk = min(rows, K - k0)
+        q = np.arange(k0 + 1, k0 + kk + 1, dtype=np.int64).repeat(n)
+        d_m, v_m = cost.marginal(np.array(ctx * kk, np.int64), np.array(b * kk, np.int64),
+                                 np.array(m * kk, np.int64), q)
+        if d_sum is None:
+            d_sum = d_m[:n].sum()
+        v.extend(v_m.reshape(kk, n).sum(axis=1).tolist())
+    return d_sum, v
+

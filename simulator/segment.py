@@ -117,6 +117,9 @@ class FastPath:
         self._method = np.full(cfg.max_batch, cfg.draft_method, I64)
         self._budget.flags.writeable = self._method.flags.writeable = False
         self.acc = None  # the acceptance model (set by the replica): keyed outcomes for cycles
+        # a policy with `asked_cycle` tries `zero_run` only after its last cycle was 0 drafts:
+        # while it speculates the check fails, and cost as much as the cycle's own decision
+        self.zero_ok = True
 
     def one_pass(self, plan: PassPlan) -> DecodeSegment:
         """A decode-only plan as a one-pass segment with its requests in running order, the same
@@ -143,7 +146,15 @@ class FastPath:
         if not pol.plans_ahead:
             if cycles_ok:
                 return self._plan_cycles(k_cycle, pol.synchronous, max_passes)
-            return self._plan_zero(max_passes) if cfg.max_draft else None
+            if not cfg.max_draft:
+                return None
+            asked = getattr(pol, "asked_cycle", None) if pol.synchronous and not pol.needs_entropy else None
+            if asked is None or self.zero_ok:
+                sp = self._plan_zero(max_passes)
+                if sp is not None or asked is None:
+                    return sp
+                self.zero_ok = False  # speculating again: no zero_run until a cycle of 0 drafts
+            return self._plan_asked(asked, max_passes)
         b.ask_policy(np.array(running, dtype=I64))
         if cycles_ok:
             return self._plan_cycles(k_cycle, pol.synchronous, max_passes)
@@ -219,11 +230,32 @@ class FastPath:
             return None
         return SegmentPlan(run.tolist(), n, None, ctx0.tolist(), zero=view)
 
-    def _plan_cycles(self, K: int, sync: bool, max_passes: int) -> SegmentPlan | None:
+    def _plan_asked(self, asked, max_passes: int) -> SegmentPlan | None:
+        """One draft-verify cycle of a synchronous policy asked every pass that fixes the batch's
+        k when asked at a cycle's start (`asked_cycle`: `sync` with auto k). It is asked here for
+        the segment's first pass, which always runs, with the view the step path would build
+        then; on the cycle's later passes its answers only repeat that k, so the segment runs
+        through the batch's verification (all verify together) and ends there."""
+        t = self.t
+        run = np.array(self.running, dtype=I64)
+        # the step path reserves pass 0's pages (preempting when short) before asking the policy:
+        # ask only when they fit, so the cycle's first pass is certain to run as planned
+        need = -(-(t.ctx[run] + t.drafted[run] + 1 - t.shared_tokens[run]) // self.cfg.page_size)
+        if sum((need - t.pages[run]).tolist()) > self.pool.free():
+            return None
+        self.b.ask_policy(run)
+        K = asked()
+        if K == 0:
+            self.zero_ok = True
+        return self._plan_cycles(K, True, max_passes, rounds=1)
+
+    def _plan_cycles(self, K: int, sync: bool, max_passes: int, rounds: int = 0) -> SegmentPlan | None:
         """Passes through many draft-verify cycles of a policy with one target after every
         verification (`Policy.cycle_target`), up to the first finish or page shortage: each
         request's cycles follow from its keyed outcomes alone (synchronous policies: the batch's
-        cycles, all verifying together), drawn a cycle of every request at a time."""
+        cycles, all verifying together), drawn a cycle of every request at a time. `rounds`: at
+        most this many cycles of every request (one: no outcomes drawn ahead; a one-pass segment
+        then does)."""
         t, cfg = self.t, self.cfg
         run = np.array(self.running, dtype=I64)
         r = len(run)
@@ -238,6 +270,7 @@ class FastPath:
         budget, method, verify = self._budget, self._method, self.acc.verify
         n = max_passes
         vps, vjs, dvs, accs = [], [], [], []
+        max_rounds, min_n = rounds or self.MAX_ROUNDS, 1 if rounds == 1 else 2
         rounds = 0
         runl = run.tolist()
         # outcomes drawn one cycle ahead: a call draws this round's unknown verifications and,
@@ -246,7 +279,7 @@ class FastPath:
         # other round needs no call. column -> ((committed, drafts, context), accepted)
         known: dict = {}
         while live:
-            if rounds == self.MAX_ROUNDS:  # the rest later: an arrival cuts most long plans short
+            if rounds == max_rounds:  # the rest later: an arrival cuts most long plans short
                 n = min(n, min(start[j] for j in live))
                 break
             rounds += 1
@@ -285,7 +318,8 @@ class FastPath:
                 # verification after outcome a, while far from its end, checks min(K, max_draft)
                 cand = []
                 kc = min(K, md)
-                for j, x in (spec if len(spec) <= self.SCALAR_MAX else ()):  # small batches
+                ahead = spec if len(spec) <= self.SCALAR_MAX and max_rounds > 1 else ()
+                for j, x in ahead:  # small batches
                     c, o, cx, rid = com[j], out[j], ctx[j], runl[j]
                     lo, top = (got[j], got[j] + 1) if j in got else (0, x + 1)
                     hi = min(top, o - 1 - kc - c)  # outcomes below: next verification of kc drafts
@@ -355,13 +389,13 @@ class FastPath:
         over = other + need.sum(axis=1) > self.pool.capacity
         if over.any():
             n = int(np.argmax(over))
-            if n < 2:
+            if n < min_n:
                 return None
             k = int(np.searchsorted(vp, n))
             vp, vj, dv, acc = vp[:k], vj[:k], dv[:k], acc[:k]
             seg = DecodeSegment(seg.kind[:n], seg.query[:n], seg.context[:n], seg.draft_pos[:n], seg.budget, seg.method)
             need = need[:n]
-        elif n < 2:
+        elif n < min_n:
             return None
         return SegmentPlan(run, n, seg, None, cycles=Cycles(vp, vj, dv, acc, K, need))
 

@@ -66,3 +66,67 @@ def test_ema_looks_replays_get():
     got = ema_looks(b, ids, pos, 7, commit=True)
     assert np.array_equal(got, want)
     assert b.counts == a.counts and b.seen == a.seen
+
+
+def _choose_per_k(pol, view):
+    """`Sync._choose` as it was written first: one cost-model call per k (the reference)."""
+    from spsim.policies.base import expected_tokens
+
+    cost = pol.ctx.cost
+    k_max = min(pol.k_max, view.max_draft)
+    a = pol.acc.get(view.ids, view.committed)
+    n = len(view.ids)
+    rates = []
+    for k in range(k_max + 1):
+        tokens = expected_tokens(a, np.full(n, k)).sum()
+        d_m, v_m = cost.marginal(view.context, view.budget, view.method, np.full(n, k + 1))
+        t = k * (cost.pass_overhead(n) + d_m.sum()) + cost.pass_overhead(n * (k + 1)) + v_m.sum()
+        rates.append(tokens / t)
+    return rates
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 80), k_max=st.integers(0, 16),
+       method=st.sampled_from([1, 2, 4]), ctx_hi=st.sampled_from([3000, 40000, 200000]))
+def test_sync_choose_equals_per_k_loop(seed, n, k_max, method, ctx_hi):
+    # the k grid in few cost-model calls gives every k's rate bit for bit as one call per k
+    from spsim.cost import RooflineCostModel
+    from spsim.policies.base import DecodeView, PolicyContext
+    from spsim.policies.sync import Sync
+
+    rng = np.random.default_rng(seed)
+    cost = RooflineCostModel()
+    pols = []
+    for _ in range(2):
+        pol = Sync(k_max=k_max)
+        pol.bind(PolicyContext(cost))
+        ids = np.arange(n, dtype=np.int64)
+        r = np.random.default_rng(seed)
+        pol.acc.update(ids[::2], r.integers(1, 9, len(ids[::2])), r.integers(0, 5, len(ids[::2])))
+        pols.append(pol)
+    view = DecodeView(ids=np.arange(n, dtype=np.int64), context=rng.integers(1, ctx_hi, n),
+                      drafted=np.zeros(n, np.int64), remaining=rng.integers(2, 500, n),
+                      committed=rng.integers(0, 300, n), budget=np.full(n, 2048, np.int64),
+                      method=np.full(n, method, np.int64), last_entropy=np.full(n, np.nan),
+                      sum_entropy=np.zeros(n), num_decode=n, prefill_tokens=0, max_draft=16)
+    rates = _choose_per_k(pols[0], view)
+    best = max(range(len(rates)), key=lambda k: (rates[k], -k))
+    assert pols[1]._choose(view) == best
+    # and the floats themselves
+    from spsim.policies.sync import _marginal_rows
+    from spsim.policies.base import expected_tokens
+
+    K = min(k_max, 16) + 1
+    a = pols[1].acc.get(view.ids, view.committed)
+    d_sum, v_sum = _marginal_rows(cost, view, K)
+    tok = expected_tokens(a[None, :].repeat(K, 0), np.arange(K)[:, None].repeat(n, 1)).sum(axis=1)
+    got = [tok[k] / (k * (cost.pass_overhead(n) + d_sum) + cost.pass_overhead(n * (k + 1)) + v_sum[k])
+           for k in range(K)]
+    assert [float(x) for x in got] == [float(x) for x in rates]
+
+
+def test_sync_auto_cycles_take_segments():
+    # long contexts: `sync` (auto k) speculates, and each cycle is one segment (asked once)
+    tr = make_trace(30, seed=5, span=2.0, prompt=(8000, 30000), output=(50, 150))
+    res = same(tr, "sync", offline=True)
+    assert res.summary["sim_events"]["segments"] > 20
