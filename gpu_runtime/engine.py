@@ -156,7 +156,7 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
     if opts.cuda_graphs and model.device.type == "cuda":
         from .graphs import GraphedPasses
 
-        graphs = ex.graphs = GraphedPasses(model, cache, meta=ex.meta)
+        graphs = ex.graphs = GraphedPasses(model, cache)
     n = len(trace)
     cat_ns = dict.fromkeys(CATEGORIES, 0)
     cat_passes = dict.fromkeys(CATEGORIES, 0)

@@ -53,6 +53,10 @@ class DraftRows:
     run_start: list[int] = field(default_factory=list)  # context before the run (its last page is kept)
 
 
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
 def budget_pages(budget: int, page_size: int) -> int:
     return max(int(budget) // page_size, SINK + RECENT)
 
@@ -76,6 +80,9 @@ class PassAttention(PagedAttention):
         self.n_dr = n_dr = len(drafts.rids)
         self.meta, self.hkv, self.ps = meta, hkv, ps
         kv_len = np.asarray(start, np.int64) + np.asarray(q_len, np.int64)
+        self._inputs: list[torch.Tensor] = []  # per-pass device tensors the forward reads (besides lists)
+        # page-score columns, rounded up (fewer CUDA graph shapes; columns past a row's pages are masked)
+        self._score_width = _round_up(int(pages_for(kv_len, ps).max(initial=1)), TABLE_COLS)
         self.kp = budget_pages(budget, ps)
         m = self.method
         keep = m == DraftMethod.VERIFY_ATTN and bool(score_rows)
@@ -101,7 +108,7 @@ class PassAttention(PagedAttention):
         # page scores the attention kernel writes: verify-attn keeps the verifications' (and last
         # prefill chunks'); step-layer ranks the draft rows' pages by layer 0's
         want = keep or (m == DraftMethod.STEP_LAYER and n_dr)
-        maxp = int(pages_for(kv_len, ps).max(initial=1))
+        maxp = self._score_width
         self._scores = torch.empty((len(kv_len) * hkv, maxp), dtype=torch.float32, device=dev) if want else None
         self._keep = None
         if keep:  # where each kept request's rows land in the store
@@ -111,7 +118,9 @@ class PassAttention(PagedAttention):
             states.scored_pages[slots] = pages_for(kv_len[score_rows], ps)
             src = (np.asarray(score_rows, np.int64)[:, None] * hkv + np.arange(hkv)).reshape(-1)
             self._keep = (torch.as_tensor(src, device=dev), torch.as_tensor(states.score_rows(slots), device=dev))
+            self._inputs += list(self._keep)
         self._q = None
+        self._slab_at = 0 if not n_dr else off
 
     # -- setup (host, once per pass)
     def _setup_drafts(self, tables, d: DraftRows, dev) -> PageLists:
@@ -125,9 +134,13 @@ class PassAttention(PagedAttention):
         pt = np.zeros((n, width), np.int64)
         for i, t in enumerate(tables):
             pt[i, :len(t)] = t
-        T = lambda a, dt=torch.int64: torch.as_tensor(np.asarray(a), dtype=dt, device=dev)  # noqa: E731
+        def T(a, dt=torch.int64):  # a per-pass device input (graphs.py copies these into a captured pass)
+            t = a if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a), dtype=dt, device=dev)
+            self._inputs.append(t)
+            return t
+
         self._table = T(pt)
-        self._table_rows = self._table.repeat_interleave(hkv, 0)  # [rows, width]: gathers per row
+        self._table_rows = T(self._table.repeat_interleave(hkv, 0))  # [rows, width]: gathers per row
         self._rows = rows = n * hkv
         if m in (DraftMethod.VERIFY_QUEST, DraftMethod.VERIFY_ATTN):
             run_start = np.asarray(d.run_start, np.int64)
@@ -139,21 +152,25 @@ class PassAttention(PagedAttention):
             self._slots = T(slots)
             self._c_sel = T(np.repeat(c_sel, hkv))[:, None]
             self._top = T(np.repeat(top, hkv))[:, None]
+            if len(first):
+                # padded to a power of two by repeating the first one (the same pages written
+                # twice): fewer distinct shapes for CUDA graphs, at most twice the scoring
+                first = np.concatenate([first, np.full((1 << (len(first) - 1).bit_length()) - len(first), first[0])])
             self._nf = nf = len(first)
             if nf:
                 cf = np.minimum(npg[first], kp)  # == c_sel there
-                self._kf = int(cf.max())
+                self._kf = min(kp, _round_up(int(cf.max()), 8))
                 self._first = T(first)
                 self._first_slots = T(slots[first])
                 self._first_counts = T(np.repeat(cf, hkv), torch.int32)
                 self._first_npg = T(npg[first], torch.int32)
-                self._first_table = self._table[self._first].contiguous()
+                self._first_table = T(self._table[self._first].contiguous())
                 if m == DraftMethod.VERIFY_ATTN:
-                    rows_f = self.store.score_rows(slots[first])
-                    self._first_score_rows = T(rows_f)
+                    self._first_score_rows = T(self.store.score_rows(slots[first]))
                     scored = self.store.scored_pages[slots[first]]
-                    self._first_w = int(npg[first].max())
-                    self._first_masks = self._masks(npg[first], scored, self._first_w, dev)
+                    self._first_w = _round_up(int(npg[first].max()), TABLE_COLS)
+                    self.store.ensure_score_width(self._first_w)
+                    self._first_masks = tuple(T(x) for x in self._masks(npg[first], scored, self._first_w, dev))
         else:
             counts = np.minimum(npg, kp)
             if m == DraftMethod.STATIC:
@@ -162,12 +179,12 @@ class PassAttention(PagedAttention):
             elif m == DraftMethod.STEP_QUEST:
                 self._npg = T(npg, torch.int32)
             elif m == DraftMethod.STEP_LAYER:
-                self._step_w = int(npg.max())
-                self._step_masks = self._masks(npg, npg, self._step_w, dev)
+                self._step_w = self._score_width
+                self._step_masks = tuple(T(x) for x in self._masks(npg, npg, self._step_w, dev))
             self._counts_t = T(np.repeat(counts, hkv), torch.int32)
         counts = np.repeat(counts, hkv)
-        self._K = K = int(counts.max())
-        self._col = torch.arange(K, device=dev)[None, :]
+        self._K = K = _round_up(int(counts.max()), 8)  # slab width (rows read only `counts`)
+        self._col = T(torch.arange(K, device=dev)[None, :])
         last = np.repeat(last_page_len(kv, ps), hkv)
         return PageLists.from_host(np.arange(rows) * K, counts, last, np.zeros(rows * K, np.int64), hkv, ps, dev)
 
@@ -181,6 +198,38 @@ class PassAttention(PagedAttention):
         keep = ((col < SINK) | (col >= torch.minimum(n - RECENT, sc))) & (col < n)
         return ~valid, keep
 
+    # -- CUDA graphs (graphs.py): what a captured pass reads, and what fixes its shapes
+    def graph_lists(self) -> list[PageLists]:
+        return [self.lists] if self.lists0 is None else [self.lists, self.lists0]
+
+    def graph_inputs(self) -> list[torch.Tensor]:
+        """Every per-pass device tensor the forward reads, in a fixed order: a replay copies a
+        new pass's into the captured pass's."""
+        t = [self.positions, self._page, self._off]
+        for L in self.graph_lists():
+            t += [L.start, L.count, L.last_len, L.indices]
+        return t + self._inputs
+
+    def graph_key(self) -> tuple:
+        """Equal keys: the same kernels on tensors of the same shapes (page ids aside, whose
+        capacity the graph buckets)."""
+        shapes = tuple(tuple(x.shape) for x in self._inputs)
+        sc = None if self._scores is None else tuple(self._scores.shape)
+        return (self.method, self.n_pre, self.n_dr, len(self.q_len), int(self.positions.shape[0]), shapes, sc,
+                self.store.version, self.lists0 is not None)
+
+    def pad_page_ids(self, caps: list[int]) -> None:
+        """Give the page lists' id arrays room for `caps` ids (a captured pass is reloaded with
+        passes of other contexts)."""
+        for L, cap in zip(self.graph_lists(), caps):
+            n = int(L.indices.shape[0])
+            if n < cap:
+                idx = torch.zeros(cap, dtype=L.indices.dtype, device=L.indices.device)
+                idx[:n] = L.indices
+                L.indices = idx
+        if self.n_dr:
+            self._slab = self.lists.indices[self._slab_at:self._slab_at + self._rows * self._K].view(self._rows, self._K)
+
     # -- per layer (device only)
     def lists_for(self, layer: int):
         if not self.n_dr:
@@ -189,7 +238,7 @@ class PassAttention(PagedAttention):
             if layer == 0:
                 return self.lists0
             if layer == 1:  # layer 0 has run: its scores rank the pages for every later layer
-                s = self._scores[self.n_pre * self.hkv:(self.n_pre + self.n_dr) * self.hkv, :self._step_w]
+                s = self._scores[self.n_pre * self.hkv:(self.n_pre + self.n_dr) * self.hkv]
                 self._write(self._top_k(s, self._step_masks, self._counts_t, self._K))
             return self.lists
         if self.method == DraftMethod.STEP_QUEST:
@@ -226,10 +275,13 @@ class PassAttention(PagedAttention):
             from .quest import topk_pages
 
             return topk_pages(s, counts_t, k)
-        return top_pages(s, counts_t.cpu().numpy())
+        out = top_pages(s, counts_t.cpu().numpy())
+        return torch.nn.functional.pad(out, (0, k - out.shape[1]), value=-1) if out.shape[1] < k else out
 
     def _write(self, sel: torch.Tensor) -> None:
-        """Logical pages `[rows, K]` -> physical page ids in the slab."""
+        """Logical pages `[rows, <= K]` -> physical page ids in the slab."""
+        if sel.shape[1] < self._K:
+            sel = torch.nn.functional.pad(sel, (0, self._K - sel.shape[1]), value=-1)
         phys = torch.gather(self._table_rows, 1, sel.clamp(0, self._table_rows.shape[1] - 1))
         self._slab.copy_(phys)
 

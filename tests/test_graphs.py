@@ -29,13 +29,13 @@ def test_static_buffers_reload_per_pass():
     meta = [PageMeta(96, model.cfg.kv_heads, model.cfg.head_dim, torch.float32, "cpu") for _ in range(model.cfg.layers)]
     meta_plain = [PageMeta(96, model.cfg.kv_heads, model.cfg.head_dim, torch.float32, "cpu")
                   for _ in range(model.cfg.layers)]
-    g = GraphedPasses(model, cache, capture=False, meta=meta)
+    g = GraphedPasses(model, cache, capture=False)
     rng = np.random.default_rng(1)
     perm = rng.permutation(96)
     tables = [perm[0:30].tolist(), perm[30:60].tolist(), perm[60:90].tolist()]
     # two passes of one shape (contexts grow by a token), then one of another (a verify of 3)
     for ctxs, q in (([100, 230, 50], [1, 1, 1]), ([101, 231, 51], [1, 1, 1]), ([102, 232, 52], [3, 1, 1])):
-        attn = PassAttention(cache, [0, 1, 2], tables, ctxs, q, 0, DraftRows(), 0, 2048, {}, None)
+        attn = PassAttention(cache, [0, 1, 2], tables, ctxs, q, 0, DraftRows(), 0, 2048, {}, meta)
         assert g.eligible(attn)
         tok = torch.randint(0, model.cfg.vocab, (sum(q),))
         rows = torch.arange(sum(q))
@@ -47,3 +47,71 @@ def test_static_buffers_reload_per_pass():
     for a, b in zip(meta, meta_plain):  # Quest page bounds kept current on the graph path too
         assert torch.equal(a.kmin, b.kmin) and torch.equal(a.kmax, b.kmax)
         assert torch.isfinite(a.kmin).any()
+
+
+@pytest.mark.parametrize("method", [0, 1, 2, 3, 4])
+def test_drafting_passes_replay_alike(method):
+    """Drafting passes of every draft-KV method through the captured-pass path: a pass of a shape
+    seen before loads its inputs into the first one's tensors (selection indices, slots, masks,
+    the page-id slab) and gives the plain path's logits; the runs' stored selections and the
+    verification's page scores stay the plain path's too."""
+    from spsim.gpu_runtime.draft_store import DraftStore
+    from spsim.gpu_runtime.graphs import GraphedPasses
+    from spsim.gpu_runtime.kv_cache import PagedKVCache
+    from spsim.gpu_runtime.model import Transformer
+    from spsim.gpu_runtime.model_config import get_config
+    from spsim.gpu_runtime.pass_attention import DraftRows, PassAttention, budget_pages
+    from spsim.gpu_runtime.selection import PageMeta
+
+    cfg = get_config("tiny")
+    model = Transformer.random(cfg, seed=0)
+    worlds = []
+    for _ in range(2):  # graph path, plain path: the same start, each its own cache and store
+        torch.manual_seed(0)
+        cache = PagedKVCache(cfg, 96, 16)
+        cache.k.normal_()
+        cache.v.normal_()
+        meta = [PageMeta(96, cfg.kv_heads, cfg.head_dim, torch.float32, "cpu") for _ in range(cfg.layers)]
+        for layer in range(cfg.layers):  # page bounds of the whole cache, as if written token by token
+            pages = torch.arange(96).repeat_interleave(16)
+            meta[layer].append(cache.k[layer].permute(0, 2, 1, 3).reshape(96 * 16, cfg.kv_heads, -1),
+                               pages, torch.arange(16).repeat(96))
+        store = DraftStore(cfg.layers, cfg.kv_heads, budget_pages(64, 16), "cpu", slots=2, scores=method == 3)
+        worlds.append((cache, meta, store))
+    g = GraphedPasses(model, worlds[0][0], capture=False)
+    perm = np.random.default_rng(1).permutation(96)
+    tables = [perm[0:30].tolist(), perm[30:60].tolist(), perm[60:90].tolist()]
+    ctx0 = [300, 430, 150]
+    # a verification of 3 tokens (page scores for verify-attn), then runs of drafts at positions
+    # 0, 1, 2, 3 (1 and 2, then 3 with its new page... share shapes), then a mixed pass
+    passes = [(ctx0, [3, 3, 3], None)]
+    base = [c + 3 for c in ctx0]
+    for pos in range(4):
+        passes.append(([c + pos for c in base], [1, 1, 1], DraftRows([0, 1, 2], [c + pos + 1 for c in base],
+                                                                      [pos == 0] * 3, base)))
+    passes.append(([base[0] + 4, base[1] + 4, base[2]], [1, 1, 5], DraftRows([0, 1], [base[0] + 5, base[1] + 5],
+                                                                              [False, False], base[:2])))
+    for ctxs, q, drafts in passes:
+        drafts = drafts or DraftRows()
+        score_rows = [i for i in range(3) if i >= len(drafts.rids)]
+        tok = torch.randint(0, cfg.vocab, (sum(q),))
+        rows = torch.arange(sum(q))
+        out = []
+        for w, (cache, meta, store) in enumerate(worlds):
+            attn = PassAttention(cache, [0, 1, 2], tables, ctxs, q, 0, drafts, method, 64, store, meta, score_rows)
+            if w == 0:
+                g.cache = cache
+                out.append(g.forward(attn, tok, rows))
+            else:
+                out.append(model(tok, attn.positions, attn, logit_rows=rows))
+        torch.testing.assert_close(out[0], out[1], rtol=1e-5, atol=1e-5)
+    assert len(g.graphs) < len(passes)  # some passes reused a captured one
+    (c0, m0, s0), (c1, m1, s1) = worlds
+    assert torch.equal(s0.sel, s1.sel)
+    assert torch.equal(c0.k, c1.k)
+    if method == 3:  # the scored pages of each kept row (columns past them are never read)
+        assert (s0.scored_pages == s1.scored_pages).all() and s0.scored_pages[:3].min() > 0
+        for slot in range(3):
+            n = int(s0.scored_pages[slot])
+            rows = slice(slot * cfg.kv_heads, (slot + 1) * cfg.kv_heads)
+            assert torch.equal(s0.scores[:, rows, :n], s1.scores[:, rows, :n])
