@@ -27,19 +27,28 @@ def default_paths(model: str, out: str | None, measurements: str | None) -> tupl
 
 def calibrate_gpu(model: str = "llama-3.1-8b", minutes: float | None = 8.0, out: str | None = None,
                   measurements: str | None = None, device: str = "cuda", design: str = "default",
-                  host_log: str | None = None, page_size: int = 16, t_start: float | None = None, log=print) -> dict:
+                  host_log: str | None = None, page_size: int = 16, t_start: float | None = None, log=print,
+                  measure_kw: dict | None = None) -> dict:
     """Measure what `measurements` lacks (until done or the time budget), then fit and write the
-    profile. Returns the fit report."""
+    profile. Returns the fit report. `measure_kw`: more arguments of `measure` (tests)."""
     from .measure import measure
 
     t_start = time.monotonic() if t_start is None else t_start
     out_p, meas = default_paths(model, out, measurements)
     _check_writable(out_p)
     deadline = None if minutes is None else t_start + 60 * minutes - FIT_RESERVE_S
-    counts = measure(meas, model, device, design=design, deadline=deadline, page_size=page_size, log=log)
+    counts = measure(meas, model, device, design=design, deadline=deadline, page_size=page_size, log=log,
+                     **(measure_kw or {}))
     log(f"measured {counts['measured']} points ({counts['failed']} failed) into {meas}"
         + (f"; {counts['left']} left: run the same command again to resume" if counts["left"] else ""))
-    return calibrate_from(meas, out_p, host_log, log)
+    try:
+        return calibrate_from(meas, out_p, host_log, log)
+    except ImportError as e:
+        if e.name != "scipy":
+            raise
+        log(f"scipy is not installed here, so no fit: the measurements are in {meas}; fit them where scipy "
+            f"is (spsim calibrate --from {meas} --out {out_p})")
+        return {}
 
 
 def calibrate_from(measurements: str | Path, out: str | Path | None = None, host_log: str | None = None,

@@ -57,10 +57,10 @@ class Tables:
 
 
 def page_tables(point: Point, num_pages: int, page_size: int, perm: np.ndarray) -> dict[int, np.ndarray]:
-    """Request id -> pages. Prefilling and verifying requests get their own pages (in a fixed
-    random order, as a long-running pool scatters them); drafting requests reuse the longest
-    other request's pages that cover them, else get pages of their own while there are any, else
-    share an earlier drafting request's."""
+    """Request id -> pages, each request its own (in a fixed random order, as a long-running pool
+    scatters them) while there are any; then drafting requests share the pages of earlier requests
+    long enough to cover them (they read only their selection; timing does not depend on values).
+    Prefilling and verifying requests always get their own."""
     plan = point.plan()
     need = lambda t: -(-int(t) // page_size)  # noqa: E731
     out, used = {}, 0
@@ -75,15 +75,15 @@ def page_tables(point: Point, num_pages: int, page_size: int, perm: np.ndarray) 
     owners = list(out.values())
     for j, (rid, c, p) in enumerate(zip(plan.draft_ids.tolist(), plan.draft_context.tolist(), plan.draft_pos.tolist())):
         n = need(c + p + 1)
-        fit = [t for t in owners if len(t) >= n]
-        if used + n <= num_pages and (not fit or j >= len(owners)):
+        if used + n <= num_pages:
             out[rid] = perm[used:used + n]
             used += n
             owners.append(out[rid])
-        elif fit:
-            out[rid] = fit[j % len(fit)][:n]
-        else:
+            continue
+        fit = [t for t in owners if len(t) >= n]
+        if not fit:
             raise NoRoom(f"a draft at {c} tokens needs {n} pages, the sweep's cache has {num_pages}")
+        out[rid] = fit[j % len(fit)][:n]
     return out
 
 
@@ -285,9 +285,10 @@ class _Progress:
 
 def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cuda", design: str = "default",
             deadline: float | None = None, page_size: int = 16, dtype: str | None = None, graphs: bool = True,
-            cpu_kv_pages: int = 4096, log=print, bench_kw: dict | None = None) -> dict:
-    """Measure the design's points missing from `out` (appending each as it is taken) until done
-    or `deadline` (time.monotonic()); returns counts. `design`: default or smoke."""
+            cpu_kv_pages: int = 4096, log=print, bench_kw: dict | None = None, max_points: int | None = None) -> dict:
+    """Measure the design's points missing from `out` (appending each as it is taken) until done,
+    `deadline` (time.monotonic()) or `max_points` this session; returns counts. `design`: default
+    or smoke."""
     import torch
 
     from spsim.gpu_runtime.kv_cache import PagedKVCache
@@ -347,7 +348,7 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
         with ctx:
             for i, p in enumerate(todo):
                 est = 1.5 * (statistics.median(walls) if walls else 2.0)
-                if deadline is not None and time.monotonic() + est > deadline:
+                if (deadline is not None and time.monotonic() + est > deadline) or i == max_points:
                     counts["left"] = len(todo) - i
                     break
                 rec = {"id": p.key, "group": p.group, "label": p.label, "heldout": p.heldout, "point": p.to_dict()}

@@ -1,0 +1,97 @@
+"""Calibration's measuring path on the CPU: the runtime times each point of a tiny model (reference
+attention, wall clock), resumes its file, records failures, and runs without simpy or plotly, as
+on the GPU machine; without a GPU, `--gpu` says so."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spsim.calibration.design import smoke_design
+from spsim.calibration.records import read_measurements
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+FAST = dict(min_reps=1, max_reps=2, target_s=0.0)
+
+
+def test_measure_resumes_records_failures_and_never_remeasures(tmp_path, monkeypatch):
+    from spsim.calibration import measure as M
+
+    f = tmp_path / "m.jsonl"
+    log = []
+    c = M.measure(f, "tiny", "cpu", design="smoke", max_points=4, bench_kw=FAST, log=log.append)
+    assert c["measured"] == 4 and c["left"] > 0
+    sessions, recs = read_measurements(f)
+    assert len(sessions) == 1 and sessions[0]["model_name"] == "tiny" and sessions[0]["kv_pages_allocatable"] > 0
+    assert all(r.ok and r.seconds > 0 and len(r.record["samples"]) >= 1 for r in recs)
+    # a torn line (killed mid-write) is dropped; a point that raises is recorded with its reason
+    with open(f, "a") as h:
+        h.write('{"id": "dead')
+    real = M.Bench.run
+
+    def flaky(self, point):
+        if point.group == "prefill":
+            raise RuntimeError("simulated failure\nsecond line")
+        return real(self, point)
+
+    monkeypatch.setattr(M.Bench, "run", flaky)
+    with pytest.warns(UserWarning, match="torn"):
+        c2 = M.measure(f, "tiny", "cpu", design="smoke", max_points=30, bench_kw=FAST, log=log.append)
+    sessions, recs = read_measurements(f)
+    keys = [r.point.key for r in recs]
+    assert len(keys) == len(set(keys)) == len(smoke_design(4096, 4096 * 16)) and len(sessions) == 2
+    fails = [r for r in recs if not r.ok]
+    assert fails and all(r.point.group == "prefill" and r.record["error"] == "RuntimeError: simulated failure"
+                         for r in fails)
+    assert c2["failed"] == len(fails) and c2["left"] == 0
+    graphed = [r.record["graphed"] for r in recs if r.ok]
+    assert not any(graphed)  # no CUDA graphs on the CPU
+    c3 = M.measure(f, "tiny", "cpu", design="smoke", bench_kw=FAST, log=log.append)
+    assert c3["measured"] == 0 and any("already" in x for x in log)
+
+
+def test_measure_refuses_another_models_file(tmp_path):
+    from spsim.calibration.measure import measure
+    from spsim.errors import SpsimError
+
+    f = tmp_path / "m.jsonl"
+    f.write_text(json.dumps({"spsim_calibration": 1, "session": {"model_name": "llama-3.1-8b", "page_size": 16}})
+                 + "\n")
+    with pytest.raises(SpsimError, match="use another --measurements"):
+        measure(f, "tiny", "cpu", design="smoke", max_points=1, bench_kw=FAST, log=lambda s: None)
+
+
+def test_pipeline_without_simpy_or_plotly(tmp_path):
+    """Measure (CPU, tiny) and fit in an interpreter where simpy and plotly cannot be imported, as
+    on the GPU machine; the profile loads as the calibrated kind."""
+    code = ("import sys\nsys.modules['simpy'] = None\nsys.modules['plotly'] = None\n"
+            "from spsim.calibration.calibrate import calibrate_gpu\n"
+            f"calibrate_gpu('tiny', None, {str(tmp_path / 'p.json')!r}, device='cpu', design='smoke',\n"
+            "              measure_kw={'bench_kw': dict(min_reps=1, max_reps=1, target_s=0.0)}, log=lambda s: None)\n"
+            "assert 'simpy' not in [m for m in sys.modules if sys.modules[m] is not None]\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr
+    prof = json.loads((tmp_path / "p.json").read_text())
+    md = prof["metadata"]
+    assert prof["kind"] == "calibrated" and md["model_name"] == "tiny" and md["page_size"] == 16
+    assert md["points"]["measured"] == len(smoke_design(4096, 65536)) and md["kv_pages_allocatable"] == 4096
+    assert {"median_abs_rel", "p95_abs_rel"} <= set(md["heldout_error"]) and md["kernel_version"]
+    assert md["versions"]["torch"] == torch.__version__
+    assert (tmp_path / "p.fit.json").exists() and (tmp_path / "p.measurements.jsonl").exists()
+
+
+def test_cli_gpu_without_a_gpu_says_so(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    r = subprocess.run([sys.executable, "-m", "spsim.cli", "calibrate", "--gpu", "--out", str(tmp_path / "p.json")],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert r.returncode == 2 and "no CUDA GPU" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "p.measurements.jsonl").exists()
