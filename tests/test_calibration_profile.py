@@ -1,0 +1,214 @@
+"""The calibrated cost model and its profiles: the roofline when its extra terms are zero, one price
+per pass whichever path prices it (scalar, vector, many plans, simulator segments), profiles that
+round-trip and register without torch, the measured KV pages as capacity, and shipped profiles as
+the default cost model (the regression fixture pinned to the roofline)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spsim.build import build, build_cost_model
+from spsim.config import ServingConfig
+from spsim.cost import CalibratedCostModel, CalibratedParams, load_cost_model, make_cost_model, save_profile
+from spsim.cost.calibrated import PlanBatch
+from spsim.errors import SpsimError
+from spsim.plan import DraftMethod, PassPlan
+
+ROOT = Path(__file__).resolve().parent.parent
+PARAMS = CalibratedParams(
+    layer_fixed_s=20e-6, gemm_eff=0.8, smooth_p=2.5, weight_scale=1.1, sample_bytes_per_logit=20,
+    attn_bw_scale=1.2, attn_flops_eff=0.4, attn_req_s=0.5e-6, attn_split_s=0.3e-6, eager_pass_s=4e-3,
+    verify_req_s=30e-6, draft_pass_s=(2e-3, 5e-3, 3e-3, 6e-3, 7e-3),
+    draft_req_s=((40e-6, 40e-6), (60e-6, 25e-6), (50e-6, 50e-6), (70e-6, 30e-6), (80e-6, 80e-6)),
+    draft_page_s=((0.0, 0.0), (2e-7, 1e-8), (1e-8, 1e-8), (1e-7, 1e-8), (3e-7, 3e-7)))
+
+
+@pytest.fixture(scope="module")
+def cm():
+    return CalibratedCostModel("llama-3.1-8b", "h200", params=PARAMS, info={"kv_pages_allocatable": 54321})
+
+
+def random_plans(seed: int, n_plans: int = 40, big: bool = False):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n_plans):
+        n = int(rng.integers(70, 120) if big else rng.integers(1, 12))
+        ctx, bud = rng.integers(0, 130000, n), rng.integers(1, 9000, n)
+        meth, pos = rng.integers(0, len(DraftMethod), n), rng.integers(0, 20, n)
+        q = rng.integers(1, 3000, n)
+        k = [rng.random() < 0.5 for _ in range(3)]
+        pick = lambda on, a: a if on else a[:0]  # noqa: E731
+        ids = np.arange(n)
+        out.append(PassPlan(prefill_ids=pick(k[0], ids), prefill_tokens=pick(k[0], q), prefill_context=pick(k[0], ctx),
+                            draft_ids=pick(k[1], ids), draft_context=pick(k[1], ctx), draft_budget=pick(k[1], bud),
+                            draft_method=pick(k[1], meth), draft_pos=pick(k[1], pos), verify_ids=pick(k[2], ids),
+                            verify_query=pick(k[2], q % 40 + 1), verify_context=pick(k[2], ctx)))
+    return [p for p in out if not p.is_empty()]
+
+
+def test_neutral_constants_are_the_roofline():
+    roof, cal = make_cost_model(), CalibratedCostModel()
+    for p in random_plans(1) + random_plans(2, 8, big=True):
+        assert cal.time(p) == pytest.approx(roof.time(p), rel=1e-12)
+    ctx, q = np.array([100, 5000, 120000]), np.array([1, 5, 9])
+    for a, b in zip(cal.marginal(ctx, np.full(3, 2048), np.array([0, 1, 2]), q),
+                    roof.marginal(ctx, np.full(3, 2048), np.array([0, 1, 2]), q)):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_every_path_prices_a_pass_alike(cm):
+    vec = cm.with_params()
+    vec.SCALAR_MAX = -1
+    plans = random_plans(3) + random_plans(4, 6, big=True)
+    batch = cm.times(PlanBatch.of(plans))
+    for i, p in enumerate(plans):
+        t = cm.time(p)
+        assert t == pytest.approx(vec.time(p), rel=1e-12) and batch[i] == pytest.approx(t, rel=1e-12)
+    # marginals: scalar twins, vector formulas and the policies' table grids
+    rng = np.random.default_rng(5)
+    ctx, q = rng.integers(1, 60000, 10), rng.integers(1, 17, 10)
+    b, m = np.full(10, 2048), np.full(10, int(DraftMethod.VERIFY_QUEST))
+    d1, v1 = cm.marginal(ctx, b, m, q)
+    d2, v2 = vec.marginal(ctx, b, m, q)
+    d3, v3 = cm.marginal(ctx[:, None].repeat(3, 1), b[:, None].repeat(3, 1), m[:, None].repeat(3, 1),
+                         q[:, None].repeat(3, 1))
+    for a, c in ((d1, d2), (v1, v2), (d1, d3[:, 0]), (v1, v3[:, 0])):
+        np.testing.assert_allclose(a, c, rtol=1e-12)
+    # the extra terms are in: a first verify-quest draft pays the per-request and per-page costs
+    args = np.array([65536]), np.array([2048]), np.array([1]), np.array([1])
+    bare = cm.with_params(draft_req_s=((0.0, 0.0),) * 5, draft_page_s=((0.0, 0.0),) * 5, verify_req_s=0.0)
+    (d0, v0), (d1, v1) = cm.marginal(*args), bare.marginal(*args)
+    assert d0[0] - d1[0] == pytest.approx(60e-6 + 4096 * 2e-7) and v0[0] - v1[0] == pytest.approx(30e-6)
+    (d0, _), (d1, _) = cm.marginal(*args, draft_pos=np.array([3])), bare.marginal(*args, draft_pos=np.array([3]))
+    assert d0[0] - d1[0] == pytest.approx(25e-6 + 4096 * 1e-8)  # a later draft: its own terms
+
+
+def test_simulator_segments_equal_per_pass_time(cm):
+    from spsim.simulator.segment import DecodeSegment
+    from spsim.simulator.segment_cost import segment_cost
+
+    sc = segment_cost(cm)
+    assert sc is cm  # its own segment pricing (the roofline's tables plus the per-pass terms)
+    rng = np.random.default_rng(7)
+    for _ in range(30):
+        n, r = int(rng.integers(1, 6)), int(rng.integers(1, 7))
+        kind = rng.integers(1, 3, (n, r)).astype(np.int8)
+        query = np.where(kind == 2, rng.integers(1, 40, (n, r)), 1)
+        ctx = rng.integers(0, 131000, (n, r))
+        dpos = np.where(kind == 2, query - 1, rng.integers(0, 20, (n, r)))
+        uniform = rng.random() < 0.7
+        budget = np.full(r, 2048) if uniform else rng.integers(1, 8192, r)
+        method = np.full(r, int(rng.integers(0, 5))) if uniform else rng.integers(0, 5, r)
+        seg = DecodeSegment(kind, query, ctx, dpos, budget, method)
+        got = sc.segment_times(seg)
+        for i in range(n):
+            d, v = kind[i] == 1, kind[i] == 2
+            plan = PassPlan(draft_ids=np.flatnonzero(d), draft_context=ctx[i, d], draft_budget=budget[d],
+                            draft_method=method[d], draft_pos=dpos[i, d], verify_ids=np.flatnonzero(v),
+                            verify_query=query[i, v], verify_context=ctx[i, v])
+            assert got[i] == pytest.approx(cm.time(plan), rel=1e-12)
+    for context in ([5000], [100, 70000, 3000], list(range(1000, 30000, 2500))):
+        assert np.array_equal(sc.decode_times(context, 5), sc.segment_times(DecodeSegment.plain(context, 5)))
+
+
+def test_profile_round_trips_and_loads_without_torch(cm, tmp_path):
+    path = tmp_path / "p.json"
+    save_profile(cm, path)
+    back = load_cost_model(path)
+    assert isinstance(back, CalibratedCostModel) and back.p == cm.p and back.kv_capacity_pages() == 54321
+    for p in random_plans(9, 10):
+        assert back.time(p) == cm.time(p)
+    code = ("import sys\nfor m in ('torch', 'triton', 'simpy', 'plotly'): sys.modules[m] = None\n"
+            f"from spsim.cost import load_cost_model\ncm = load_cost_model({str(path)!r})\n"
+            "assert type(cm).__name__ == 'CalibratedCostModel'\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.filterwarnings("ignore:.*profile measured with")
+def test_profile_checks_shape_errors_versions_warn(cm, tmp_path):
+    prof = cm.to_profile()
+    prof["metadata"]["versions"] = {"torch": "0.1.0", "triton": "0.1"}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(prof))
+    with pytest.raises(SpsimError, match="model_name='llama-3.1-8b'"):
+        load_cost_model(path, expect={"model_name": "qwen2.5-7b"})
+    with pytest.raises(SpsimError, match="page_size"):
+        load_cost_model(path, expect={"page_size": 32})
+    pytest.importorskip("torch")
+    with pytest.warns(UserWarning, match="profile measured with torch 0.1.0"):
+        load_cost_model(path)
+    prof["metadata"]["params"]["draft_pass_s"] = [1.0, 2.0]
+    path.write_text(json.dumps(prof))
+    with pytest.raises(SpsimError, match="malformed calibrated profile"):
+        load_cost_model(path)
+
+
+def test_profile_capacity_is_the_measured_kv_pages(cm, tmp_path):
+    path = tmp_path / "p.json"
+    save_profile(cm, path)
+    s = build(ServingConfig(profile=str(path), policy="ar"))
+    assert s.batcher_config.capacity_pages == 54321
+    assert build(ServingConfig(profile=str(path), policy="ar", kv_pages=1000)).batcher_config.capacity_pages == 1000
+
+
+# ---- shipped profiles
+
+@pytest.fixture
+def shipped(cm, tmp_path, monkeypatch):
+    import spsim.calibration.shipped as sh
+
+    monkeypatch.setattr(sh, "PROFILES", tmp_path)
+    path = tmp_path / "h200-llama-3.1-8b.json"
+    save_profile(cm, path)
+    return path
+
+
+def test_no_profile_is_shipped_until_one_is_measured():
+    import spsim.calibration.shipped as sh
+
+    assert not list(sh.PROFILES.glob("*.json"))
+    assert build_cost_model(ServingConfig()).name == "roofline"
+
+
+def test_a_shipped_profile_is_the_default_cost_model(shipped):
+    got = build_cost_model(ServingConfig(gpu="H200-SXM", model="8b"))
+    assert got.name == "calibrated" and got.source == str(shipped)
+    assert build_cost_model(ServingConfig(cost="roofline")).name == "roofline"
+    for other in (dict(page_size=32), dict(kv_dtype="fp8"), dict(model="llama-3.2-3b"), dict(gpu="h100")):
+        assert build_cost_model(ServingConfig(**other)).name == "roofline", other  # measured for another setting
+    with pytest.raises(SpsimError, match="--cost"):
+        ServingConfig(cost="measured").validate()
+
+
+def test_summary_names_the_cost_model_and_profile(shipped):
+    pytest.importorskip("simpy")
+    from spsim.simulator.engine import SimConfig, simulate
+    from spsim.traces import read_trace
+
+    tr = read_trace("mooncake")
+    tr = tr.take(np.arange(20))
+    res = simulate(tr, SimConfig(policy="fixed-k:k=4", replicas=1))
+    assert res.summary["config"]["cost_model"] == "calibrated" and res.summary["config"]["profile"] == str(shipped)
+    assert res.summary["kv_capacity_pages"] == 54321
+    res = simulate(tr, SimConfig(policy="fixed-k:k=4", replicas=1, cost="roofline"))
+    assert res.summary["config"]["cost_model"] == "roofline" and res.summary["config"]["profile"] is None
+
+
+def test_regression_fixture_stays_on_the_roofline(shipped):
+    """With a profile shipped for the fixture's GPU and model, its cases still run the roofline."""
+    pytest.importorskip("simpy")
+    sys.path.insert(0, str(ROOT / "tests"))
+    from regression_cases import case_name, cases, run_case
+
+    fixture = json.loads((ROOT / "tests" / "fixtures" / "regression.json").read_text())
+    case = next(c for c in cases() if c.get("max_batch") == 24)  # the smallest case
+    got, want = run_case(case), fixture[case_name(case)]
+    assert {k: got["summary"].get(k) for k in want["summary"]} == want["summary"]
+    assert got["requests_sha256"] == want["requests_sha256"]
