@@ -2,6 +2,12 @@
 (Llama-3.1-8B shape, random bf16 weights, KV of random values), kernels grouped by name.
 
     python3 benchmarks/runtime_profile.py [--batch 16] [--context 32768] [--out FILE.json]
+    python3 benchmarks/runtime_profile.py --mixed [--method verify-quest] [--out FILE.json]
+
+`--mixed`: the issue's mixed pass instead: `batch` drafting requests (first drafts of their runs
+at a 2K budget, so page selection is included) + `batch` verifying 9 tokens, `context` each (the
+drafting rows alias the verifying ones' pages); kernels grouped into attention, page selection,
+linear layers, sampling/logits and small ops, beside the host's input preparation for the pass.
 """
 
 from __future__ import annotations
@@ -28,7 +34,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--context", type=int, default=32768)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--mixed", action="store_true")
+    ap.add_argument("--method", default="verify-quest")
     a = ap.parse_args()
+    if a.mixed:
+        return mixed(a)
     dev = torch.device("cuda")
     lc = get_config(a.model)
     model = Transformer.random(lc, seed=0, device=dev, dtype=torch.bfloat16)
@@ -61,6 +71,88 @@ def main() -> None:
     if a.out:
         Path(a.out).write_text(json.dumps({"batch": b, "context": ctx, "model": a.model, "total_ms": round(total / 1e3, 3),
                                            "kernels": rows}, indent=1) + "\n")
+
+
+GROUPS = (("attention", ("_mixed_attn", "_merge", "attn")), ("page selection", ("quest", "topk", "gather", "index",
+                                                                                   "masked_fill", "where")),
+          ("linear layers", ("gemm", "sm90", "cutlass", "nvjet", "matmul", "xmma")),
+          ("sampling and logits", ("softmax", "argmax", "scatter", "cumsum", "searchsorted")))
+
+
+def group_of(name: str) -> str:
+    n = name.lower()
+    for g, keys in GROUPS:
+        if any(k in n for k in keys):
+            return g
+    return "small ops (norms, rope, activations, copies)"
+
+
+def mixed(a) -> None:
+    import time
+
+    from spsim.gpu_runtime.kv_cache import PagedKVCache
+    from spsim.gpu_runtime.model import Transformer
+    from spsim.gpu_runtime.model_config import get_config
+    from spsim.gpu_runtime.pass_attention import DraftRows, PassAttention
+    from spsim.gpu_runtime.selection import PageMeta
+    from spsim.plan import DraftMethod
+
+    dev = torch.device("cuda")
+    lc = get_config(a.model)
+    model = Transformer.random(lc, seed=0, device=dev, dtype=torch.bfloat16)
+    ps, b, ctx, k = 16, a.batch, a.context, 8
+    method = int(DraftMethod.parse(a.method))
+    n = -(-(ctx + k + 1) // ps)
+    cache = PagedKVCache(lc, b * n + 8, ps, device=dev, dtype=torch.bfloat16)
+    cache.k.normal_()
+    cache.v.normal_()
+    meta = [PageMeta(cache.num_pages, lc.kv_heads, lc.head_dim, torch.bfloat16, dev) for _ in range(lc.layers)]
+    for m_ in meta:  # bounds of random keys: any finite values time the same
+        m_.kmin.normal_()
+        m_.kmax.normal_()
+    perm = np.random.default_rng(0).permutation(b * n)
+    tv = [perm[i * n:(i + 1) * n].tolist() for i in range(b)]
+    drafts = DraftRows(list(range(b)), [ctx + 1] * b, [True] * b, [ctx] * b)
+
+    def build():
+        return PassAttention(cache, list(range(2 * b)), tv + tv, [ctx] * (2 * b), [1] * b + [k + 1] * b, 0, drafts,
+                             method, 2048, None, meta, list(range(b, 2 * b)))
+
+    t0 = time.perf_counter()
+    for _ in range(10):
+        attn = build()
+    prep_ms = (time.perf_counter() - t0) / 10 * 1e3
+    tok = torch.randint(0, lc.vocab, (b + b * (k + 1),), device=dev)
+    rows = torch.arange(tok.shape[0], device=dev)
+    for _ in range(3):
+        model(tok, attn.positions, attn, logit_rows=rows)
+    torch.cuda.synchronize()
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            model(tok, attn.positions, attn, logit_rows=rows)
+        torch.cuda.synchronize()
+    groups: dict[str, float] = {}
+    kernels = []
+    for e in prof.key_averages():
+        dt = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        if dt > 0 and e.device_type.name == "CUDA":
+            g = group_of(e.key)
+            groups[g] = groups.get(g, 0.0) + dt / 5
+            kernels.append({"kernel": e.key[:90], "group": g, "us_per_pass": round(dt / 5, 1)})
+    kernels.sort(key=lambda r: -r["us_per_pass"])
+    total = sum(groups.values())
+    res = {"pass": f"{b} drafting ({a.method}, first drafts, 2K budget) + {b} verifying {k + 1} tokens, {ctx} context",
+           "model": a.model, "gpu_kernel_ms": round(total / 1e3, 3), "host_prep_ms": round(prep_ms, 3),
+           "by_group_ms": {g: round(v / 1e3, 3) for g, v in sorted(groups.items(), key=lambda x: -x[1])},
+           "kernels": kernels[:40],
+           "note": "GPU kernel time of an eager pass (torch.profiler, 5 passes); the runtime replays such passes "
+                   "from a CUDA graph, which removes launch gaps but not kernel time. host_prep_ms: building the "
+                   "pass's inputs (page lists, work plan, selection indices) on the host, median of 10"}
+    print(json.dumps(res, indent=1))
+    if a.out:
+        Path(a.out).write_text(json.dumps(res, indent=1) + "\n")
 
 
 if __name__ == "__main__":

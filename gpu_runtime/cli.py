@@ -33,8 +33,12 @@ def register(app: typer.Typer) -> None:
         text: Optional[Path] = typer.Option(None, "--text", help="Cut prompts from this text (needs .gguf weights)."),
         temperature: float = typer.Option(0.0, "--temperature", help="Sampling temperature (0: greedy)."),
         max_passes: Optional[int] = typer.Option(None, "--max-passes", help="Stop after this many passes."),
-        cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs", help="Replay decode-like passes "
-                                         "(no prefill, no drafting) from CUDA graphs (GPU only)."),
+        cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs", help="Replay passes without "
+                                         "prefill (decode, verify, drafting) from CUDA graphs (GPU only)."),
+        synthetic_prefill: bool = typer.Option(False, "--synthetic-prefill", help="Timing aid: do not compute "
+                                               "prefill (KV pages hold random values, first tokens are random), "
+                                               "so decode at long context is timed without its prefill. Outputs "
+                                               "are meaningless; use with --acceptance PRESET."),
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write summary.json, requests.csv, "
                                            "events.jsonl and passes.jsonl here."),
         dump_tokens: Optional[Path] = typer.Option(None, "--dump-tokens", help="Write {request id: generated "
@@ -62,7 +66,8 @@ def register(app: typer.Typer) -> None:
             check_out_dir(dump_tokens.parent, (dump_tokens.name,), label=f"--dump-tokens {dump_tokens}")
         tr = load_trace(trace, trace_format, limit, skip_invalid)
         opts = RuntimeOptions(weights=weights, device=device, dtype=dtype, text=str(text) if text else None,
-                              temperature=temperature, max_passes=max_passes, cuda_graphs=cuda_graphs)
+                              temperature=temperature, max_passes=max_passes, cuda_graphs=cuda_graphs,
+                              synthetic_prefill=synthetic_prefill)
         res = run_trace(tr, serving, opts)
         if as_json:
             typer.echo(res.result.summary_json(), nl=False)

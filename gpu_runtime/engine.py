@@ -40,7 +40,8 @@ class RuntimeOptions:
     cpu_kv_pages: int = 4096  # default KV pages on the CPU
     max_passes: int | None = None  # stop after this many passes (a window of a long run)
     record_events: bool = True
-    cuda_graphs: bool = True  # replay decode-like passes from CUDA graphs (GPU only)
+    cuda_graphs: bool = True  # replay passes without prefill from CUDA graphs (GPU only)
+    synthetic_prefill: bool = False  # timing: skip prefill compute, KV pages hold random values
 
 
 @dataclass
@@ -151,7 +152,11 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
     ex = RuntimeExecutor(model, cache, b.pool, table, prompt_source(trace, model, tokenizer, cfg, opts),
                          method=serving.method, budget=cfg.draft_budget, temperature=opts.temperature,
                          seed=cfg.seed, acceptance=serving.acceptance, record_events=opts.record_events,
-                         drafts_possible=serving.batcher_config.max_draft > 0)
+                         drafts_possible=serving.batcher_config.max_draft > 0,
+                         synthetic_prefill=opts.synthetic_prefill)
+    if opts.synthetic_prefill and cache.device.type == "cuda":  # finite values for attention to read
+        for t in (cache.k, cache.v):
+            t.normal_()
     graphs = None
     if opts.cuda_graphs and model.device.type == "cuda":
         from .graphs import GraphedPasses
@@ -208,6 +213,7 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
         host_s = time.perf_counter() - h0
         if plan.is_empty():
             raise RuntimeError("batcher produced an empty pass with work pending")  # a bug, not input
+        caps = graphs.captures if graphs is not None else 0
         out = ex.execute(plan)
         if not wall:
             sim_now[0] += out.elapsed_s + host_s
@@ -218,7 +224,11 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
         passes.append({"pass": len(passes), "category": cat, "prefill_tokens": int(plan.prefill_tokens.sum()),
                        "drafts": len(plan.draft_ids), "verifies": len(plan.verify_ids),
                        "verify_tokens": int(plan.verify_query.sum()), "gpu_ms": round(out.elapsed_s * 1e3, 4),
-                       "host_ms": round(host_s * 1e3, 4)})
+                       "prep_ms": round(ex.last_prep_s * 1e3, 4), "host_ms": round(host_s * 1e3, 4),
+                       # tokens this pass committed: first tokens of finished prefills, and per
+                       # verification its accepted drafts plus one
+                       "committed": int(plan.prefill_last.sum()) + len(plan.verify_ids) + int(out.accepted.sum()),
+                       "captured": graphs is not None and graphs.captures > caps})
         if progress is not None:
             d = int(((table.phase == Phase.DONE) | (table.phase == Phase.REJECTED)).sum())
             if d != done_count:
@@ -233,6 +243,7 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
                                                      if model.device.type == "cuda" else "cpu"),
         "model": lc.name, "weights": opts.weights or "random (seeded)", "dtype": str(dtype).replace("torch.", ""),
         "kv_pages": pages, "acceptance": cfg.acceptance or "real", "temperature": opts.temperature,
+        "synthetic_prefill": opts.synthetic_prefill,
         "policy_cost_model": getattr(cost, "name", type(cost).__name__), "passes": len(passes),
         "stopped_early": bool(opts.max_passes and len(passes) >= opts.max_passes),
         "mean_host_ms": float(host.mean()), "p99_host_ms": float(np.percentile(host, 99)),

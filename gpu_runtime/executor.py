@@ -43,9 +43,12 @@ class RequestTokens:
 class RuntimeExecutor:
     def __init__(self, model, cache: PagedKVCache, pool, table, prompt_fn, *, method: int, budget: int,
                  temperature: float = 0.0, seed: int = 0, acceptance=None, record_events: bool = True,
-                 attention_fn=None, graphs=None, drafts_possible: bool = True):
+                 attention_fn=None, graphs=None, drafts_possible: bool = True, synthetic_prefill: bool = False):
         """`pool`: the batcher's `PagedKVPool` (page tables); `table`: its request table;
-        `prompt_fn(rid) -> token ids`; `acceptance`: None for real acceptance, else a preset model."""
+        `prompt_fn(rid) -> token ids`; `acceptance`: None for real acceptance, else a preset model.
+        `synthetic_prefill` (timing benchmarks): prefill chunks are not computed (the KV pages keep
+        whatever values they hold) and a prompt's first output token is a keyed random one, so
+        decode at long context is timed without paying for its prefill."""
         self.model, self.cache, self.pool, self.t = model, cache, pool, table
         self.prompt_fn = prompt_fn
         self.method, self.budget = int(method), int(budget)
@@ -65,6 +68,8 @@ class RuntimeExecutor:
         # selections of drafting runs and verification page scores, on the GPU by request slot
         self.store = DraftStore(cfg.layers, cfg.kv_heads, budget_pages(self.budget, cache.page_size), self.dev,
                                 scores=self.method == DraftMethod.VERIFY_ATTN)
+        self.synthetic_prefill = synthetic_prefill
+        self._synthetic_first: list[int] = []
         self.last_prep_s = 0.0  # host time of the last pass's input preparation (part of its elapsed time)
 
     # ---------------------------------------------------------------- bookkeeping
@@ -109,9 +114,14 @@ class RuntimeExecutor:
         rids, tables, start, qlen, toks = [], [], [], [], []
         score_rows, logit_rows = [], []
         row = 0
+        self._synthetic_first = []
         for rid, n, ctx, last in zip(plan.prefill_ids.tolist(), plan.prefill_tokens.tolist(),
                                      plan.prefill_context.tolist(), plan.prefill_last.tolist()):
             st = self._state(rid)
+            if self.synthetic_prefill:
+                if last:
+                    self._synthetic_first.append(rid)
+                continue
             toks += st.tokens[ctx:ctx + n]
             self._add(rids, tables, start, qlen, rid, ctx, n)
             if last:
@@ -138,7 +148,11 @@ class RuntimeExecutor:
             logit_rows += range(row, row + q)
             score_rows.append(len(rids) - 1)
             row += q
-        n_pre = len(plan.prefill_ids)
+        n_pre = 0 if self.synthetic_prefill else len(plan.prefill_ids)
+        if not rids:  # a synthetic prefill pass with nothing else in it
+            self.last_prep_s = time.perf_counter() - t0
+            entropy, accepted = self._outcomes(plan, None)
+            return Outcome(time.perf_counter() - t0, entropy, accepted)
         attn = PassAttention(self.cache, rids, tables, start, qlen, n_pre, drafts, self.method, self.budget,
                              self.store, self.meta, score_rows, self.attention_fn)
         tok_t = torch.as_tensor(np.asarray(toks, np.int64), device=self.dev)
@@ -165,6 +179,12 @@ class RuntimeExecutor:
         r = 0
         # prefill's last chunks: the first output token (or the next one after a recompute)
         last = [rid for rid, lst in zip(plan.prefill_ids.tolist(), plan.prefill_last.tolist()) if lst]
+        if last and self.synthetic_prefill:
+            for rid in last:
+                st = self.req[rid]
+                u = S.keyed_uniform(self.seed, rid, len(st.tokens) - st.prompt_len, S.TARGET)
+                st.tokens.append(int(u * self.model.cfg.vocab))
+            last = []
         if last:
             sts = [self.req[rid] for rid in last]
             pos = np.asarray([len(st.tokens) - st.prompt_len for st in sts], np.int64)  # output position

@@ -197,3 +197,23 @@ def test_run_and_replay_decide_alike_with_preset_acceptance(tiny, policy):
     assert run.result.requests[cols].equals(sim.requests[cols])
     assert run.result.summary["drafted_tokens"] > 0 and run.result.summary["preemptions"] > 0
     assert sum(run.result.summary["passes"].values()) == sum(sim.summary["passes"].values())
+
+
+def test_synthetic_prefill_keeps_the_plans(tiny):
+    """`--synthetic-prefill` (a timing aid) skips prefill compute but not its bookkeeping: with a
+    preset, the run drafts, verifies and accepts exactly as the full run does, its pass records
+    count the committed tokens, and its prefill passes cost (almost) nothing."""
+    from spsim.gpu_runtime.engine import RuntimeOptions, run_trace
+
+    cfg = ServingConfig(policy="fixed-k:k=4", offline=True, kv_pages=400, page_size=16, draft_budget=48,
+                        acceptance="sparsespec-llama8b")
+    runs = [run_trace(mixed_trace(), cfg, RuntimeOptions(device="cpu", synthetic_prefill=s), model=tiny,
+                      cost=CheapDrafts()) for s in (False, True)]
+    cols = ["drafts", "verifies", "accepted"]
+    assert runs[0].result.requests[cols].equals(runs[1].result.requests[cols])
+    for run in runs:
+        assert sum(p["committed"] for p in run.passes) == int(run.result.requests["output_tokens"].sum())
+    pre = [sum(p["gpu_ms"] for p in r.passes if p["prefill_tokens"] and not p["drafts"] and not p["verifies"])
+           for r in runs]
+    assert pre[1] < 0.2 * pre[0]
+    assert runs[1].result.summary["runtime"]["synthetic_prefill"] is True

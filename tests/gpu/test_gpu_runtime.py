@@ -75,10 +75,14 @@ def test_bf16_agrees_with_ar_up_to_near_ties(model, policy, method):
           f"(ar {sum(ar.result.summary['pass_time_s'].values()):.3f} s)")
 
 
-def test_cuda_graphs_replay_the_same_passes(model):
-    """Decode-like passes replayed from CUDA graphs give exactly the eager run's tokens (the same
-    kernels on the same inputs), and most passes are replays, not captures."""
-    cfg = ServingConfig(policy="ar", offline=True, kv_pages=8000)
+@pytest.mark.parametrize("policy,method", [("ar", "auto"), ("fixed-k:k=4", "verify-quest"),
+                                           ("fixed-k:k=4", "verify-attn"), ("aspire", "step-layer"),
+                                           ("fixed-k:k=4", "step-quest"), ("sync:k=3", "static")])
+def test_cuda_graphs_replay_the_same_passes(model, policy, method):
+    """Passes replayed from CUDA graphs (decode, verify and drafting passes of every draft-KV
+    method) give exactly the eager run's tokens (the same kernels on the same inputs), and most
+    passes are replays, not captures."""
+    cfg = ServingConfig(policy=policy, offline=True, kv_pages=8000, draft_kv=method, draft_budget=256)
     eager = run_trace(trace(), cfg, RuntimeOptions(device="cuda", cuda_graphs=False), model=model)
     graphed = run_trace(trace(), cfg, RuntimeOptions(device="cuda", cuda_graphs=True), model=model)
     assert graphed.tokens == eager.tokens
