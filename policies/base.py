@@ -62,6 +62,9 @@ class Policy:
     plain_hold: ClassVar[int] = 8  # tokens a zero target holds before the policy is asked again
     needs_entropy: ClassVar[bool] = False
     oracle: ClassVar[bool] = False  # may ask the simulator's acceptance model for outcomes
+    # plans-ahead policies only: `targets` answers each row from the view alone and changes no
+    # state, so an executor may ask it for rows of later passes early and in any grouping
+    pure_targets: ClassVar[bool] = False
     speculative: ClassVar[bool] = True
     default_draft_method: ClassVar[DraftMethod] = DraftMethod.VERIFY_QUEST
     description: ClassVar[str] = ""

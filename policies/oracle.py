@@ -26,6 +26,7 @@ class Oracle(RatePlanner):
     default_draft_method = DraftMethod.STEP_LAYER
     description = "reference: ASPIRE's rule with the exact accepted counts (simulator only)"
     plain_hold = 1  # it knows when the next draft would be accepted: look again every token
+    pure_targets = True  # keyed outcomes and the cost model, row by row; no state
 
     def targets(self, view: DecodeView) -> np.ndarray:
         acc = self.ctx.acceptance

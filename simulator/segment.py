@@ -91,6 +91,7 @@ class Cycles:
     acc: np.ndarray  # drafts it accepts
     K: int  # target after a verification with drafts (Policy.cycle_target)
     need: np.ndarray  # (n, r) pages each request holds after pass i's reservation
+    asks: tuple | None = None  # (pass, column, target, recheck) of each re-ask, in plan order
 
 
 class FastPath:
@@ -104,6 +105,8 @@ class FastPath:
     MAX_ROUNDS = 16
     # Plain passes a policy asked every pass is asked about at once (`Policy.zero_run`)
     ZERO_MAX = 256
+    # Positions a `pure_targets` policy is asked about at once when re-asked (plain stretches)
+    ASK_AHEAD = 16
 
     def __init__(self, batcher: Batcher):
         self.b = batcher
@@ -158,6 +161,10 @@ class FastPath:
         b.ask_policy(np.array(running, dtype=I64))
         if cycles_ok:
             return self._plan_cycles(k_cycle, pol.synchronous, max_passes)
+        if (pol.pure_targets and cfg.max_draft and not pol.needs_entropy and not pol.synchronous
+                and (not b.waiting or len(running) >= cfg.max_batch)
+                and any((t.target[running] > 0).tolist())):  # all plain: the plain segments below
+            return self._plan_cycles(0, False, max_passes, ask=self._ask_rows)
         if len(running) <= self.SCALAR_MAX and (n := self._plain_passes(max_passes)) >= 0:
             if n < 2:
                 return None
@@ -249,13 +256,31 @@ class FastPath:
             self.zero_ok = True
         return self._plan_cycles(K, True, max_passes, rounds=1)
 
-    def _plan_cycles(self, K: int, sync: bool, max_passes: int, rounds: int = 0) -> SegmentPlan | None:
+    def _ask_rows(self, rids: list[int], com: list[int], ctx: list[int], out: list[int], r: int):
+        """A `pure_targets` policy's targets and recheck positions for these requests holding no
+        drafts, asked on the view the batcher would build (no prefill in progress, r decoding)."""
+        n, cfg = len(rids), self.cfg
+        committed = np.array(com, I64)
+        budget, method = self._budget[:n], self._method[:n]
+        if n > len(budget):  # more rows than a batch holds (positions asked ahead)
+            budget, method = np.full(n, cfg.draft_budget, I64), np.full(n, cfg.draft_method, I64)
+        view = DecodeView(ids=np.array(rids, I64), context=np.array(ctx, I64), drafted=np.zeros(n, I64),
+                          remaining=np.array(out, I64) - committed, budget=budget, method=method,
+                          last_entropy=np.full(n, np.nan), sum_entropy=np.zeros(n), num_decode=r,
+                          prefill_tokens=0, max_draft=cfg.max_draft, committed=committed)
+        pol = self.b.policy
+        tg = np.asarray(pol.targets(view), I64)
+        return tg.tolist(), (committed + pol.hold(view, tg)).tolist()
+
+    def _plan_cycles(self, K: int, sync: bool, max_passes: int, rounds: int = 0, ask=None) -> SegmentPlan | None:
         """Passes through many draft-verify cycles of a policy with one target after every
         verification (`Policy.cycle_target`), up to the first finish or page shortage: each
         request's cycles follow from its keyed outcomes alone (synchronous policies: the batch's
         cycles, all verifying together), drawn a cycle of every request at a time. `rounds`: at
         most this many cycles of every request (one: no outcomes drawn ahead; a one-pass segment
-        then does)."""
+        then does). `ask`: a `pure_targets` policy re-asked where the step path would ask it (the
+        pass after a verification with drafts; a zero target's expiry), one call per round:
+        its answers are row by row and change no state, so asking ahead is asking then."""
         t, cfg = self.t, self.cfg
         run = np.array(self.running, dtype=I64)
         r = len(run)
@@ -264,6 +289,9 @@ class FastPath:
         if min(tg) < 0:
             return None
         out, com, ctx, d = t.output[run].tolist(), t.committed[run].tolist(), ctx0.tolist(), d0.tolist()
+        rc = t.recheck[run].tolist() if ask else None
+        aps, ajs, atg, arc = [], [], [], []  # asks: pass, column, target, recheck position
+        pend: dict = {}  # column -> (committed, answers for positions committed, committed + 1, ...)
         md = cfg.max_draft
         start = [0] * r  # pass where each request's current cycle begins
         live = list(range(r))  # columns not finished within the plan and not past n
@@ -318,7 +346,7 @@ class FastPath:
                 # verification after outcome a, while far from its end, checks min(K, max_draft)
                 cand = []
                 kc = min(K, md)
-                ahead = spec if len(spec) <= self.SCALAR_MAX and max_rounds > 1 else ()
+                ahead = spec if len(spec) <= self.SCALAR_MAX and max_rounds > 1 and ask is None else ()
                 for j, x in ahead:  # small batches
                     c, o, cx, rid = com[j], out[j], ctx[j], runl[j]
                     lo, top = (got[j], got[j] + 1) if j in got else (0, x + 1)
@@ -355,6 +383,7 @@ class FastPath:
                     if lo <= a < hi:
                         known[j] = ((com[j] + a + 1, x1, ctx[j] + a + 1), res[row + a - lo])
             live, fin = [], None
+            due = []
             for j, x in cols:
                 a = got[j] if x > 0 else 0
                 vp = start[j] + x - d[j]
@@ -365,16 +394,59 @@ class FastPath:
                 com[j] += a + 1
                 ctx[j] += a + 1
                 d[j] = 0
-                if x > 0:
-                    tg[j] = K
                 start[j] = vp + 1
+                if ask is not None:
+                    if x > 0:
+                        due.append(j)
+                    elif tg[j] == 0:  # plain passes while its answers, asked ahead, stay 0
+                        while com[j] < out[j]:
+                            if com[j] >= rc[j]:  # the zero target expired: asked on this pass
+                                p = pend.get(j)
+                                i = com[j] - p[0] if p else -1
+                                if not 0 <= i < len(p[1]):
+                                    due.append(j)
+                                    break
+                                tg[j], rc[j] = p[1][i]
+                                aps.append(start[j])
+                                ajs.append(j)
+                                atg.append(tg[j])
+                                arc.append(rc[j])
+                                if tg[j]:
+                                    break
+                            if start[j] >= n:
+                                break
+                            vps.append(start[j])
+                            vjs.append(j)
+                            dvs.append(0)
+                            accs.append(0)
+                            com[j] += 1
+                            ctx[j] += 1
+                            start[j] += 1
+                elif x > 0:
+                    tg[j] = K
                 if com[j] >= out[j]:
-                    if fin is None or vp + 1 < fin:
-                        fin = vp + 1
+                    if fin is None or start[j] < fin:
+                        fin = start[j]
                 else:
                     live.append(j)
             if fin is not None and fin < n:
                 n = fin
+            due = [j for j in due if com[j] < out[j] and start[j] < n]
+            if due:
+                # each asked for its next ASK_AHEAD positions at once (rows are pure; a position
+                # fixes context and remaining): the later rows answer a plain stretch's re-asks
+                rows = [(j, i) for j in due for i in range(min(self.ASK_AHEAD, out[j] - com[j], n - start[j]))]
+                g, h = ask([runl[j] for j, _ in rows], [com[j] + i for j, i in rows], [ctx[j] + i for j, i in rows],
+                           [out[j] for j, _ in rows], r)
+                for (j, i), gj, hj in zip(rows, g, h):
+                    if i == 0:
+                        tg[j], rc[j] = gj, hj
+                        aps.append(start[j])
+                        ajs.append(j)
+                        atg.append(gj)
+                        arc.append(hj)
+                        pend[j] = (com[j], [])
+                    pend[j][1].append((gj, hj))
         if not vps:
             return None
         vp, vj, dv, acc = (np.array(x, I64) for x in (vps, vjs, dvs, accs))
@@ -397,7 +469,10 @@ class FastPath:
             need = need[:n]
         elif n < min_n:
             return None
-        return SegmentPlan(run, n, seg, None, cycles=Cycles(vp, vj, dv, acc, K, need))
+        asks = None
+        if ask is not None:
+            asks = tuple(np.array(x, I64) for x in (aps, ajs, atg, arc))
+        return SegmentPlan(run, n, seg, None, cycles=Cycles(vp, vj, dv, acc, K, need, asks))
 
     def _cycle_arrays(self, n, r, ctx0, d0, vp, vj, dv, acc, run):
         """(n, r) kind, query, context and draft position of a cycles segment, and pages needed."""
@@ -543,7 +618,11 @@ class FastPath:
             t.target[run[asked]] = cy.K
             if b.policy.plans_ahead:
                 t.recheck[run[asked]] = t.committed[run[asked]] + b.policy.plain_hold
+            if cy.asks is not None:
+                self._apply_asks(run, cy.asks, n)
             t.target[run[last_spec == n - 1]] = -1
+        elif cy.asks is not None:
+            self._apply_asks(run, cy.asks, n)
         # emission gaps in pass order, running order within a pass
         col = np.argsort(vj, kind="stable")  # request-major, pass order within a request
         e = ends[vp[col]]
@@ -571,6 +650,17 @@ class FastPath:
             end = float(ends[n - 1])
             for rid in run[done].tolist():
                 b.finish(rid, end)
+
+    def _apply_asks(self, run: np.ndarray, asks: tuple, n: int) -> None:
+        """Targets and recheck positions of the re-asks on the first n passes (the latest wins)."""
+        t, last = self.t, {}
+        for p, j, g, h in zip(*(x.tolist() for x in asks)):
+            if p < n:
+                last[j] = (g, h)
+        runl = run.tolist()
+        for j, (g, h) in last.items():
+            t.target[runl[j]] = g
+            t.recheck[runl[j]] = h
 
     def _apply_cycles_small(self, sp: SegmentPlan, n: int, ends: np.ndarray) -> None:
         """_apply_cycles on Python scalars, one verification then one request at a time (small
@@ -634,10 +724,16 @@ class FastPath:
             ls = lasts[j]
             if ls == m:
                 t.target[rid] = -1
-            elif ls >= 0:
+            elif ls >= 0 and cy.asks is None:
                 t.target[rid] = K
                 if hold is not None:
                     t.recheck[rid] = c + hold
+        if cy.asks is not None:  # re-asks on the passes kept (a request verifying in pass m: -1 above)
+            ap, aj, atg, arc = cy.asks
+            for p, j, g, h in zip(ap.tolist(), aj.tolist(), atg.tolist(), arc.tolist()):
+                if p < n and lasts[j] != m:
+                    t.target[runl[j]] = g
+                    t.recheck[runl[j]] = h
         peak = pool.used - before + int(need.sum(axis=1).max())
         if peak > pool.peak:
             pool.peak = peak
