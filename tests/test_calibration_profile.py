@@ -170,11 +170,19 @@ def shipped(cm, tmp_path, monkeypatch):
     return path
 
 
-def test_no_profile_is_shipped_until_one_is_measured():
+def test_shipped_profiles_are_measured_calibrated_profiles_named_for_their_setting():
     import spsim.calibration.shipped as sh
+    from spsim.cost import read_profile
 
-    assert not list(sh.PROFILES.glob("*.json"))
-    assert build_cost_model(ServingConfig()).name == "roofline"
+    shipped = sorted(sh.PROFILES.glob("*.json"))
+    for path in shipped:
+        prof = read_profile(path)
+        md = prof["metadata"]
+        assert prof["kind"] == "calibrated" and path.name == f"{md['gpu_name']}-{md['model_name']}.json"
+        assert md["points"]["heldout"] > 0 and md["heldout_error"]["p95_abs_rel"] < 0.15 and md["kernel_version"]
+        assert md["kv_pages_allocatable"] > 0 and md["device_name"] != "cpu"
+    if not any(p.name == "h200-llama-3.1-8b.json" for p in shipped):
+        assert build_cost_model(ServingConfig()).name == "roofline"  # none for the default setting yet
 
 
 def test_a_shipped_profile_is_the_default_cost_model(shipped):
