@@ -4,7 +4,8 @@ The model's structure is fixed (spsim/cost/calibrated.py); what is fitted is its
 the roofline's (per-layer fixed cost, GEMM efficiency and knee, sampling bytes per logit,
 attention flop efficiency, per-request and per-split attention costs), the two bandwidth scales
 (weights, attention KV), and the runtime's extra terms (eager pass, per verifying request, per
-drafting request, per context page and per pass of drafting, by draft-KV method). Structural
+drafting request, per context page and per pass of drafting, by draft-KV method; eager launches
+of prefill passes). Structural
 integers (page size, split size, MMA tiles, attention floor) stay the roofline's.
 
 Residuals are log(predicted / measured) on the points not held out, with a soft-L1 loss (a few
@@ -54,7 +55,7 @@ class Fitter:
                 ("attn_flops_eff", None, d.attn_flops_eff, 0.02, 2.0, 0.1),
                 ("attn_req_s", None, d.attn_req_s, 0.0, 1e-4, 1e-6),
                 ("attn_split_s", None, d.attn_split_s, 0.0, 1e-4, 1e-6)]
-        if "prefill" in labels or any(x.startswith(("draft", "mixed")) for x in labels):
+        if "prefill" in labels:
             spec.append(("eager_pass_s", None, 1e-3, 0.0, 1.0, 1e-3))
         if labels & {"ar", "verify"} or any(x.startswith("mixed") for x in labels):
             spec.append(("verify_req_s", None, 1e-5, 0.0, 1e-2, 1e-5))

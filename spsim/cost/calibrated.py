@@ -4,8 +4,8 @@ constants, plus the terms the real runtime pays and the analytic model leaves ou
     pass = roofline pass (its formulas, its constants fitted: `RooflineParams`)
          + weights' read time and the attention's KV read time each scaled by a fitted factor
            (the kernels' own effective bandwidths, not the copy benchmark's)
-         + eager_pass_s               once, if the pass is not replayed from a CUDA graph
-                                      (it holds a prefill chunk or drafts: ~800 kernel launches)
+         + eager_pass_s               once, if it holds a prefill chunk (never replayed from a
+                                      CUDA graph: ~800 kernel launches)
          + draft_pass_s[method]       once, if it holds drafts (selection kernels, host work)
          + verify_req_s               per verifying request (sampling, acceptance on the host)
          + draft_req_s[method][later] per drafting request
@@ -16,8 +16,8 @@ constants, plus the terms the real runtime pays and the analytic model leaves ou
 select on the first draft only. With every extra term 0 and both scales 1 this is the roofline.
 
 It is a `RooflineCostModel`, so the policies' grids and the simulator's segment pricing use the
-roofline's lookup tables, which are built from the overridden per-request formulas; the two
-per-pass terms are added per pass (`segment_times`). `spsim.calibration.fit` fits the params.
+roofline's lookup tables, which are built from the overridden per-request formulas; a decode
+segment's passes add their drafts' per-pass term (`segment_times`; prefill is never in one). `spsim.calibration.fit` fits the params.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ _ZEROS2 = ((0.0, 0.0),) * N_METHODS
 class CalibratedParams(RooflineParams):
     weight_scale: float = 1.0  # weights' read time / the roofline's
     attn_bw_scale: float = 1.0  # attention's KV page read time / the roofline's
-    eager_pass_s: float = 0.0  # per pass not replayed from a CUDA graph (prefill or drafts)
+    eager_pass_s: float = 0.0  # per pass holding a prefill chunk (run eager: no CUDA graph)
     verify_req_s: float = 0.0  # per verifying request
     draft_pass_s: tuple = _ZEROS  # [method]: per pass holding drafts
     draft_req_s: tuple = _ZEROS2  # [method][later]: per drafting request
@@ -129,11 +129,10 @@ class CalibratedCostModel(RooflineCostModel):
 
     # ---- per-pass terms ----
     def pass_terms(self, has_prefill: bool, methods) -> float:
-        """Seconds a pass pays once: eager launches (prefill or drafts) and its drafts' selection
+        """Seconds a pass pays once: eager launches (a prefill chunk) and its drafts' selection
         (the largest of the methods present; a runtime uses one)."""
-        if not len(methods):
-            return self.p.eager_pass_s if has_prefill else 0.0
-        return self.p.eager_pass_s + max(self._draft_pass_list[m] for m in methods)
+        t = self.p.eager_pass_s if has_prefill else 0.0
+        return t + max(self._draft_pass_list[m] for m in methods) if len(methods) else t
 
     # ---- the CostModel protocol ----
     def time(self, plan: PassPlan) -> float:
@@ -204,8 +203,7 @@ class CalibratedCostModel(RooflineCostModel):
         t = RooflineSegments(self).segment_times(seg)
         draft = seg.kind == type(seg).DRAFT
         if draft.any():
-            per = np.where(draft, self.draft_pass[seg.method][None, :], 0.0).max(axis=1)
-            t = t + np.where(draft.any(axis=1), self.p.eager_pass_s + per, 0.0)
+            t = t + np.where(draft, self.draft_pass[seg.method][None, :], 0.0).max(axis=1)  # no prefill here
         return t
 
     def decode_times(self, context: list[int], n: int) -> np.ndarray:
@@ -227,7 +225,7 @@ class CalibratedCostModel(RooflineCostModel):
         lin = self.overhead_vec(batch.tokens, batch.logits)
         per = np.zeros(n)
         np.maximum.at(per, batch.dr_of, self.draft_pass[batch.dr_method])  # the largest method's (as time())
-        per = per + np.where(batch.has_prefill | batch.has_draft, self.p.eager_pass_s, 0.0)
+        per = per + np.where(batch.has_prefill, self.p.eager_pass_s, 0.0)
         return lin + att + per
 
     def kv_capacity_pages(self, reserve_frac: float | None = None, selection_metadata: bool = True) -> int:
