@@ -60,3 +60,16 @@ class AcceptanceEMA:
     def drop(self, rid: int) -> None:
         self.counts.pop(rid, None)
         self.seen.pop(rid, None)
+
+    # ---- asking ahead (an executor that plans many passes at once): pure, the pool aside
+    def own(self, ids: list[int]) -> list:
+        """Each request's own counts (a copy), or None where it has no outcome yet (its estimate,
+        and its first update, come from the pool's counts, which every request moves)."""
+        c = self.counts
+        return [(x[0], x[1]) if (x := c.get(i)) else None for i in ids]
+
+    def after(self, counts: list, drafted: list[int], accepted: list[int]) -> list:
+        """`own` counts after one more outcome each, as `update` leaves them."""
+        keep = self.keep
+        return [(keep * x0 + a, keep * x1 + (a + (a < d))) for (x0, x1), d, a in zip(counts, drafted, accepted)]
+

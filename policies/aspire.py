@@ -111,3 +111,24 @@ class Aspire(RatePlanner):
     def targets(self, view: DecodeView) -> np.ndarray:
         a = self.acc.get(view.ids, view.committed)
         return self.plan(view, lambda ks: expected_tokens(a[:, None], ks[None, :]), self.k_max or view.max_draft)
+
+    # ---- asking ahead (replan=verify), for an executor that plans many passes at once. A request
+    # asked right after its own verification reads only its own counts (the outcome forgets its
+    # last look: nothing to relax), so its answers follow from its own outcomes.
+    def ask_state(self, ids: list[int]) -> list:
+        """Per request, what `targets_after` starts from (None: no outcome yet, so its answers
+        depend on every request's outcomes through the pool)."""
+        return self.acc.own(ids)
+
+    def targets_after(self, view: DecodeView, drafted: np.ndarray, accepted: np.ndarray, state: list):
+        """(targets, holds, state after) the requests in `view` would be given when asked on the
+        pass after a verification of `drafted` drafts with `accepted` accepted, `view` holding
+        their state after it; changes nothing (`asked` records the asks kept). Row by row."""
+        new = self.acc.after(state, drafted.tolist(), accepted.tolist())
+        a = np.fromiter((x0 / x1 for x0, x1 in new), np.float64, len(new))
+        tg = self.plan(view, lambda ks: expected_tokens(a[:, None], ks[None, :]), self.k_max or view.max_draft)
+        return tg, self._hold, new
+
+    def asked(self, ids: np.ndarray, committed: np.ndarray) -> None:
+        """These requests were asked (`targets_after`) at these positions, after their outcomes."""
+        self.acc.get(ids, committed)

@@ -91,7 +91,7 @@ class Cycles:
     acc: np.ndarray  # drafts it accepts
     K: int  # target after a verification with drafts (Policy.cycle_target)
     need: np.ndarray  # (n, r) pages each request holds after pass i's reservation
-    asks: tuple | None = None  # (pass, column, target, recheck) of each re-ask, in plan order
+    asks: tuple | None = None  # (pass, column, target, recheck, committed) of each re-ask, in plan order
 
 
 class FastPath:
@@ -161,10 +161,13 @@ class FastPath:
         b.ask_policy(np.array(running, dtype=I64))
         if cycles_ok:
             return self._plan_cycles(k_cycle, pol.synchronous, max_passes)
-        if (pol.pure_targets and cfg.max_draft and not pol.needs_entropy and not pol.synchronous
+        if (cfg.max_draft and not pol.needs_entropy and not pol.synchronous
+                and (pol.pure_targets or hasattr(pol, "targets_after"))
                 and (not b.waiting or len(running) >= cfg.max_batch)
                 and any((t.target[running] > 0).tolist())):  # all plain: the plain segments below
-            return self._plan_cycles(0, False, max_passes, ask=self._ask_rows)
+            if pol.pure_targets:
+                return self._plan_cycles(0, False, max_passes, ask=self._ask_rows)
+            return self._plan_cycles(0, False, max_passes, after=self._ask_after)
         if len(running) <= self.SCALAR_MAX and (n := self._plain_passes(max_passes)) >= 0:
             if n < 2:
                 return None
@@ -259,6 +262,12 @@ class FastPath:
     def _ask_rows(self, rids: list[int], com: list[int], ctx: list[int], out: list[int], r: int):
         """A `pure_targets` policy's targets and recheck positions for these requests holding no
         drafts, asked on the view the batcher would build (no prefill in progress, r decoding)."""
+        view = self._rows_view(rids, com, ctx, out, r)
+        pol = self.b.policy
+        tg = np.asarray(pol.targets(view), I64)
+        return tg.tolist(), (view.committed + pol.hold(view, tg)).tolist()
+
+    def _rows_view(self, rids: list[int], com: list[int], ctx: list[int], out: list[int], r: int) -> DecodeView:
         n, cfg = len(rids), self.cfg
         committed = np.array(com, I64)
         budget, method = self._budget[:n], self._method[:n]
@@ -268,11 +277,17 @@ class FastPath:
                           remaining=np.array(out, I64) - committed, budget=budget, method=method,
                           last_entropy=np.full(n, np.nan), sum_entropy=np.zeros(n), num_decode=r,
                           prefill_tokens=0, max_draft=cfg.max_draft, committed=committed)
-        pol = self.b.policy
-        tg = np.asarray(pol.targets(view), I64)
-        return tg.tolist(), (committed + pol.hold(view, tg)).tolist()
+        return view
 
-    def _plan_cycles(self, K: int, sync: bool, max_passes: int, rounds: int = 0, ask=None) -> SegmentPlan | None:
+    def _ask_after(self, rids, com, ctx, out, r, drafted, accepted, state):
+        """`targets_after` of a plans-ahead policy for these requests, re-asked on the pass after
+        their verification with `drafted` drafts and `accepted` accepted (view as `_ask_rows`)."""
+        view = self._rows_view(rids, com, ctx, out, r)
+        tg, hold, new = self.b.policy.targets_after(view, np.array(drafted, I64), np.array(accepted, I64), state)
+        return np.asarray(tg, I64).tolist(), (view.committed + hold).tolist(), new
+
+    def _plan_cycles(self, K: int, sync: bool, max_passes: int, rounds: int = 0, ask=None,
+                     after=None) -> SegmentPlan | None:
         """Passes through many draft-verify cycles of a policy with one target after every
         verification (`Policy.cycle_target`), up to the first finish or page shortage: each
         request's cycles follow from its keyed outcomes alone (synchronous policies: the batch's
@@ -280,7 +295,10 @@ class FastPath:
         most this many cycles of every request (one: no outcomes drawn ahead; a one-pass segment
         then does). `ask`: a `pure_targets` policy re-asked where the step path would ask it (the
         pass after a verification with drafts; a zero target's expiry), one call per round:
-        its answers are row by row and change no state, so asking ahead is asking then."""
+        its answers are row by row and change no state, so asking ahead is asking then.
+        `after`: a policy with `targets_after` re-asked after its verifications with drafts from
+        each request's own outcomes (`ask_state`); where the answer would depend on other
+        requests (a first outcome, a zero target's expiry) the segment ends at that pass."""
         t, cfg = self.t, self.cfg
         run = np.array(self.running, dtype=I64)
         r = len(run)
@@ -289,8 +307,10 @@ class FastPath:
         if min(tg) < 0:
             return None
         out, com, ctx, d = t.output[run].tolist(), t.committed[run].tolist(), ctx0.tolist(), d0.tolist()
-        rc = t.recheck[run].tolist() if ask else None
-        aps, ajs, atg, arc = [], [], [], []  # asks: pass, column, target, recheck position
+        rc = t.recheck[run].tolist() if ask or after else None
+        st = self.b.policy.ask_state(run.tolist()) if after else None
+        dx = {}  # column -> (drafts, accepted) of its verification before a re-ask
+        aps, ajs, atg, arc, aco = [], [], [], [], []  # asks: pass, column, target, recheck, committed
         pend: dict = {}  # column -> (committed, answers for positions committed, committed + 1, ...)
         md = cfg.max_draft
         start = [0] * r  # pass where each request's current cycle begins
@@ -346,7 +366,7 @@ class FastPath:
                 # verification after outcome a, while far from its end, checks min(K, max_draft)
                 cand = []
                 kc = min(K, md)
-                ahead = spec if len(spec) <= self.SCALAR_MAX and max_rounds > 1 and ask is None else ()
+                ahead = spec if len(spec) <= self.SCALAR_MAX and max_rounds > 1 and not (ask or after) else ()
                 for j, x in ahead:  # small batches
                     c, o, cx, rid = com[j], out[j], ctx[j], runl[j]
                     lo, top = (got[j], got[j] + 1) if j in got else (0, x + 1)
@@ -411,6 +431,7 @@ class FastPath:
                                 ajs.append(j)
                                 atg.append(tg[j])
                                 arc.append(rc[j])
+                                aco.append(com[j])
                                 if tg[j]:
                                     break
                             if start[j] >= n:
@@ -422,6 +443,25 @@ class FastPath:
                             com[j] += 1
                             ctx[j] += 1
                             start[j] += 1
+                elif after is not None:
+                    if x > 0:
+                        if st[j] is None:  # its first outcome: the answer then depends on the pool's
+                            if fin is None or start[j] < fin:
+                                fin = start[j]
+                        else:
+                            due.append(j)
+                            dx[j] = (x, a)
+                    elif tg[j] == 0:  # plain passes until the zero target expires
+                        while com[j] < out[j] and com[j] < rc[j] and start[j] < n:
+                            vps.append(start[j])
+                            vjs.append(j)
+                            dvs.append(0)
+                            accs.append(0)
+                            com[j] += 1
+                            ctx[j] += 1
+                            start[j] += 1
+                        if com[j] < out[j] and com[j] >= rc[j] and (fin is None or start[j] < fin):
+                            fin = start[j]  # asked there, relaxing towards the pool's rate
                 elif x > 0:
                     tg[j] = K
                 if com[j] >= out[j]:
@@ -432,7 +472,7 @@ class FastPath:
             if fin is not None and fin < n:
                 n = fin
             due = [j for j in due if com[j] < out[j] and start[j] < n]
-            if due:
+            if due and ask is not None:
                 # each asked for its next ASK_AHEAD positions at once (rows are pure; a position
                 # fixes context and remaining): the later rows answer a plain stretch's re-asks
                 rows = [(j, i) for j in due for i in range(min(self.ASK_AHEAD, out[j] - com[j], n - start[j]))]
@@ -445,8 +485,21 @@ class FastPath:
                         ajs.append(j)
                         atg.append(gj)
                         arc.append(hj)
+                        aco.append(com[j])
                         pend[j] = (com[j], [])
                     pend[j][1].append((gj, hj))
+            due = [j for j in due if com[j] < out[j] and start[j] < n] if after is not None else ()
+            if due:
+                g, h, new = after([runl[j] for j in due], [com[j] for j in due], [ctx[j] for j in due],
+                                  [out[j] for j in due], r, [dx[j][0] for j in due], [dx[j][1] for j in due],
+                                  [st[j] for j in due])
+                for j, gj, hj, sj in zip(due, g, h, new):
+                    tg[j], rc[j], st[j] = gj, hj, sj
+                    aps.append(start[j])
+                    ajs.append(j)
+                    atg.append(gj)
+                    arc.append(hj)
+                    aco.append(com[j])
         if not vps:
             return None
         vp, vj, dv, acc = (np.array(x, I64) for x in (vps, vjs, dvs, accs))
@@ -470,8 +523,8 @@ class FastPath:
         elif n < min_n:
             return None
         asks = None
-        if ask is not None:
-            asks = tuple(np.array(x, I64) for x in (aps, ajs, atg, arc))
+        if ask is not None or after is not None:
+            asks = tuple(np.array(x, I64) for x in (aps, ajs, atg, arc, aco))
         return SegmentPlan(run, n, seg, None, cycles=Cycles(vp, vj, dv, acc, K, need, asks))
 
     def _cycle_arrays(self, n, r, ctx0, d0, vp, vj, dv, acc, run):
@@ -645,6 +698,8 @@ class FastPath:
             cuts = np.flatnonzero(svp[1:] != svp[:-1]) + 1
             for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(sv)]):
                 b.policy.on_verify(rs[lo:hi], sd[lo:hi], sa[lo:hi])
+        if cy.asks is not None:
+            self._commit_asks(run, cy.asks, n, vp[spec], vj[spec])
         done = last_v & (t.committed[run] >= t.output[run])
         if done.any():
             end = float(ends[n - 1])
@@ -654,13 +709,28 @@ class FastPath:
     def _apply_asks(self, run: np.ndarray, asks: tuple, n: int) -> None:
         """Targets and recheck positions of the re-asks on the first n passes (the latest wins)."""
         t, last = self.t, {}
-        for p, j, g, h in zip(*(x.tolist() for x in asks)):
+        for p, j, g, h, _ in zip(*(x.tolist() for x in asks)):
             if p < n:
                 last[j] = (g, h)
         runl = run.tolist()
         for j, (g, h) in last.items():
             t.target[runl[j]] = g
             t.recheck[runl[j]] = h
+
+    def _commit_asks(self, run: np.ndarray, asks: tuple, n: int, svp: np.ndarray, svj: np.ndarray) -> None:
+        """A policy re-asked through `targets_after` is told of the asks kept (`asked`) whose
+        request verified with drafts no later: the state the step path's asking leaves."""
+        pol = self.b.policy
+        if not hasattr(pol, "asked"):
+            return
+        last_v = dict(zip(svj.tolist(), svp.tolist()))  # pass-major: the latest wins
+        last = {}
+        for p, j, c in zip(asks[0].tolist(), asks[1].tolist(), asks[4].tolist()):
+            if p < n and p > last_v.get(j, -1):
+                last[j] = c
+        if last:
+            runl = run.tolist()
+            pol.asked(np.array([runl[j] for j in last], I64), np.array(list(last.values()), I64))
 
     def _apply_cycles_small(self, sp: SegmentPlan, n: int, ends: np.ndarray) -> None:
         """_apply_cycles on Python scalars, one verification then one request at a time (small
@@ -729,7 +799,7 @@ class FastPath:
                 if hold is not None:
                     t.recheck[rid] = c + hold
         if cy.asks is not None:  # re-asks on the passes kept (a request verifying in pass m: -1 above)
-            ap, aj, atg, arc = cy.asks
+            ap, aj, atg, arc, _ = cy.asks
             for p, j, g, h in zip(ap.tolist(), aj.tolist(), atg.tolist(), arc.tolist()):
                 if p < n and lasts[j] != m:
                     t.target[runl[j]] = g
@@ -746,6 +816,8 @@ class FastPath:
             cuts = np.flatnonzero(svp[1:] != svp[:-1]) + 1
             for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(svp)]):
                 pol.on_verify(rs[lo:hi], sd[lo:hi], sa[lo:hi])
+        if cy.asks is not None:
+            self._commit_asks(run, cy.asks, n, vp[spec], vj[spec])
         for rid in done:
             b.finish(rid, ends.item(m))
 

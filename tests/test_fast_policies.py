@@ -130,3 +130,49 @@ def test_sync_auto_cycles_take_segments():
     tr = make_trace(30, seed=5, span=2.0, prompt=(8000, 30000), output=(50, 150))
     res = same(tr, "sync", offline=True)
     assert res.summary["sim_events"]["segments"] > 20
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(policy=st.sampled_from(["oracle", "sync", "sync:k_max=5", "oracle:k_max=6", "aspire", "aspire:ema=0.5",
+                               "aspire:k_max=4,prior=0.3"]), seed=st.integers(0, 10_000),
+       n=st.integers(1, 40), load=st.sampled_from(["trace", "offline", "concurrency", "tight"]),
+       p=st.sampled_from([0.3, 0.8, 0.95]), max_batch=st.sampled_from([1, 3, 256]), latent=st.booleans())
+def test_policies_asked_in_segments_equal_step(policy, seed, n, load, p, max_batch, latent):
+    # `oracle` re-asked inside cycles segments (positions asked ahead), `aspire` re-asked there
+    # from its own outcomes (`targets_after`), `sync` asked once per cycle segment: long contexts, where both speculate, with the keyed latent model or a simple one
+    from spsim.simulator.engine import SimConfig, simulate
+
+    tr = make_trace(n, seed=seed, span=3.0, prompt=(2000, 40000), output=(1, 300))
+    kw = {"trace": {}, "offline": dict(offline=True), "concurrency": dict(concurrency=4),
+          "tight": dict(offline=True, kv_pages=3000)}[load]
+    if latent:
+        fast, step = (simulate(tr, SimConfig(seed=seed % 3, policy=policy, max_batch=max_batch, cost="roofline",
+                                             fast=f, **kw)) for f in (True, False))
+        assert strip(fast.summary) == strip(step.summary)
+        assert fast.requests.equals(step.requests)
+    else:
+        same(tr, policy, p=p, seed=seed % 3, max_batch=max_batch, **kw)
+
+
+@settings(max_examples=50, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 12), steps=st.integers(1, 6))
+def test_ema_after_replays_update(seed, n, steps):
+    # `own` + `after` give the counts `update` leaves, bit for bit; None where there are none
+    from spsim.policies.acceptance_ema import AcceptanceEMA
+
+    rng = np.random.default_rng(seed)
+    m = AcceptanceEMA(0.1, 0.8)
+    ids = np.arange(n, dtype=np.int64)
+    seeded = ids[rng.random(n) < 0.6]
+    if len(seeded):
+        m.update(seeded, rng.integers(1, 9, len(seeded)), rng.integers(0, 5, len(seeded)))
+    st_ = m.own(ids.tolist())
+    assert [s is None for s in st_] == [i not in m.counts for i in ids.tolist()]
+    have = [i for i in ids.tolist() if st_[i] is not None]
+    st_ = [st_[i] for i in have]
+    for _ in range(steps):
+        d = rng.integers(1, 12, len(have))
+        a = np.minimum(rng.integers(0, 12, len(have)), d)
+        st_ = m.after(st_, d.tolist(), a.tolist())
+        m.update(np.array(have, np.int64), d, a)
+        assert st_ == [tuple(m.counts[i]) for i in have]
