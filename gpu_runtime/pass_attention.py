@@ -215,8 +215,9 @@ class PassAttention(PagedAttention):
         capacity the graph buckets)."""
         shapes = tuple(tuple(x.shape) for x in self._inputs)
         sc = None if self._scores is None else tuple(self._scores.shape)
+        widths = (getattr(self, "_K", 0), getattr(self, "_kf", 0), getattr(self, "_nf", 0))  # Python-side sizes
         return (self.method, self.n_pre, self.n_dr, len(self.q_len), int(self.positions.shape[0]), shapes, sc,
-                self.store.version, self.lists0 is not None)
+                widths, self.store.version, self.lists0 is not None)
 
     def pad_page_ids(self, caps: list[int]) -> None:
         """Give the page lists' id arrays room for `caps` ids (a captured pass is reloaded with
