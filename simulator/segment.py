@@ -152,11 +152,15 @@ class FastPath:
             if not cfg.max_draft:
                 return None
             asked = getattr(pol, "asked_cycle", None) if pol.synchronous and not pol.needs_entropy else None
-            if asked is None or self.zero_ok:
+            every = (not pol.synchronous and not pol.needs_entropy and hasattr(pol, "targets_after")
+                     and (not b.waiting or len(running) >= cfg.max_batch))
+            if (asked is None and not every) or self.zero_ok:
                 sp = self._plan_zero(max_passes)
-                if sp is not None or asked is None:
+                if sp is not None or (asked is None and not every):
                     return sp
                 self.zero_ok = False  # speculating again: no zero_run until a cycle of 0 drafts
+            if every:
+                return self._plan_every(max_passes)
             return self._plan_asked(asked, max_passes)
         b.ask_policy(np.array(running, dtype=I64))
         if cycles_ok:
@@ -259,6 +263,23 @@ class FastPath:
             self.zero_ok = True
         return self._plan_cycles(K, True, max_passes, rounds=1)
 
+    def _plan_every(self, max_passes: int) -> SegmentPlan | None:
+        """Cycles of a policy asked every pass whose answer for a request holding drafts stays
+        what it was at the cycle's start while its own state stands (`targets_after`: `aspire`
+        with replan=pass). Asked here for the first pass (which always runs), then re-asked
+        after each request's own verifications; the segment ends where an answer would depend
+        on others (a request with no outcome yet, while any outcome moves the pool; the pass
+        after a plain one, whose look relaxes towards the pool's rate)."""
+        t = self.t
+        run = np.array(self.running, dtype=I64)
+        need = -(-(t.ctx[run] + t.drafted[run] + 1 - t.shared_tokens[run]) // self.cfg.page_size)
+        if sum((need - t.pages[run]).tolist()) > self.pool.free():
+            return None  # the step path preempts before asking
+        self.b.ask_policy(run)
+        if not any(t.drafted[run].tolist()) and not any(t.target[run].tolist()):
+            self.zero_ok = True  # all plain: zero_run may hold for the next passes
+        return self._plan_cycles(0, False, max_passes, rounds=-1, after=self._ask_after)
+
     def _ask_rows(self, rids: list[int], com: list[int], ctx: list[int], out: list[int], r: int):
         """A `pure_targets` policy's targets and recheck positions for these requests holding no
         drafts, asked on the view the batcher would build (no prefill in progress, r decoding)."""
@@ -298,12 +319,13 @@ class FastPath:
         its answers are row by row and change no state, so asking ahead is asking then.
         `after`: a policy with `targets_after` re-asked after its verifications with drafts from
         each request's own outcomes (`ask_state`); where the answer would depend on other
-        requests (a first outcome, a zero target's expiry) the segment ends at that pass."""
+        requests (a first outcome, a zero target's expiry) the segment ends at that pass.
+        `rounds=-1`: for `_plan_every` (a one-pass segment may do)."""
         t, cfg = self.t, self.cfg
         run = np.array(self.running, dtype=I64)
         r = len(run)
         ctx0, d0 = t.ctx[run], t.drafted[run]
-        tg = t.target[run].tolist() if self.b.policy.plans_ahead else [K] * r
+        tg = t.target[run].tolist() if self.b.policy.plans_ahead or rounds == -1 else [K] * r
         if min(tg) < 0:
             return None
         out, com, ctx, d = t.output[run].tolist(), t.committed[run].tolist(), ctx0.tolist(), d0.tolist()
@@ -318,7 +340,10 @@ class FastPath:
         budget, method, verify = self._budget, self._method, self.acc.verify
         n = max_passes
         vps, vjs, dvs, accs = [], [], [], []
-        max_rounds, min_n = rounds or self.MAX_ROUNDS, 1 if rounds == 1 else 2
+        every = rounds == -1  # a policy asked every pass (`_plan_every`): its first pass asked already
+        max_rounds, min_n = (self.MAX_ROUNDS if rounds in (0, -1) else rounds), 1 if rounds in (1, -1) else 2
+        # every: a request with no outcome yet answers from the pool's rate, which any outcome moves
+        volatile = every and any(x is None for x in st)
         rounds = 0
         runl = run.tolist()
         # outcomes drawn one cycle ahead: a call draws this round's unknown verifications and,
@@ -445,12 +470,15 @@ class FastPath:
                             start[j] += 1
                 elif after is not None:
                     if x > 0:
-                        if st[j] is None:  # its first outcome: the answer then depends on the pool's
+                        if st[j] is None or volatile:  # the next answers depend on the pool's rate
                             if fin is None or start[j] < fin:
                                 fin = start[j]
                         else:
                             due.append(j)
                             dx[j] = (x, a)
+                    elif every:  # a plain pass: the next pass's look relaxes towards the pool's rate
+                        if fin is None or start[j] < fin:
+                            fin = start[j]
                     elif tg[j] == 0:  # plain passes until the zero target expires
                         while com[j] < out[j] and com[j] < rc[j] and start[j] < n:
                             vps.append(start[j])
@@ -713,9 +741,11 @@ class FastPath:
             if p < n:
                 last[j] = (g, h)
         runl = run.tolist()
+        ahead = self.b.policy.plans_ahead  # the others are asked every pass: no recheck
         for j, (g, h) in last.items():
             t.target[runl[j]] = g
-            t.recheck[runl[j]] = h
+            if ahead:
+                t.recheck[runl[j]] = h
 
     def _commit_asks(self, run: np.ndarray, asks: tuple, n: int, svp: np.ndarray, svj: np.ndarray) -> None:
         """A policy re-asked through `targets_after` is told of the asks kept (`asked`) whose
@@ -803,7 +833,8 @@ class FastPath:
             for p, j, g, h in zip(ap.tolist(), aj.tolist(), atg.tolist(), arc.tolist()):
                 if p < n and lasts[j] != m:
                     t.target[runl[j]] = g
-                    t.recheck[runl[j]] = h
+                    if hold is not None:
+                        t.recheck[runl[j]] = h
         peak = pool.used - before + int(need.sum(axis=1).max())
         if peak > pool.peak:
             pool.peak = peak

@@ -134,12 +134,14 @@ def test_sync_auto_cycles_take_segments():
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(policy=st.sampled_from(["oracle", "sync", "sync:k_max=5", "oracle:k_max=6", "aspire", "aspire:ema=0.5",
-                               "aspire:k_max=4,prior=0.3"]), seed=st.integers(0, 10_000),
+                               "aspire:k_max=4,prior=0.3", "aspire:replan=pass", "aspire:replan=pass,ema=0.5"]),
+       seed=st.integers(0, 10_000),
        n=st.integers(1, 40), load=st.sampled_from(["trace", "offline", "concurrency", "tight"]),
        p=st.sampled_from([0.3, 0.8, 0.95]), max_batch=st.sampled_from([1, 3, 256]), latent=st.booleans())
 def test_policies_asked_in_segments_equal_step(policy, seed, n, load, p, max_batch, latent):
     # `oracle` re-asked inside cycles segments (positions asked ahead), `aspire` re-asked there
-    # from its own outcomes (`targets_after`), `sync` asked once per cycle segment: long contexts, where both speculate, with the keyed latent model or a simple one
+    # from its own outcomes (`targets_after`; replan=pass: asked for the first pass, then so),
+    # `sync` asked once per cycle segment: long contexts, where both speculate, with the keyed latent model or a simple one
     from spsim.simulator.engine import SimConfig, simulate
 
     tr = make_trace(n, seed=seed, span=3.0, prompt=(2000, 40000), output=(1, 300))
