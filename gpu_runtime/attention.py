@@ -99,9 +99,11 @@ def _attn_fwd(Q, K, V, O, PO, PM, PL, PSCORE, WORK, ROW_START, ROW_COUNT, ROW_LA
         s = tl.where(ok, s, float("-inf"))
         if WRITE_SCORES:
             # Largest logit on each page over the tile's rows: what the SparseSpec-L selector ranks.
+            # Several query tiles (a long prefill chunk) score the same pages: atomic max, into a
+            # buffer reset to -inf before the launch (a plain store raced: the last tile won)
             pmax = tl.max(tl.reshape(tl.max(s, axis=0), [BLOCK_N // PS, PS]), axis=1)
             pidx = t // PS + tl.arange(0, BLOCK_N // PS)
-            tl.store(PSCORE + row * stride_score + pidx, pmax, mask=pidx < count)
+            tl.atomic_max(PSCORE + row * stride_score + pidx, pmax, mask=pidx < count)
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
@@ -334,7 +336,8 @@ def mixed_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     q, out: `[total query tokens, num_q_heads, head_dim]` (requests' tokens back to back).
     k_cache, v_cache: `[num_pages, num_kv_heads, page_size, head_dim]`.
     page_scores (optional, fp32 `[rows, >= max pages]`): filled with each listed page's largest
-    scaled logit over the row's query heads and tokens (for `selection.select_from_scores`).
+    scaled logit over the row's query heads and tokens (for `selection.select_from_scores`), -inf
+    elsewhere (reset here: the kernel takes an atomic max over query tiles).
     """
     n_tok, hq, d = q.shape
     _, hkv, ps, d2 = k_cache.shape
@@ -346,6 +349,8 @@ def mixed_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     po = q.new_empty((max(plan.num_slots, 1) * bm, d), dtype=torch.float32)
     pm = q.new_empty((max(plan.num_slots, 1) * bm,), dtype=torch.float32)
     pl = torch.empty_like(pm)
+    if page_scores is not None:
+        page_scores.fill_(float("-inf"))
     scores = page_scores if page_scores is not None else pm
     n_items = plan.work.shape[0]
     nw = num_warps or plan.num_warps

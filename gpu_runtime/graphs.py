@@ -23,8 +23,6 @@ from collections import OrderedDict
 
 import torch
 
-from spsim.plan import DraftMethod
-
 
 def _copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
     dst[: src.shape[0]].copy_(src, non_blocking=True)
@@ -64,10 +62,7 @@ class GraphedPasses:
 
     @staticmethod
     def eligible(attn) -> bool:
-        # VERIFY_ATTN passes run eagerly: replayed, their drafts differed from the eager run's on
-        # the H200 (2026-11-30, tests/gpu), cause not found yet; eager is checked against the
-        # plain selectors (tests/test_pass_selection.py)
-        return attn.n_pre == 0 and attn.method != DraftMethod.VERIFY_ATTN
+        return attn.n_pre == 0
 
     def forward(self, attn, tokens: torch.Tensor, logit_rows: torch.Tensor) -> torch.Tensor:
         qh = self.model.cfg.q_heads

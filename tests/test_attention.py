@@ -119,6 +119,12 @@ def test_verify_page_scores():
     run_case("scores", [Req("verify", 70, q=9), Req("decode", 17)], scores=True)
 
 
+def test_page_scores_over_several_query_tiles():
+    """A long query (prefill chunk: 80 tokens x 4 heads = 320 rows, three tiles) scores each page
+    with the max over all its tiles, as the reference does (a plain store kept the last tile's)."""
+    run_case("scores_tiles", [Req("verify", 300, q=80), Req("decode", 40)], scores=True)
+
+
 def test_empty_split_is_harmless():
     """A split with no keys (start == end) writes m = -1e30, l = 0 and must not disturb the merge."""
     rng = rng_for("empty_split")
