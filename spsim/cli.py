@@ -51,6 +51,7 @@ def _register() -> None:
     from spsim.simulator.acceptance.cli import app as acc_app
     from spsim.simulator.cli import register as register_sim
     from spsim.traces.cli import app as trace_app
+    from spsim.validate_cli import register as register_validate
 
     app.add_typer(trace_app, name="trace", help="Inspect, convert, generate and transform request traces.",
                   epilog="Examples:\n\n  spsim trace stats mooncake\n\n"
@@ -59,6 +60,7 @@ def _register() -> None:
     register_sim(app)
     register_run(app)
     register_calibrate(app)
+    register_validate(app)
     app.add_typer(acc_app, name="acceptance", help="Show, sample and fit acceptance models.",
                   epilog="Examples:\n\n  spsim acceptance list\n\n  spsim acceptance show sparsespec-llama8b")
 

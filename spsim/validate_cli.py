@@ -1,0 +1,96 @@
+"""`spsim validate`: the same trace on the real runtime and in the simulator, predicted against
+measured. Imports typer, rich and light spsim modules; torch and simpy when the command runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .cli_options import LIMIT, SKIP_INVALID, TRACE_FORMAT, check_out_dir, serving_options
+from .errors import SpsimError
+
+console = Console()
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+EXAMPLES = (
+    "Examples:\n\n"
+    "  spsim validate mooncake --limit 50 --offline --policy aspire --out runs/val   # pass by pass, H200: ~1 min\n\n"
+    "  spsim validate azure-conv --window 60 --policy fixed-k:k=4 --profile h200.json   # arrivals: latency\n\n"
+    "  spsim validate my.jsonl --model tiny --device cpu --offline --policy fixed-k:k=4   # CPU smoke test"
+)
+
+
+def register(app: typer.Typer) -> None:
+    from .validate import DEFAULT_ACCEPTANCE
+
+    @app.command(epilog=EXAMPLES)
+    @serving_options(exclude=("replicas", "router"), defaults={"acceptance": DEFAULT_ACCEPTANCE})
+    def validate(
+        trace: str = typer.Argument(..., help="Trace file or shipped name (mooncake, azure-conv)."),
+        window: Optional[float] = typer.Option(None, "--window", help="Only requests arriving in the first this "
+                                               "many seconds (then --limit)."),
+        device: str = typer.Option("cuda", "--device", help="cuda or cpu (small models)."),
+        dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16, fp16, fp32 or fp64 (default: bf16 on GPUs)."),
+        cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs", help="Replay passes without "
+                                         "prefill from CUDA graphs (GPU only), as `spsim run` does."),
+        warm: Optional[bool] = typer.Option(None, "--warmup/--no-warmup", help="Compile the kernels on a few short "
+                                            "requests before the measured run (default: on GPUs)."),
+        out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write validate.json, passes.jsonl, both "
+                                           "summaries and both request tables here."),
+        as_json: bool = typer.Option(False, "--json", help="Print validate.json's content instead of tables."),
+        limit: Optional[int] = LIMIT, trace_format: Optional[str] = TRACE_FORMAT,
+        skip_invalid: bool = SKIP_INVALID,
+        serving=None,
+    ):
+        """Run a trace on the real runtime and in the simulator alike; report predicted against measured.
+
+        Same cost model, KV pages, seed and acceptance draws (a preset) in both worlds.
+
+        Offline or with --concurrency both build the same pass plans: the error is shown pass by pass.
+
+        With arrivals: throughput, TTFT, TPOT and end-to-end latency at mean, p50, p90, p99."""
+        from .cli_report import load_trace, warn
+        from .validate import OUT_FILES, check, select, write
+        from .validate import validate as run_both
+        from .validate_report import notes
+
+        if device not in ("cuda", "cpu"):
+            raise SpsimError(f"--device must be cuda or cpu (got {device!r})")
+        cfg = check(serving)
+        check_out_dir(out, OUT_FILES)
+        tr = select(load_trace(trace, trace_format, None, skip_invalid), limit, window)
+
+        from .gpu_runtime.engine import RuntimeOptions
+
+        opts = RuntimeOptions(device=device, dtype=dtype, cuda_graphs=cuda_graphs)
+        v = run_both(tr, cfg, opts, warm=warm, log=lambda m: err.print(f"[dim]{m}[/]"))
+        v.report["trace"] = trace
+        if as_json:
+            typer.echo(json.dumps(v.report, indent=2, default=str))
+        else:
+            show(v.report)
+        warn(notes(v.report))
+        if out is not None:
+            write(out, v)
+
+
+def show(r: dict) -> None:
+    from .validate_report import plans_line, rows
+
+    console.print(f"[bold]{r['policy']}[/] on {r['trace']} ({r['requests']:,} requests, {r['load']}): "
+                  f"{r['model']} on {r['device']}, cost model {r['cost_model']}, {r['kv_pages']:,} KV pages")
+    sp = r["same_plans"]
+    style = "green" if sp["equal"] else ("yellow" if sp["expected"] else "dim")
+    console.print(f"[{style}]{plans_line(r)}[/]")
+    for title, (head, body) in rows(r).items():
+        t = Table(title=title, header_style="bold")
+        for i, h in enumerate(head):
+            t.add_column(h, justify="left" if i == 0 else "right")
+        for row in body:
+            t.add_row(*[x.replace("MISSED", "[red]MISSED[/]").replace(" ok", " [green]ok[/]") for x in row])
+        console.print(t)
