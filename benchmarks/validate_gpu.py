@@ -1,0 +1,216 @@
+"""`spsim validate` over the issue's targets in one GPU command, from a checkout without an install
+(the GPU machine: no pip install, no simpy, maybe no typer or rich; simpy comes from
+vendor/wheels/, imported from its wheel).
+
+    python3 benchmarks/validate_gpu.py --out benchmarks/results/validate_h200 --minutes 8
+
+Targets (default): the first 50 Mooncake requests offline (long contexts: the error pass by pass,
+and the two worlds' plans checked equal) and the Azure conversation requests arriving in the first
+45 s at the trace's own times (short contexts: throughput and TTFT/TPOT/E2EL percentiles), each
+under ar, fixed-k:k=4 and aspire. Llama-3.1-8B shape, random bf16 weights, preset acceptance
+sparsespec-llama8b, the H200 calibration profile where the checkout has it (else the cost model
+`spsim run` would use). Runs interleave the traces, so a cut-short budget still covers both.
+
+Each run is simulated first (seconds); its predicted duration tells whether the GPU run fits the
+time left, else it is skipped and says so. An alarm at the end of --minutes stops a run that
+overruns its estimate; whatever finished is written by then. Writes, in --out:
+`validate_<trace>_<policy>.json` per run (validate.json's content), `validate_index.json` (every
+run's headline errors, skips, machine), and `runs/<trace>_<policy>/` (passes.jsonl with each pass's
+predicted time, both summaries, both request tables). Exit code 2 with one line on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+import signal
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # a checkout without an install
+
+TARGETS = "mooncake:offline:limit=50,azure-conv:window=45"
+POLICIES = "ar,fixed-k:k=4,aspire"
+PROFILE = ROOT / "benchmarks" / "results" / "calibration" / "h200-llama-3.1-8b.json"
+# Measured against simulated time so far (docs/runtime.md): the runtime takes up to ~1.5x the
+# simulated time on drafting policies, plus graph captures (~0.1 s each) and a warm-up.
+SLOWDOWN, FIXED_S = 1.6, 20.0
+
+
+class OutOfTime(BaseException):
+    """The budget's alarm: BaseException, so no `except Exception` on the way swallows it."""
+
+
+class Skip(Exception):
+    pass
+
+
+def parse_targets(text: str) -> list[dict]:
+    """`NAME[:offline][:limit=N][:window=S][:qps=X][:concurrency=C]`, comma-separated."""
+    out = []
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        name, *parts = item.split(":")
+        t = {"trace": name, "mode": {}, "limit": None, "window": None}
+        for p in parts:
+            k, _, v = p.partition("=")
+            if k == "offline" and not v:
+                t["mode"]["offline"] = True
+            elif k in ("limit", "window") and v:
+                t[k] = int(v) if k == "limit" else float(v)
+            elif k in ("qps", "concurrency") and v:
+                t["mode"][k] = float(v) if k == "qps" else int(v)
+            else:
+                raise SystemExit(f"error: --targets {item!r}: unknown part {p!r}")
+        out.append(t)
+    return out
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.-]+", "_", text.lower()).strip("_")
+
+
+def tag(t: dict) -> str:
+    """A target's load and window in a file name: offline_n50, trace_w45, qps5_w60, c16_n100."""
+    m = t["mode"]
+    load = ("offline" if m.get("offline") else f"qps{m['qps']:g}" if m.get("qps")
+            else f"c{m['concurrency']}" if m.get("concurrency") else "trace")
+    return load + (f"_w{t['window']:g}" if t["window"] else "") + (f"_n{t['limit']}" if t["limit"] else "")
+
+
+def headline(r: dict) -> dict:
+    """The numbers a reader looks for first."""
+    m = r["metrics"]
+    err = {k: m[k]["rel_error"] for k in ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "p99_tpot_ms",
+                                          "mean_e2el_ms", "p99_e2el_ms")}
+    pp = r.get("per_pass") or {}
+    return {"same_plans": r["same_plans"]["equal"] if r["pass_clocked"] else None, "rel_error": err,
+            "pass_median_abs_rel": pp.get("all", {}).get("median_abs_rel"),
+            "pass_p95_abs_rel": pp.get("all", {}).get("p95_abs_rel"), "targets_met": r["targets_met"]}
+
+
+def main() -> int:
+    t_start = time.monotonic()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="results folder")
+    ap.add_argument("--minutes", type=float, default=8.0, help="budget of the whole command")
+    ap.add_argument("--targets", default=TARGETS, help=f"traces and windows (default {TARGETS})")
+    ap.add_argument("--policies", default=POLICIES)
+    ap.add_argument("--profile", default=None, help="cost profile (default: the H200 calibration where the "
+                    "checkout has it); 'none': the cost model `spsim run` uses")
+    ap.add_argument("--model", default="llama-3.1-8b")
+    ap.add_argument("--device", default="cuda", help="cuda, or cpu (tiny models: a smoke test)")
+    ap.add_argument("--acceptance", default="sparsespec-llama8b")
+    a = ap.parse_args()
+
+    from spsim.config import ServingConfig
+    from spsim.errors import SpsimError
+    from spsim.spec import split_specs
+    from spsim.traces import read_trace
+    from spsim.validate import check, select, validate, write
+    from spsim.validate_report import text
+
+    deadline = t_start + 60 * a.minutes - 10  # the last seconds: writing the index
+    out = Path(a.out)
+    profile = None if a.profile == "none" else a.profile or (str(PROFILE) if PROFILE.is_file() else None)
+    try:
+        targets = parse_targets(a.targets)
+        policies = split_specs(a.policies)
+        traces = {}
+        for t in targets:
+            key = (t["trace"], t["limit"], t["window"])
+            if key not in traces:
+                traces[key] = select(read_trace(t["trace"]), t["limit"], t["window"])
+        for p in policies:  # every spec checked before the GPU is touched
+            check(ServingConfig(policy=p, acceptance=a.acceptance, model=a.model, profile=profile))
+        out.mkdir(parents=True, exist_ok=True)
+    except (SpsimError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return getattr(e, "exit_code", 2)
+
+    def alarm(signum, frame):
+        raise OutOfTime()
+
+    signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(max(1, int(deadline - time.monotonic())))
+
+    from spsim.gpu_runtime.engine import RuntimeOptions, load
+
+    opts = RuntimeOptions(device=a.device)
+    index = {"benchmark": "validate_gpu", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+             "command": " ".join(sys.argv), "minutes": a.minutes, "model": a.model, "profile": profile,
+             "acceptance": a.acceptance, "machine": {"python": platform.python_version()}, "runs": []}
+
+    def save_index():
+        index["wall_s"] = round(time.monotonic() - t_start, 1)
+        (out / "validate_index.json").write_text(json.dumps(index, indent=2) + "\n")
+
+    try:
+        t0 = time.monotonic()
+        model, tok = load(ServingConfig(model=a.model, acceptance=a.acceptance), opts)
+        import torch
+
+        index["machine"].update(torch=torch.__version__, device=(torch.cuda.get_device_name(model.device)
+                                                                 if model.device.type == "cuda" else "cpu"))
+        print(f"model {a.model} loaded in {time.monotonic() - t0:.1f} s", flush=True)
+        # interleaved: each policy on every trace before the next policy
+        for policy in policies:
+            for t in targets:
+                tr = traces[(t["trace"], t["limit"], t["window"])]
+                name = "_".join([slug(Path(t["trace"]).stem), tag(t), slug(policy)])
+                row = {"trace": t["trace"], "limit": t["limit"], "window_s": t["window"], "requests": len(tr),
+                       "policy": policy, "mode": t["mode"] or "trace arrivals"}
+                index["runs"].append(row)
+                cfg = ServingConfig(policy=policy, acceptance=a.acceptance, model=a.model, profile=profile,
+                                    **t["mode"])
+
+                def fits(sim, tr=tr, cfg=cfg):
+                    s = sim.summary
+                    span = 0.0 if cfg.offline or cfg.concurrency else float(tr.arrival_s[-1])
+                    est = SLOWDOWN * max(s["duration"], span) + FIXED_S
+                    row["estimated_s"] = round(est, 1)
+                    if est > deadline - time.monotonic():
+                        raise Skip(f"estimated {est:.0f} s, {deadline - time.monotonic():.0f} s left")
+
+                print(f"\n== {name}: {len(tr):,} requests, {t['mode'] or 'trace arrivals'}", flush=True)
+                t1 = time.monotonic()
+                try:
+                    v = validate(tr, cfg, opts, model=model, tokenizer=tok, warm=a.device == "cuda",
+                                 log=lambda m: print(m, flush=True), before_run=fits)
+                except Skip as e:
+                    row["status"] = f"skipped: {e}"
+                    print(row["status"], flush=True)
+                    save_index()
+                    continue
+                except SpsimError as e:
+                    row["status"] = f"error: {e}"
+                    print(row["status"], flush=True)
+                    save_index()
+                    continue
+                v.report["trace"] = t["trace"]
+                v.report["window"] = {"limit": t["limit"], "window_s": t["window"]}
+                write(out / "runs" / name, v)
+                (out / f"validate_{name}.json").write_text(json.dumps(v.report, indent=2, default=str) + "\n")
+                row.update(status="done", file=f"validate_{name}.json", wall_s=round(time.monotonic() - t1, 1),
+                           **headline(v.report))
+                print(text(v.report), flush=True)
+                save_index()
+    except OutOfTime:
+        if index["runs"] and "status" not in index["runs"][-1]:
+            index["runs"][-1]["status"] = "cut by the --minutes budget"
+        print(f"\nbudget of {a.minutes:g} minutes reached: stopping", flush=True)
+    finally:
+        signal.alarm(0)
+        save_index()
+    done = sum(r.get("status") == "done" for r in index["runs"])
+    print(f"\n{done} of {len(targets) * len(policies)} runs done in {time.monotonic() - t_start:.0f} s; "
+          f"results in {out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

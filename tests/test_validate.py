@@ -1,0 +1,194 @@
+"""`spsim validate` on the CPU (`tiny`): both worlds run, the plans are checked equal (and a
+difference is caught), the error tables and files come out, bad input is one line; the GPU
+script runs from a bare checkout without typer, rich or an installed simpy."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from spsim.cli import app  # noqa: E402
+from spsim.config import ServingConfig  # noqa: E402
+from spsim.errors import SpsimError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_trace(path, gaps=0.05, rows=((120, 14), (200, 10), (160, 12))):
+    lines = [{"spsim_trace": 1}] + [{"id": f"r{i}", "arrival_s": i * gaps, "prompt_tokens": p, "output_tokens": o}
+                                    for i, (p, o) in enumerate(rows)]
+    path.write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    import torch
+
+    from spsim.gpu_runtime.model import Transformer
+    from spsim.gpu_runtime.model_config import get_config
+
+    torch.set_num_threads(1)
+    return Transformer.random(get_config("tiny"), seed=0)
+
+
+def test_offline_plans_match_and_every_pass_is_priced(tiny):
+    from test_runtime import mixed_trace
+
+    from spsim.gpu_runtime.engine import RuntimeOptions
+    from spsim.validate import validate
+    from spsim.validate_report import text
+
+    cfg = ServingConfig(policy="fixed-k:k=3", model="tiny", offline=True, kv_pages=80, page_size=16,
+                        draft_budget=48, max_draft=6, max_batch=8, token_budget=256)
+    v = validate(mixed_trace(n=6, output=(30, 60)), cfg, RuntimeOptions(device="cpu"), model=tiny)
+    r = v.report
+    assert r["acceptance"] == "sparsespec-llama8b" and r["kv_pages"] == 80 and r["pass_clocked"]
+    sp = r["same_plans"]
+    assert sp["equal"] and sp["requests_equal"] and sp["passes_equal"], sp
+    assert sp["passes_measured"] == sp["passes_predicted"] == len(v.sim_passes) == len(v.run.passes)
+    assert v.run.result.summary["preemptions"] > 0 and v.run.result.summary["drafted_tokens"] > 0
+    pp = r["per_pass"]
+    assert pp["over_passes"] == "all" and pp["all"]["passes"] == len(v.run.passes)  # no graphs on the CPU
+    assert {"prefill", "mixed", "draft"} <= set(pp) and 0 <= pp["all"]["median_abs_rel"] <= pp["all"]["p95_abs_rel"]
+    # each pass's prediction is the cost model's price of that pass
+    assert all(q["predicted_ms"] > 0 for q in v.sim_passes)
+    assert sum(q["predicted_ms"] for q in v.sim_passes) / 1e3 == pytest.approx(
+        sum(v.sim.summary["pass_time_s"].values()), rel=1e-6)
+    for k in ("output_throughput", "mean_tpot_ms", "p99_e2el_ms", "p90_ttft_ms", "median_tpot_ms"):
+        assert r["metrics"][k]["measured"] > 0 and r["metrics"][k]["predicted"] > 0, k
+    assert r["metrics"]["mean_tpot_ms"]["target"] == 0.03 and r["metrics"]["p99_tpot_ms"]["target"] == 0.08
+    out = text(r)
+    assert "plans: the same in both worlds" in out and "pass by pass (all passes)" in out and "TPOT p99" in out
+
+
+def test_same_plans_check_catches_a_difference(tiny):
+    """The simulator on another seed draws other acceptance: the check must name where they part."""
+    from test_runtime import mixed_trace
+
+    from spsim.gpu_runtime.engine import RuntimeOptions, run_trace
+    from spsim.validate import check, simulate_like
+    from spsim.validate_report import notes, per_pass, same_plans
+
+    tr = mixed_trace(n=4, output=(20, 40))
+    cfg = check(ServingConfig(policy="fixed-k:k=3", model="tiny", offline=True, kv_pages=200, page_size=16,
+                              draft_budget=48, max_draft=6))
+    from spsim.gpu_runtime.engine import policy_cost_model
+
+    cost = policy_cost_model(cfg, tiny.cfg)
+    run = run_trace(tr, cfg, RuntimeOptions(device="cpu"), model=tiny, cost=cost)
+    sim, passes = simulate_like(tr, cfg.with_(seed=7), cost)
+    sp = same_plans(run, sim, passes, True)
+    assert not sp["equal"] and not sp["requests_equal"] and sp["passes_equal"] is False
+    assert sp["first_differing"] and sp["first_differing_pass"]["pass"] > 0
+    r = {"same_plans": sp, "runtime": {"stopped_early": False, "rejected": 0, "incomplete": 0},
+         "simulator": {"rejected": 0, "incomplete": 0}}
+    assert "did not build the same plans" in notes(r)[0]
+    # the error is taken over the passes before they part
+    assert per_pass(run, passes, sp["first_differing_pass"]["pass"])["all"]["passes"] == sp["first_differing_pass"]["pass"]
+
+
+def test_cli_offline_writes_everything(tmp_path):
+    tr = write_trace(tmp_path / "t.jsonl")
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["validate", str(tr), "--model", "tiny", "--device", "cpu", "--offline",
+                                   "-p", "fixed-k:k=3", "--draft-budget", "64", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "plans: the same in both worlds" in " ".join(res.output.split())
+    assert "pass by pass" in res.output and "predicted vs measured" in res.output
+    r = json.loads((out / "validate.json").read_text())
+    assert r["same_plans"]["equal"] and r["requests"] == 3 and r["policy"].startswith("fixed-k")
+    passes = [json.loads(x) for x in (out / "passes.jsonl").read_text().splitlines()]
+    assert len(passes) == r["same_plans"]["passes_measured"] and all(p["predicted_ms"] > 0 for p in passes)
+    for f in ("runtime_summary.json", "sim_summary.json", "runtime_requests.csv", "sim_requests.csv"):
+        assert (out / f).is_file(), f
+    assert json.loads((out / "runtime_summary.json").read_text())["runtime"]["kv_pages"] == r["kv_pages"]
+    assert json.loads((out / "sim_summary.json").read_text())["kv_capacity_pages"] == r["kv_pages"]
+
+
+def test_cli_arrivals_window_and_json(tmp_path):
+    """With arrivals: latency percentiles compared, no pass-by-pass table; --window keeps the
+    requests arriving in its first seconds."""
+    tr = write_trace(tmp_path / "t.jsonl", gaps=0.3, rows=((120, 8), (150, 8), (130, 8), (140, 8)))
+    res = CliRunner().invoke(app, ["validate", str(tr), "--model", "tiny", "--device", "cpu", "--window", "0.5",
+                                   "-p", "ar", "--json"])
+    assert res.exit_code == 0, res.output
+    r = json.loads(res.stdout)
+    assert r["requests"] == 2 and r["load"] == "trace" and r["per_pass"] is None
+    assert not r["same_plans"]["expected"]
+    assert set(r["metrics"]) >= {f"{s}_{m}" for s in ("mean", "median", "p90", "p99")
+                                 for m in ("ttft_ms", "tpot_ms", "e2el_ms")}
+
+
+def test_select_windows():
+    from spsim.traces.trace import Trace
+    from spsim.validate import select
+
+    tr = Trace(np.array([f"r{i}" for i in range(10)], object), np.arange(10.0), np.full(10, 100), np.full(10, 5))
+    assert len(select(tr, window_s=3.5)) == 4
+    assert len(select(tr, limit=3, window_s=5)) == 3
+    assert len(select(tr, limit=30)) == 10
+    with pytest.raises(SpsimError, match="no request arrives"):
+        select(Trace(tr.ids, tr.arrival_s + 5, tr.prompt_tokens, tr.output_tokens), window_s=1.0)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--acceptance", "real"], "needs preset acceptance"),
+    (["--acceptance", "nonesuch"], "nonesuch"),
+    (["--policy", "nope"], "unknown policy 'nope'"),
+    (["--device", "gpu"], "--device must be cuda or cpu"),
+    (["--window", "0"], "--window must be > 0"),
+    (["--replicas", "2"], "No such option"),
+])
+def test_bad_input_is_one_line(tmp_path, args, message):
+    tr = write_trace(tmp_path / "t.jsonl")
+    res = CliRunner().invoke(app, ["validate", str(tr), "--model", "tiny", "--device", "cpu", "--offline", *args])
+    assert res.exit_code != 0
+    if isinstance(res.exception, SpsimError):
+        assert message in str(res.exception) and "\n" not in str(res.exception)
+    else:
+        assert message in res.output
+
+
+def test_missing_trace_exits_2_without_traceback(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "spsim.cli", "validate", str(tmp_path / "none.jsonl"), "--model", "tiny",
+                        "--device", "cpu"], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 2, p.stderr
+    assert "none.jsonl" in p.stderr and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_gpu_script_runs_from_a_bare_checkout(tmp_path):
+    """benchmarks/validate_gpu.py where typer, rich and plotly are missing and simpy is only the
+    vendored wheel (the GPU machine), on the CPU with `tiny`."""
+    block = tmp_path / "block"
+    block.mkdir()
+    (block / "sitecustomize.py").write_text(
+        "import sys, importlib.abc\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        top = name.split('.')[0]\n"
+        "        if top in ('typer', 'rich', 'plotly') or (top == 'simpy' and not any(p.endswith('.whl') for p in sys.path)):\n"
+        "            raise ModuleNotFoundError(name, name=name)\n"
+        "sys.meta_path.insert(0, Block())\n")
+    tr = write_trace(tmp_path / "t.jsonl")
+    out = tmp_path / "res"
+    env = {**os.environ, "PYTHONPATH": str(block)}
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validate_gpu.py"), "--out", str(out), "--device",
+                        "cpu", "--model", "tiny", "--profile", "none", "--targets", f"{tr}:offline:limit=2",
+                        "--policies", "fixed-k:k=3", "--minutes", "2"], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    index = json.loads((out / "validate_index.json").read_text())
+    assert [r["status"] for r in index["runs"]] == ["done"] and index["runs"][0]["same_plans"] is True
+    r = json.loads((out / "validate_t_offline_n2_fixed-k_k_3.json").read_text())
+    assert r["requests"] == 2 and r["per_pass"]["all"]["passes"] > 0
+    assert (out / "runs" / "t_offline_n2_fixed-k_k_3" / "passes.jsonl").is_file()
