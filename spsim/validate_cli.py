@@ -80,13 +80,14 @@ def register(app: typer.Typer) -> None:
 
 
 def show(r: dict) -> None:
-    from .validate_report import plans_line, rows
+    from .validate_report import plans_line, rows, runtime_line
 
     console.print(f"[bold]{r['policy']}[/] on {r['trace']} ({r['requests']:,} requests, {r['load']}): "
                   f"{r['model']} on {r['device']}, cost model {r['cost_model']}, {r['kv_pages']:,} KV pages")
     sp = r["same_plans"]
     style = "green" if sp["equal"] else ("yellow" if sp["expected"] else "dim")
     console.print(f"[{style}]{plans_line(r)}[/]")
+    console.print(f"[dim]{runtime_line(r)}[/]")
     for title, (head, body) in rows(r).items():
         t = Table(title=title, header_style="bold")
         for i, h in enumerate(head):

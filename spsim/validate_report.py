@@ -141,6 +141,7 @@ def compare(trace, cfg, run, sim, sim_passes, cost) -> dict:
                     "capture_time_s": sum(p["gpu_ms"] for p in cap) / 1e3,
                     "gpu_time_s": sum(p["gpu_ms"] for p in passes) / 1e3,
                     "host_time_s": sum(p["host_ms"] for p in passes) / 1e3,
+                    "prep_time_s": sum(p.get("prep_ms", 0.0) for p in passes) / 1e3,
                     "mean_host_ms": rt["mean_host_ms"], "stopped_early": rt["stopped_early"],
                     "completed": rs["completed"], "rejected": rs["rejected"], "incomplete": rs.get("incomplete")},
         "simulator": {"completed": ss["completed"], "rejected": ss["rejected"], "incomplete": ss.get("incomplete")},
@@ -227,10 +228,20 @@ def plans_line(r: dict) -> str:
     return "plans: DIFFER (see the warning)"
 
 
+def runtime_line(r: dict) -> str:
+    """Where measured time went beyond what the simulator prices: graph captures, host planning."""
+    rt = r["runtime"]
+    gpu = rt["gpu_time_s"] or 1.0
+    return (f"runtime: {rt['passes']:,} passes, {rt['gpu_time_s']:.2f} s measured pass time (input preparation "
+            f"{rt['prep_time_s']:.2f} s of it); {rt['captures']:,} graph captures took {rt['capture_time_s']:.2f} s "
+            f"({rt['capture_time_s'] / gpu:.0%}); host planning {rt['host_time_s']:.2f} s "
+            f"({rt['mean_host_ms']:.2f} ms per pass)")
+
+
 def text(r: dict) -> str:
     """Plain-text tables, for a terminal without rich (the GPU machine)."""
     lines = [f"{r['policy']} on {r['trace']} ({r['requests']:,} requests, {r['load']}), {r['model']} on {r['device']}, "
-             f"cost {r['cost_model']}", plans_line(r)]
+             f"cost {r['cost_model']}", plans_line(r), runtime_line(r)]
     for title, (head, body) in rows(r).items():
         w = [max(len(x) for x in col) for col in zip(head, *body)]
         lines += ["", title, "  ".join(h.ljust(n) for h, n in zip(head, w))]
