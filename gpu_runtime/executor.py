@@ -188,8 +188,8 @@ class RuntimeExecutor:
         if last:
             sts = [self.req[rid] for rid in last]
             pos = np.asarray([len(st.tokens) - st.prompt_len for st in sts], np.int64)  # output position
-            p = S.probs_from_logits(logits[r:r + len(last)], T)
-            new = S.sample(p, S.keyed_uniform(self.seed, np.asarray(last, np.int64), pos, S.TARGET)).tolist()
+            new = _pick(logits[r:r + len(last)], T,
+                        S.keyed_uniform(self.seed, np.asarray(last, np.int64), pos, S.TARGET)).tolist()
             for st, x in zip(sts, new):
                 st.tokens.append(int(x))
             r += len(last)
@@ -200,10 +200,10 @@ class RuntimeExecutor:
             ids = plan.draft_ids
             committed = np.asarray([len(self.req[x].tokens) - self.req[x].prompt_len for x in ids.tolist()], np.int64)
             lg = logits[r:r + nd]
-            q = S.probs_from_logits(lg, T)
+            q = S.probs_from_logits(lg, T) if T > 0 else None
             # draft j of a run proposes output position committed + j
             u = S.keyed_uniform(self.seed, ids.astype(np.int64), committed + plan.draft_pos, S.DRAFT)
-            new = S.sample(q, u).tolist()
+            new = _pick(lg, T, u, q).tolist()
             if self.acc is None:
                 ent = S.draft_entropy(lg, T).cpu().numpy()
             else:  # preset acceptance: the acceptance model's keyed entropy signal, as in a replay
@@ -239,7 +239,9 @@ class RuntimeExecutor:
         j = np.arange(K + 1)
         first_row = r + np.concatenate([[0], np.cumsum(qn)[:-1]])
         idx = first_row[:, None] + np.minimum(j[None, :], qn[:, None] - 1)
-        p = S.probs_from_logits(logits[torch.as_tensor(idx.reshape(-1), device=logits.device)], T)
+        p = logits[torch.as_tensor(idx.reshape(-1), device=logits.device)]
+        if T > 0:  # greedy needs no distribution: argmax of the logits is the one-hot's
+            p = S.probs_from_logits(p, T)
         p = p.view(nv, K + 1, -1)
         u_t = S.keyed_uniform(self.seed, ids[:, None], base[:, None] + j[None, :], S.TARGET)
         rows = np.arange(nv)
@@ -257,7 +259,7 @@ class RuntimeExecutor:
             accepted, nxt = S.verify_batch(torch.as_tensor(x, device=p.device), dq, p, T, u_a, u_t, k=qn - 1)
         else:
             a = torch.as_tensor(accepted, device=p.device)
-            nxt = S.sample(p[torch.arange(nv, device=p.device), a], u_t[rows, accepted]).cpu().numpy()
+            nxt = _pick(p[torch.arange(nv, device=p.device), a], T, u_t[rows, accepted], probs=T > 0).cpu().numpy()
         for i, (st, rid, q, ctx) in enumerate(zip(sts, ids.tolist(), qn.tolist(), plan.verify_context.tolist())):
             k, a = q - 1, int(accepted[i])
             if self.events is not None and k:
@@ -270,3 +272,14 @@ class RuntimeExecutor:
             st.draft_probs.clear()
             st.draft_entropy.clear()
         return entropy, np.asarray(accepted, np.int64)
+
+
+def _pick(x: torch.Tensor, T: float, u, probs=None) -> torch.Tensor:
+    """One token per row: argmax at T == 0 (`x` logits; what sampling the one-hot gives), else an
+    inverse-CDF sample with `u` from `probs` (given, or `x` itself when `probs is True`, or
+    softmax(x / T))."""
+    if T <= 0:
+        return x.argmax(-1)
+    if probs is True:
+        probs = x
+    return S.sample(probs if probs is not None else S.probs_from_logits(x, T), u)

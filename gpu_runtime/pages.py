@@ -68,16 +68,18 @@ def full_page_lists(page_tables, kv_lens, num_kv_heads: int, page_size: int, dev
 
     `page_tables[r]` lists request r's physical pages in token order (at least `ceil(kv_lens[r] /
     page_size)` of them); `kv_lens[r]` counts the tokens attended, this pass's own tokens included.
+    A request's KV-head rows share one copy of its page ids (`start` equal): a pass's host work and
+    its host-to-device copy are a KV-head count smaller (8x for Llama-3.1-8B).
     """
     kv_lens = np.asarray(kv_lens, dtype=np.int64)
     n = pages_for(kv_lens, page_size)
     per_req = [np.asarray(pt, dtype=np.int64)[:k] for pt, k in zip(page_tables, n)]
     assert all(len(p) == k for p, k in zip(per_req, n)), "page table shorter than its context"
-    counts = np.repeat(n, num_kv_heads)
-    indptr = np.concatenate([[0], np.cumsum(counts)])
-    indices = np.concatenate([np.tile(p, num_kv_heads) for p in per_req]) if len(per_req) else np.zeros(0)
+    offs = np.concatenate([[0], np.cumsum(n)[:-1]]) if len(n) else np.zeros(0, np.int64)
+    indices = np.concatenate(per_req) if len(per_req) else np.zeros(0, np.int64)
     last = np.repeat(last_page_len(kv_lens, page_size), num_kv_heads)
-    return PageLists.from_csr(indptr, indices, last, num_kv_heads, page_size, device)
+    return PageLists.from_host(np.repeat(offs, num_kv_heads), np.repeat(n, num_kv_heads), last, indices,
+                               num_kv_heads, page_size, device)
 
 
 def concat_page_lists(parts: list[PageLists]) -> PageLists:
