@@ -42,8 +42,12 @@ class Fitter:
     """Maps a vector of free constants to `CalibratedParams` (tied where the data cannot tell
     two apart: methods that select at every step have no first/later difference)."""
 
-    def __init__(self, labels: set[str], base: CalibratedCostModel, host_overhead_s: float = 0.0):
-        """`base`: the model with neutral constants (the roofline's), for starting values."""
+    def __init__(self, labels: set[str], base: CalibratedCostModel, host_overhead_s: float = 0.0,
+                 spec_pass: bool = True, tiles: bool = True, ties: dict | None = None):
+        """`base`: the model with neutral constants (the roofline's), for starting values. `spec`,
+        `tiles`: whether the points verify drafts (a query > 1) and so show the acceptance path
+        and the taller attention tiles. `ties`: {method: like method} for draft-KV methods with
+        no usable points whose draft terms are taken from a method running the same code."""
         d = RooflineParams()
         # (name, index or None, start, lower, upper, scale)
         spec = [("layer_fixed_s", None, d.layer_fixed_s, 0.0, 1e-3, 1e-5),
@@ -59,16 +63,24 @@ class Fitter:
             spec.append(("eager_pass_s", None, 1e-3, 0.0, 1.0, 1e-3))
         if labels & {"ar", "verify"} or any(x.startswith("mixed") for x in labels):
             spec.append(("verify_req_s", None, 1e-5, 0.0, 1e-2, 1e-5))
+        if spec_pass:
+            spec.append(("spec_pass_s", None, 1e-3, 0.0, 0.1, 1e-3))
+        if tiles:  # per tile row per KV token per layer; the roofline's attention flops are ~1e-11
+            for i in range(3):
+                spec.append(("tile_row_s", (i,), 1e-12, 0.0, 1e-9, 1e-12))
         self.page0 = [[float(base.score_tbl[m, j]) for j in (0, 1)] for m in range(N_METHODS)]
         for m in DraftMethod:
             if f"draft:{m.label}" not in labels and f"mixed:{m.label}" not in labels:
                 continue
             spec.append(("draft_pass_s", (int(m),), 1e-3, 0.0, 1.0, 1e-3))
             later = (1,) if m.refresh == "verify" else ()
+            if later:  # selection runs at a run's first draft only
+                spec.append(("first_pass_s", (int(m),), 1e-3, 0.0, 1.0, 1e-3))
             for j in (0,) + later:
                 spec.append(("draft_req_s", (int(m), j), 1e-5, 0.0, 1e-2, 1e-5))
                 spec.append(("draft_page_s", (int(m), j), max(self.page0[m][j], 1e-9), 0.0, 1e-4, 1e-7))
         self.spec = spec
+        self.ties = dict(ties or {})
         self.host_overhead_s = host_overhead_s
         self.x0 = np.array([s[2] for s in spec])
         self.lo = np.array([s[3] for s in spec])
@@ -78,6 +90,8 @@ class Fitter:
     def params(self, x) -> CalibratedParams:
         flat = {"host_overhead_s": self.host_overhead_s}
         dpass = [0.0] * N_METHODS
+        fpass = [0.0] * N_METHODS
+        tile = [0.0, 0.0, 0.0]
         dreq = [[0.0, 0.0] for _ in range(N_METHODS)]
         dpage = [list(r) for r in self.page0]
         tied = {int(m) for m in DraftMethod if m.refresh != "verify"}
@@ -86,14 +100,22 @@ class Fitter:
                 flat[name] = v
             elif name == "draft_pass_s":
                 dpass[idx[0]] = v
+            elif name == "first_pass_s":
+                fpass[idx[0]] = v
+            elif name == "tile_row_s":
+                tile[idx[0]] = v
             else:
                 tbl = dreq if name == "draft_req_s" else dpage
                 m, j = idx
                 tbl[m][j] = v
                 if m in tied:
                     tbl[m][1] = v
+        for m, like in self.ties.items():
+            dpass[m], fpass[m] = dpass[like], fpass[like]
+            dreq[m], dpage[m] = list(dreq[like]), list(dpage[like])
         return CalibratedParams(**flat, draft_pass_s=tuple(dpass), draft_req_s=tuple(map(tuple, dreq)),
-                                draft_page_s=tuple(map(tuple, dpage)))
+                                draft_page_s=tuple(map(tuple, dpage)), first_pass_s=tuple(fpass),
+                                tile_row_s=tuple(tile))
 
 
 def errors(pred: np.ndarray, meas: np.ndarray) -> dict:
@@ -122,6 +144,7 @@ def fit(measurements: list[Measurement], model, gpu="h200", tp: int = 1, weight_
     # a point measured twice (resumed sweeps never do this, merged files may): keep the last
     by_key = {m.point.key: m for m in ok}
     ok = list(by_key.values())
+    ok, excluded = _current(ok)
     train = [m for m in ok if not m.point.heldout]
     test = [m for m in ok if m.point.heldout]
     if len(train) < 10:
@@ -129,7 +152,14 @@ def fit(measurements: list[Measurement], model, gpu="h200", tp: int = 1, weight_
     labels = {m.point.label for m in train}
     shape = dict(model=model, gpu=gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, page_size=page_size,
                  check_memory=False)
-    fitter = Fitter(labels, CalibratedCostModel(params=CalibratedParams(), **shape))
+    spec_pass = any(q > 1 for m in train for _, q in m.point.verifies)
+    ties = {}
+    for m in DraftMethod:  # a method without drafting points takes the terms of one running its code
+        like = _SAME_CODE.get(m)
+        if like is not None and f"draft:{m.label}" not in labels and f"draft:{like.label}" in labels:
+            ties[int(m)] = int(like)
+    fitter = Fitter(labels, CalibratedCostModel(params=CalibratedParams(), **shape), spec_pass=spec_pass,
+                    tiles=spec_pass, ties=ties)
     b_train = PlanBatch.of([m.point.plan() for m in train])
     y_train = np.array([m.seconds for m in train])
     log_y = np.log(y_train)
@@ -156,8 +186,10 @@ def fit(measurements: list[Measurement], model, gpu="h200", tp: int = 1, weight_
         "fit_error": {**errors(pred[:n_tr], meas[:n_tr]), "groups": group_errors(pred[:n_tr], meas[:n_tr], lab[:n_tr])},
         "heldout_error": {**errors(pred[n_tr:], meas[n_tr:]),
                           "groups": group_errors(pred[n_tr:], meas[n_tr:], lab[n_tr:])},
-        "points": {"measured": len(ok), "fit": n_tr, "heldout": len(test),
-                   "failed": sum(1 for m in measurements if not m.ok)},
+        "points": {"measured": len(ok) + len(excluded), "fit": n_tr, "heldout": len(test),
+                   "failed": sum(1 for m in measurements if not m.ok), "excluded": len(excluded)},
+        "excluded": excluded,
+        "tied": {DraftMethod(m).label: DraftMethod(like).label for m, like in ties.items()},
         "optimizer": {"status": int(sol.status), "message": str(sol.message), "nfev": int(sol.nfev)},
         "predictions": [{"id": m.point.key, "label": m.point.label, "heldout": m.point.heldout,
                          "measured_s": float(y), "predicted_s": float(p)} for m, y, p in zip(allm, meas, pred)],
@@ -168,11 +200,35 @@ def fit(measurements: list[Measurement], model, gpu="h200", tp: int = 1, weight_
     return final, report
 
 
+# Draft-KV methods whose drafts run the same runtime code as another's, but for what they read at a
+# run's first draft (verify-attn: stored attention scores; verify-quest: Quest bounds): pass_attention.py
+_SAME_CODE = {DraftMethod.VERIFY_ATTN: DraftMethod.VERIFY_QUEST}
+
+
+def _current(ok: list[Measurement]) -> tuple[list[Measurement], list[dict]]:
+    """The points that time what the runtime does now, and the others with the reason. A pass
+    without prefill recorded as run eagerly in a sweep that replayed graphs was measured when the
+    runtime did not graph its method (verify-attn, before f48e375): launch-bound, 28-70 ms for
+    passes the graphed runtime runs in ~10-20 ms, and bimodal (62 vs 28-38 ms at the same
+    composition), so it says nothing about today's cost."""
+    graphs = any(m.record.get("graphed") for m in ok)
+    keep, out = [], []
+    for m in ok:
+        if graphs and m.record.get("graphed") is False and not m.point.prefill:
+            out.append({"id": m.point.key, "label": m.point.label, "measured_s": m.seconds,
+                        "reason": "run eager (no CUDA graph) where the runtime now replays a graph"})
+        else:
+            keep.append(m)
+    return keep, out
+
+
 def _profile_info(info: dict, report: dict, host: float, measured_host: bool) -> dict:
     out = dict(info)
     out["fit_error"] = _round(report["fit_error"])
     out["heldout_error"] = _round(report["heldout_error"])
     out["points"] = report["points"]
+    if report.get("tied"):
+        out["tied_draft_terms"] = report["tied"]
     out["host_overhead"] = {"seconds": host, "source": out.pop("host_source", None) if measured_host else
                             "assumption (the roofline's); give --host-log passes.jsonl from `spsim run`"}
     return out

@@ -222,3 +222,18 @@ def test_cli_errors_are_one_line(tmp_path):
 
     with pytest.raises(InputError, match=":2: host_ms"):
         host_overhead_from_log(host)
+
+
+def test_fit_drops_passes_measured_eager_that_the_runtime_graphs(design, synthetic):
+    """A drafting pass recorded eager in a graphed sweep timed an older runtime: left out, and its
+    method's draft terms taken from the method running the same code (verify-attn <- verify-quest)."""
+    _, y = synthetic
+    ms = []
+    for i, (p, t) in enumerate(zip(design, y)):
+        stale = p.method == DraftMethod.VERIFY_ATTN and not p.prefill and p.group == "draft"
+        ms.append(Measurement(p, True, float(t) * (3.0 if stale else 1.0), {"graphed": not (stale or p.prefill)}, i))
+    got, rep = fit(ms, "llama-3.1-8b", "h200", host_overhead_s=0.0)
+    assert rep["points"]["excluded"] == sum(1 for m in ms if not m.record["graphed"] and not m.point.prefill) > 0
+    assert rep["tied"] == {"verify-attn": "verify-quest"} and got.info["tied_draft_terms"] == rep["tied"]
+    va, vq = int(DraftMethod.VERIFY_ATTN), int(DraftMethod.VERIFY_QUEST)
+    assert got.p.draft_req_s[va] == got.p.draft_req_s[vq] and got.p.first_pass_s[va] == got.p.first_pass_s[vq]

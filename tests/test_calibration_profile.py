@@ -26,7 +26,8 @@ PARAMS = CalibratedParams(
     attn_bw_scale=1.2, attn_flops_eff=0.4, attn_req_s=0.5e-6, attn_split_s=0.3e-6, eager_pass_s=4e-3,
     verify_req_s=30e-6, draft_pass_s=(2e-3, 5e-3, 3e-3, 6e-3, 7e-3),
     draft_req_s=((40e-6, 40e-6), (60e-6, 25e-6), (50e-6, 50e-6), (70e-6, 30e-6), (80e-6, 80e-6)),
-    draft_page_s=((0.0, 0.0), (2e-7, 1e-8), (1e-8, 1e-8), (1e-7, 1e-8), (3e-7, 3e-7)))
+    draft_page_s=((0.0, 0.0), (2e-7, 1e-8), (1e-8, 1e-8), (1e-7, 1e-8), (3e-7, 3e-7)),
+    first_pass_s=(0.0, 1.5e-3, 0.0, 1e-3, 0.0), spec_pass_s=2.5e-3, tile_row_s=(1e-11, 3e-12, 6e-12))
 
 
 @pytest.fixture(scope="module")
@@ -220,3 +221,20 @@ def test_regression_fixture_stays_on_the_roofline(shipped):
     got, want = run_case(case), fixture[case_name(case)]
     assert {k: got["summary"].get(k) for k in want["summary"]} == want["summary"]
     assert got["requests_sha256"] == want["requests_sha256"]
+
+
+def test_pass_terms_tile_height_and_acceptance_path(cm):
+    """A draft beside a 9-token verification runs in 64-row tiles (choose_block_m); a pass verifying
+    drafts pays the acceptance path once; a run's first verify-quest draft pays its selection."""
+    bare = cm.with_params(tile_row_s=(0.0, 0.0, 0.0), spec_pass_s=0.0, first_pass_s=(0.0,) * 5)
+    one = lambda q, pos=3, m=1: PassPlan(  # noqa: E731
+        draft_ids=np.array([0]), draft_context=np.array([32768]), draft_budget=np.array([2048]),
+        draft_method=np.array([m]), draft_pos=np.array([pos]), verify_ids=np.array([1]),
+        verify_query=np.array([q]), verify_context=np.array([32768]))
+    assert cm.time(one(1)) == pytest.approx(bare.time(one(1)), rel=1e-12)  # 16-row tiles, no drafts verified
+    rows = (32768 + 5.0) * 64 + (2048 + 3 + 1) * 64  # 9 tokens x 4 heads: 36 rows -> one 64-row tile each
+    assert cm.time(one(9)) - bare.time(one(9)) == pytest.approx(2.5e-3 + 32 * 3e-12 * rows, rel=1e-9)
+    assert cm.time(one(1, pos=0)) - bare.time(one(1, pos=0)) == pytest.approx(1.5e-3, rel=1e-9)
+    pre = PassPlan(prefill_ids=np.array([2]), prefill_tokens=np.array([512]), prefill_context=np.array([0]),
+                   verify_ids=np.array([1]), verify_query=np.array([9]), verify_context=np.array([32768]))
+    assert cm.time(pre) - bare.time(pre) == pytest.approx(2.5e-3, rel=1e-9)  # tiles: decode passes only

@@ -12,6 +12,16 @@ constants, plus the terms the real runtime pays and the analytic model leaves ou
          + draft_page_s[method][later] x context pages, per drafting request: page scoring, page
            tables, top-k, split counts: what makes a draft at a fixed budget cost more at a longer
            context (measured ~2x from 32K to 128K at batch 8 on the H200)
+         + first_pass_s[method]       once, if it holds a run's first draft (the verify-refreshed
+                                      methods select their pages then: scoring, top-k per layer)
+         + spec_pass_s                once, if it verifies drafts (a query > 1: the acceptance
+                                      path; +2.3 ms on the H200 whatever the batch)
+         + tile_row_s[tile] x sum over its requests of (tile rows x causal KV tokens) x layers,
+           in a pass without prefill: the attention kernel runs the whole pass with one tile
+           height, fitted to the pass's tallest query (16/32/64/128 rows for 4/8/16/32+ tokens of
+           an 8B GQA group), so a draft beside a 9-token verification computes 64-row tiles;
+           each tile shape has its own speed (the runtime's SHORT/TALL/PREFILL_TILE). 16-row
+           tiles are the roofline's own attention flops (no term).
 `later`: 0 for a run's first draft (draft_pos == 0), 1 after; methods refreshed at verification
 select on the first draft only. With every extra term 0 and both scales 1 this is the roofline.
 
@@ -33,6 +43,7 @@ from spsim.plan import DraftMethod, PassPlan
 from .roofline import RooflineCostModel, RooflineParams
 
 N_METHODS = len(DraftMethod)
+TILES = (16, 32, 64, 128)  # the attention kernel's tile heights (gpu_runtime/attention.choose_block_m)
 _ZEROS = (0.0,) * N_METHODS
 _ZEROS2 = ((0.0, 0.0),) * N_METHODS
 
@@ -46,6 +57,9 @@ class CalibratedParams(RooflineParams):
     draft_pass_s: tuple = _ZEROS  # [method]: per pass holding drafts
     draft_req_s: tuple = _ZEROS2  # [method][later]: per drafting request
     draft_page_s: tuple | None = None  # [method][later]: per context page; None: the roofline's scoring
+    first_pass_s: tuple = _ZEROS  # [method]: per pass holding a run's first draft (selection)
+    spec_pass_s: float = 0.0  # per pass verifying drafts (a query > 1)
+    tile_row_s: tuple = (0.0, 0.0, 0.0)  # [32, 64, 128-row tiles]: per tile row per causal KV token per layer
 
     @classmethod
     def from_dict(cls, d: dict) -> "CalibratedParams":
@@ -54,7 +68,7 @@ class CalibratedParams(RooflineParams):
         if unknown:
             raise ValueError(f"unknown params {sorted(unknown)}")
         kw = dict(d)
-        for k in ("draft_pass_s",):
+        for k in ("draft_pass_s", "first_pass_s", "tile_row_s"):
             if k in kw:
                 kw[k] = tuple(float(x) for x in kw[k])
         for k in ("draft_req_s", "draft_page_s"):
@@ -65,7 +79,10 @@ class CalibratedParams(RooflineParams):
         return p
 
     def check(self) -> None:
+        if len(self.tile_row_s) != len(TILES) - 1:
+            raise ValueError(f"tile_row_s has one entry per tile height {TILES[1:]}")
         if len(self.draft_pass_s) != N_METHODS or len(self.draft_req_s) != N_METHODS or \
+                len(self.first_pass_s) != N_METHODS or \
                 (self.draft_page_s is not None and len(self.draft_page_s) != N_METHODS):
             raise ValueError(f"draft terms need one entry per draft-KV method ({N_METHODS})")
         if any(len(r) != 2 for r in self.draft_req_s) or \
@@ -103,6 +120,20 @@ class CalibratedCostModel(RooflineCostModel):
         self._req_rows = self.req_tbl.tolist()
         self.draft_pass = np.asarray(P.draft_pass_s, dtype=np.float64)
         self._draft_pass_list = self.draft_pass.tolist()
+        self.first_pass = np.asarray(P.first_pass_s, dtype=np.float64)
+        self._first_pass_list = self.first_pass.tolist()
+        # [tile class] -> seconds per tile row per causal KV token, all layers (16 rows: none)
+        self.tile = self.L * np.asarray((0.0,) + tuple(P.tile_row_s), dtype=np.float64)
+        self._tile_list = self.tile.tolist()
+        self._tiles = bool(self.tile.any())
+        # tallest query (tokens) -> tile class, as choose_block_m: rows = min(q, 128 // group) * group
+        cap = max(1, 128 // self.group)
+        q = np.arange(cap + 1)
+        need = np.maximum(q, 1) * self.group
+        bm = np.clip(1 << np.ceil(np.log2(need)).astype(np.int64), TILES[0], TILES[-1])
+        self._tile_cls = np.searchsorted(np.asarray(TILES), bm).astype(np.int64)
+        self._tile_bm = np.asarray(TILES, np.int64)[self._tile_cls]
+        self._tile_cap = cap
 
     def _build_tables(self, qmax: int) -> None:
         if not self._defer_tables:
@@ -178,7 +209,32 @@ class CalibratedCostModel(RooflineCostModel):
             logits += nq
         if tokens == 0:
             return 0.0
-        return self.pass_overhead(tokens, num_logits=logits) + total + self.pass_terms(n_pre > 0, methods)
+        t = self.pass_overhead(tokens, num_logits=logits) + total + self.pass_terms(n_pre > 0, methods)
+        if n_dr:
+            pos0 = plan.draft_pos == 0
+            if pos0.any():
+                t += max(self._first_pass_list[m] for m in set(plan.draft_method[pos0].tolist()))
+        if n_ver and int(plan.verify_query.max()) > 1:
+            t += self.p.spec_pass_s
+        if self._tiles and not n_pre:
+            t += self._tile1(plan)
+        return t
+
+    def _tile1(self, plan: PassPlan) -> float:
+        """The pass's tile-height term (see the module docstring)."""
+        g, cap = self.group, self._tile_cap
+        vq = plan.verify_query.tolist()
+        qmax = max(vq) if vq else 1
+        c = int(self._tile_cls[min(qmax, cap)])
+        bm = TILES[c]
+        qb = bm // g
+        rows = 0.0
+        for cx, q in zip(plan.verify_context.tolist(), vq):
+            rows += (cx + (q + 1) * 0.5) * (((q + qb - 1) // qb) * bm)
+        if len(plan.draft_ids):
+            sparse = np.minimum(plan.draft_budget, plan.draft_context) + plan.draft_pos + 1
+            rows += float(sparse.sum()) * bm  # one query token: one tile
+        return self._tile_list[c] * rows
 
     def pass_overhead(self, num_tokens: int, prefill_tokens: int = 0, *, num_logits: int | None = None) -> float:
         t = super().pass_overhead(num_tokens, prefill_tokens, num_logits=num_logits)
@@ -202,8 +258,23 @@ class CalibratedCostModel(RooflineCostModel):
 
         t = RooflineSegments(self).segment_times(seg)
         draft = seg.kind == type(seg).DRAFT
-        if draft.any():
-            t = t + np.where(draft, self.draft_pass[seg.method][None, :], 0.0).max(axis=1)  # no prefill here
+        verify = seg.kind == type(seg).VERIFY
+        if draft.any():  # no prefill here
+            t = t + np.where(draft, self.draft_pass[seg.method][None, :], 0.0).max(axis=1)
+            t = t + np.where(draft & (seg.draft_pos == 0), self.first_pass[seg.method][None, :], 0.0).max(axis=1)
+        q = np.where(verify, seg.query, 0)
+        qmax = q.max(axis=1)
+        if self.p.spec_pass_s:
+            t = t + np.where(qmax > 1, self.p.spec_pass_s, 0.0)
+        if self._tiles:
+            cls = self._tile_cls[np.minimum(np.maximum(qmax, 1), self._tile_cap)]
+            bm = self._tile_bm[np.minimum(np.maximum(qmax, 1), self._tile_cap)][:, None]
+            qb = bm // self.group
+            rows = np.where(verify, (seg.context + (q + 1) * 0.5) * (((q + qb - 1) // qb) * bm), 0.0)
+            if draft.any():
+                sparse = np.minimum(seg.budget[None, :], seg.context) + seg.draft_pos + 1
+                rows = rows + np.where(draft, sparse * bm, 0)
+            t = t + self.tile[cls] * rows.sum(axis=1)
         return t
 
     def decode_times(self, context: list[int], n: int) -> np.ndarray:
@@ -225,7 +296,23 @@ class CalibratedCostModel(RooflineCostModel):
         lin = self.overhead_vec(batch.tokens, batch.logits)
         per = np.zeros(n)
         np.maximum.at(per, batch.dr_of, self.draft_pass[batch.dr_method])  # the largest method's (as time())
-        per = per + np.where(batch.has_prefill, self.p.eager_pass_s, 0.0)
+        first = np.zeros(n)
+        f0 = batch.dr_pos == 0
+        np.maximum.at(first, batch.dr_of[f0], self.first_pass[batch.dr_method[f0]])
+        qmax = np.ones(n, np.int64)
+        np.maximum.at(qmax, batch.ver_of, batch.ver_q)
+        per = per + first + np.where(batch.has_prefill, self.p.eager_pass_s, 0.0) + \
+            np.where(qmax > 1, self.p.spec_pass_s, 0.0)
+        if self._tiles:
+            qc = np.minimum(qmax, self._tile_cap)
+            cls, bm = self._tile_cls[qc], self._tile_bm[qc]
+            qb = bm // self.group
+            vb, vq = bm[batch.ver_of], batch.ver_q
+            rows = np.bincount(batch.ver_of, (batch.ver_ctx + (vq + 1) * 0.5) * (((vq + qb[batch.ver_of] - 1)
+                                                                                // qb[batch.ver_of]) * vb), n)
+            sparse = np.minimum(batch.dr_budget, batch.dr_ctx) + batch.dr_pos + 1
+            rows = rows + np.bincount(batch.dr_of, sparse * bm[batch.dr_of], n)
+            per = per + np.where(batch.has_prefill, 0.0, self.tile[cls] * rows)
         return lin + att + per
 
     def kv_capacity_pages(self, reserve_frac: float | None = None, selection_metadata: bool = True) -> int:
