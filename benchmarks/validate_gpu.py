@@ -2,7 +2,7 @@
 (the GPU machine: no pip install, no simpy, maybe no typer or rich; simpy comes from
 vendor/wheels/, imported from its wheel).
 
-    python3 benchmarks/validate_gpu.py --out benchmarks/results/validate_h200 --minutes 8
+    python3 benchmarks/validate_gpu.py --out benchmarks/results --minutes 8
 
 Targets (default): the first 50 Mooncake requests offline (long contexts: the error pass by pass,
 and the two worlds' plans checked equal) and the Azure conversation requests arriving in the first
@@ -15,7 +15,7 @@ Each run is simulated first (seconds); its predicted duration tells whether the 
 time left, else it is skipped and says so. An alarm at the end of --minutes stops a run that
 overruns its estimate; whatever finished is written by then. Writes, in --out:
 `validate_<trace>_<policy>.json` per run (validate.json's content), `validate_index.json` (every
-run's headline errors, skips, machine), and `runs/<trace>_<policy>/` (passes.jsonl with each pass's
+run's headline errors, skips, machine), and `validate_runs/<name>/` (passes.jsonl with each pass's
 predicted time, both summaries, both request tables). Exit code 2 with one line on bad input.
 """
 
@@ -195,7 +195,7 @@ def main() -> int:
                     continue
                 v.report["trace"] = t["trace"]
                 v.report["window"] = {"limit": t["limit"], "window_s": t["window"]}
-                write(out / "runs" / name, v)
+                write(out / "validate_runs" / name, v)
                 (out / f"validate_{name}.json").write_text(json.dumps(v.report, indent=2, default=str) + "\n")
                 row.update(status="done", file=f"validate_{name}.json", wall_s=round(time.monotonic() - t1, 1),
                            **headline(v.report))

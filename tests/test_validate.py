@@ -191,4 +191,4 @@ def test_gpu_script_runs_from_a_bare_checkout(tmp_path):
     assert [r["status"] for r in index["runs"]] == ["done"] and index["runs"][0]["same_plans"] is True
     r = json.loads((out / "validate_t_offline_n2_fixed-k_k_3.json").read_text())
     assert r["requests"] == 2 and r["per_pass"]["all"]["passes"] > 0
-    assert (out / "runs" / "t_offline_n2_fixed-k_k_3" / "passes.jsonl").is_file()
+    assert (out / "validate_runs" / "t_offline_n2_fixed-k_k_3" / "passes.jsonl").is_file()
