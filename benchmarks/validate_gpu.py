@@ -111,7 +111,7 @@ def main() -> int:
     from spsim.errors import SpsimError
     from spsim.spec import split_specs
     from spsim.traces import read_trace
-    from spsim.validate import check, select, validate, write
+    from spsim.validate import check, dumps, select, validate, write
     from spsim.validate_report import text
 
     deadline = t_start + 60 * a.minutes - 10  # the last seconds: writing the index
@@ -147,7 +147,7 @@ def main() -> int:
 
     def save_index():
         index["wall_s"] = round(time.monotonic() - t_start, 1)
-        (out / "validate_index.json").write_text(json.dumps(index, indent=2) + "\n")
+        (out / "validate_index.json").write_text(json.dumps(index, indent=2, default=str) + "\n")
 
     try:
         t0 = time.monotonic()
@@ -196,7 +196,7 @@ def main() -> int:
                 v.report["trace"] = t["trace"]
                 v.report["window"] = {"limit": t["limit"], "window_s": t["window"]}
                 write(out / "validate_runs" / name, v)
-                (out / f"validate_{name}.json").write_text(json.dumps(v.report, indent=2, default=str) + "\n")
+                (out / f"validate_{name}.json").write_text(dumps(v.report))
                 row.update(status="done", file=f"validate_{name}.json", wall_s=round(time.monotonic() - t1, 1),
                            **headline(v.report))
                 print(text(v.report), flush=True)

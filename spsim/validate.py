@@ -221,7 +221,7 @@ def write(out: Path, v: Validation) -> None:
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "validate.json").write_text(json.dumps(v.report, indent=2, default=_jsonable) + "\n")
+        (out / "validate.json").write_text(dumps(v.report))
         (out / "runtime_summary.json").write_text(v.run.result.summary_json())
         (out / "sim_summary.json").write_text(v.sim.summary_json())
         v.run.result.requests.to_csv(out / "runtime_requests.csv", index=False)
@@ -239,6 +239,10 @@ def write(out: Path, v: Validation) -> None:
 
 OUT_FILES = ("validate.json", "runtime_summary.json", "sim_summary.json", "runtime_requests.csv",
              "sim_requests.csv", "passes.jsonl")
+
+
+def dumps(report: dict) -> str:
+    return json.dumps(report, indent=2, default=_jsonable) + "\n"
 
 
 def _jsonable(o):

@@ -3,7 +3,6 @@ measured. Imports typer, rich and light spsim modules; torch and simpy when the 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -55,7 +54,7 @@ def register(app: typer.Typer) -> None:
 
         With arrivals: throughput, TTFT, TPOT and end-to-end latency at mean, p50, p90, p99."""
         from .cli_report import load_trace, warn
-        from .validate import OUT_FILES, check, select, write
+        from .validate import OUT_FILES, check, dumps, select, write
         from .validate import validate as run_both
         from .validate_report import notes
 
@@ -71,7 +70,7 @@ def register(app: typer.Typer) -> None:
         v = run_both(tr, cfg, opts, warm=warm, log=lambda m: err.print(f"[dim]{m}[/]"))
         v.report["trace"] = trace
         if as_json:
-            typer.echo(json.dumps(v.report, indent=2, default=str))
+            typer.echo(dumps(v.report), nl=False)
         else:
             show(v.report)
         warn(notes(v.report))
