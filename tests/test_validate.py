@@ -102,12 +102,13 @@ def test_cli_offline_writes_everything(tmp_path):
     tr = write_trace(tmp_path / "t.jsonl")
     out = tmp_path / "out"
     res = CliRunner().invoke(app, ["validate", str(tr), "--model", "tiny", "--device", "cpu", "--offline",
-                                   "-p", "fixed-k:k=3", "--draft-budget", "64", "--out", str(out)])
+                                   "-p", "fixed-k:k=3", "--draft-budget", "64", "--warmup", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "plans: the same in both worlds" in " ".join(res.output.split())
     assert "pass by pass" in res.output and "predicted vs measured" in res.output
     r = json.loads((out / "validate.json").read_text())
     assert r["same_plans"]["equal"] and r["requests"] == 3 and r["policy"].startswith("fixed-k")
+    assert set(r["wall_s"]) == {"simulator", "warmup", "runtime"}
     passes = [json.loads(x) for x in (out / "passes.jsonl").read_text().splitlines()]
     assert len(passes) == r["same_plans"]["passes_measured"] and all(p["predicted_ms"] > 0 for p in passes)
     for f in ("runtime_summary.json", "sim_summary.json", "runtime_requests.csv", "sim_requests.csv"):
