@@ -133,7 +133,7 @@ def test_sync_auto_cycles_take_segments():
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(policy=st.sampled_from(["oracle", "sync", "sync:k_max=5", "oracle:k_max=6", "aspire", "aspire:ema=0.5",
+@given(policy=st.sampled_from(["oracle", "sync", "sync:k_max=5", "sync:k=4", "oracle:k_max=6", "aspire", "aspire:ema=0.5",
                                "aspire:k_max=4,prior=0.3", "aspire:replan=pass", "aspire:replan=pass,ema=0.5"]),
        seed=st.integers(0, 10_000),
        n=st.integers(1, 40), load=st.sampled_from(["trace", "offline", "concurrency", "tight"]),
