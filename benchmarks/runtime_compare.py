@@ -32,6 +32,7 @@ def main() -> None:
     ap.add_argument("measured")
     ap.add_argument("--profile", default=None, help="cost profile (default: the analytic roofline)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--key", default="offline", help="the output JSON's key to write")
     a = ap.parse_args()
     m = json.loads(Path(a.measured).read_text())
     cost = load_cost_model(a.profile) if a.profile else make_cost_model(m["model"], "h200")
@@ -65,17 +66,18 @@ def main() -> None:
                 row["simulated_speedup"] = round(row["simulated_tokens_per_s"] / ar["simulated_tokens_per_s"], 3)
     out_p = Path(a.out)
     out = json.loads(out_p.read_text()) if out_p.exists() else {}
-    old = out.get("offline")
-    if old and not (isinstance(old, dict) and old.get("decode_phase")):
+    old = out.get(a.key)
+    if a.key == "offline" and old and not (isinstance(old, dict) and old.get("decode_phase")):
         out.setdefault("history", {})["offline_before_device_selection"] = {
             "note": "end-to-end offline runs before page selection moved to the device (full prefill computed)",
             "runs": old}
-    out["offline"] = {
+    out[a.key] = {
         "decode_phase": True, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "measured": f"{m['machine']['gpu']}, {m['date']}, torch {m['machine']['torch']}, triton {m['machine']['triton']}: "
                     f"{m['method']}. measured_tokens_per_s: graph-capture passes priced at their category's median "
                     "replay (steady state); _with_captures: as run",
         "simulated": "spsim simulate, same trace and settings, cost model " + (a.profile or "roofline (analytic)"),
+        "source": a.measured,
         "runs": rows}
     out_p.write_text(json.dumps(out, indent=1) + "\n")
 
