@@ -59,6 +59,18 @@ def _ms(v):
     return "-" if v is None else f"{v:,.1f}"
 
 
+def slo_cell(ev: dict) -> str:
+    """`met`/`missed` and each term's measured value (spsim.slo.SLO.evaluate)."""
+    parts = []
+    for t in ev["terms"]:
+        if t["stat"] == "attain":
+            parts.append(f"{t['attained']:.1%} attain")
+        elif t["measured_s"] is not None:
+            parts.append(f"{t['metric']} {t['stat']} {t['measured_s'] * 1e3:,.0f} ms")
+    head = "[green]met[/]" if ev["met"] else "[red]missed[/]"
+    return f"{head}  [dim]({'; '.join(parts)})[/]"
+
+
 def summary_table(s: dict, title: str) -> Table:
     t = Table(title=title, show_header=True, header_style="bold")
     t.add_column("metric")
@@ -71,6 +83,8 @@ def summary_table(s: dict, title: str) -> Table:
         ("output throughput (tok/s)", f"{s['output_throughput']:,.1f}"),
         ("total token throughput (tok/s)", f"{s['total_token_throughput']:,.1f}"),
     ]
+    if s.get("slo"):  # --slo: met or not, term by term
+        rows.insert(4, ("SLO " + s["slo"]["slo"], slo_cell(s["slo"])))
     for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
         rows.append((f"{m.replace('_ms', '').upper()} mean / p50 / p99 (ms)",
                      f"{_ms(s['mean_' + m])} / {_ms(s['median_' + m])} / {_ms(s['p99_' + m])}"))

@@ -52,6 +52,9 @@ class ServingConfig:
     reserve_frac: float | None = opt(None, "GPU memory kept back for activations and graphs (default: spsim.memory's).")
     slo_ttft_s: float = opt(10.0, "Goodput SLO on TTFT in seconds (where the trace has none).", "--slo-ttft")
     slo_tpot_s: float = opt(0.1, "Goodput SLO on TPOT in seconds (where the trace has none).", "--slo-tpot")
+    slo: str | None = opt(None, "SLO, e.g. ttft_p90=2s,tpot_p99=60ms (run-level percentiles) or ttft=2s,tpot=60ms "
+                          "(per request); sets goodput's bounds and reports whether the run meets it "
+                          "(grammar: docs/planning.md).", "--slo")
 
     def with_(self, **kw):
         return replace(self, **kw)
@@ -75,6 +78,11 @@ class ServingConfig:
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise SpsimError(f"{flag(name)} must be a finite number > 0 (got {v})")
+        if self.slo:  # one grammar (spsim/slo.py); its bounds become goodput's
+            from .slo import resolve
+
+            _, self.slo_ttft_s, self.slo_tpot_s = resolve(self.slo, self.slo_ttft_s, self.slo_tpot_s,
+                                                          _DEFAULTS["slo_ttft_s"], _DEFAULTS["slo_tpot_s"])
         for name in ("kv_dtype", "weight_dtype"):
             if getattr(self, name) not in ("bf16", "fp8"):
                 raise SpsimError(f"{flag(name)} must be bf16 or fp8 (got {getattr(self, name)!r})")
@@ -90,6 +98,9 @@ class ServingConfig:
     def load(self) -> str:
         return ("offline" if self.offline else f"concurrency={self.concurrency}" if self.concurrency
                 else f"qps={self.qps}" if self.qps else "trace")
+
+
+_DEFAULTS = {f.name: f.default for f in fields(ServingConfig)}
 
 
 def flag(name: str) -> str:

@@ -194,6 +194,10 @@ def summarize_run(table, batchers, cat_ns: list[dict], cat_passes: list[dict], c
     s["kv_capacity_pages"] = int(batchers[0].cfg.capacity_pages)
     s["kv_peak_pages"] = int(max(b.pool.peak for b in batchers))
     s.update(load_diagnostics(table, batchers, cfg, trace, s))
+    if getattr(cfg, "slo", None):  # whether the run meets the --slo (spsim/slo.py)
+        from .slo import SLO, Latencies
+
+        s["slo"] = SLO.parse(cfg.slo).evaluate(Latencies.from_requests(req, s))
     s["config"] = {
         "policy": batchers[0].policy.spec, "replicas": cfg.replicas, "router": cfg.router,
         "seed": cfg.seed, "cost_model": getattr(cost, "name", type(cost).__name__),
