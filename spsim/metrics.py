@@ -127,7 +127,22 @@ def summarize_requests(req: pd.DataFrame, itl_s: np.ndarray, slo_ttft_s: np.ndar
     s["spec_verifications"] = spec_v
     s["spec_mean_accepted_per_verify"] = accepted / spec_v if spec_v else None
     s["spec_drafts_per_verify"] = drafts / spec_v if spec_v else None
+    s.update(vllm_spec_counters(spec_v, drafts, accepted))
     return s
+
+
+def vllm_spec_counters(spec_verifies: int, drafts: int, accepted: int, per_pos: list[int] | None = None) -> dict:
+    """The speculation counters under the names vLLM v1 exports (SpecDecodingStats, Prometheus
+    `vllm:spec_decode_num_*`), so a simulated run can be held against a vLLM deployment's metrics:
+    a draft is one request's drafts checked by one verification (vLLM: one proposal per request per
+    step), so `num_drafts` = verifications with drafts; `mean_acceptance_length` = 1 + accepted /
+    drafts (tokens emitted per verification with drafts, the target token included).
+    `num_accepted_tokens_per_pos[i]`: verifications whose draft i (0-based) was accepted; it needs
+    each verification's outcome, which only a recording run keeps (`spsim.simulator.positions`),
+    else None."""
+    return {"num_drafts": spec_verifies, "num_draft_tokens": drafts, "num_accepted_tokens": accepted,
+            "num_accepted_tokens_per_pos": per_pos,
+            "mean_acceptance_length": 1 + accepted / spec_verifies if spec_verifies else None}
 
 
 CATEGORIES = ("prefill", "mixed", "draft", "verify")  # PassPlan.category
