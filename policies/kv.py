@@ -233,6 +233,10 @@ class PagedKVPool(KVPool):
         super().__init__(capacity_pages, page_size, block_size, prefix_cache)
         self.free_ids: list[int] = list(range(self.capacity - 1, -1, -1))  # a stack: low ids first
         self.tables: dict[int, list[int]] = {}
+        # rid -> stamp of its table's last change (growth, a cut, a prefix attached or swapped for
+        # the cached copy): a reader may keep a converted copy until the stamp moves
+        self.table_stamp: dict[int, int] = {}
+        self._stamp = 0
         self.block_ids: dict[int, list[int]] = {}  # cached block -> its pages
         self.shared: dict[int, int] = {}  # request -> prefix-cache pages at the front of its table
         self.freed: list[int] = []
@@ -244,9 +248,15 @@ class PagedKVPool(KVPool):
         self.free_ids.extend(ids)
         self.freed.extend(ids)
 
+    def _touch(self, rid: int) -> None:
+        self._stamp += 1
+        self.table_stamp[rid] = self._stamp
+
     def _resize(self, rids, have, need, total: int) -> None:
         for rid, h, n in zip(np.asarray(rids).tolist(), np.asarray(have).tolist(), np.asarray(need).tolist()):
             tbl = self.tables.setdefault(rid, [])
+            if n != h:
+                self._touch(rid)
             if n > h:
                 if len(self.free_ids) < n - h:
                     raise RuntimeError("page pool exhausted: the batcher reserved more than is free")  # a bug
@@ -265,6 +275,7 @@ class PagedKVPool(KVPool):
 
     def attach_prefix(self, rid: int, blocks) -> None:
         super().attach_prefix(rid, blocks)
+        self._touch(rid)
         tbl = self.tables.setdefault(rid, [])
         assert not tbl, "prefix blocks attach before private pages"
         for b in blocks:
@@ -275,6 +286,7 @@ class PagedKVPool(KVPool):
 
     def detach_prefix(self, rid: int, blocks) -> None:
         super().detach_prefix(rid, blocks)
+        self._touch(rid)
         self.tables.pop(rid, None)
         self.shared.pop(rid, None)
 
@@ -282,6 +294,7 @@ class PagedKVPool(KVPool):
         self._resize([rid], [have], [0], -int(have))
         if self.cache is not None and len(blocks):
             self.cache.release(blocks)
+        self._touch(rid)
         self.tables.pop(rid, None)
         self.shared.pop(rid, None)
 
@@ -293,6 +306,7 @@ class PagedKVPool(KVPool):
         for i, (b, d) in enumerate(zip(blocks, dup)):
             mine = tbl[start + i * bp: start + (i + 1) * bp]
             if d:  # computed twice: keep the cached copy, free ours
+                self._touch(rid)
                 self._give_back(mine)
                 tbl[start + i * bp: start + (i + 1) * bp] = self.block_ids[b]
             else:
