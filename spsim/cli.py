@@ -48,6 +48,7 @@ def _register() -> None:
     # broken command fails loudly here instead of vanishing from the help.
     from spsim.calibration.cli import register as register_calibrate
     from spsim.gpu_runtime.cli import register as register_run
+    from spsim.planning.cli import register as register_plan
     from spsim.simulator.acceptance.cli import app as acc_app
     from spsim.simulator.cli import register as register_sim
     from spsim.traces.cli import app as trace_app
@@ -61,6 +62,7 @@ def _register() -> None:
     register_run(app)
     register_calibrate(app)
     register_validate(app)
+    register_plan(app)
     app.add_typer(acc_app, name="acceptance", help="Show, sample and fit acceptance models.",
                   epilog="Examples:\n\n  spsim acceptance list\n\n  spsim acceptance show sparsespec-llama8b")
 
