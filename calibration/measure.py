@@ -137,13 +137,11 @@ class Bench:
         for m in getattr(ex, "meta", None) or []:  # Quest bounds of random keys: min <= max, finite
             m.kmin.normal_().abs_().neg_()
             m.kmax.normal_().abs_()
-        if self.graphs:  # as `spsim run` sets them up (gpu_runtime/engine.py)
-            import inspect
-
+        if self.graphs:  # as `spsim run` sets them up (gpu_runtime/engine.py), but the point's
+            # shape is captured at once: every repeat after the first times a replay
             from spsim.gpu_runtime.graphs import GraphedPasses
 
-            kw = {"meta": ex.meta} if "meta" in inspect.signature(GraphedPasses).parameters else {}
-            ex.graphs = GraphedPasses(self.model, self.cache, **kw)
+            ex.graphs = GraphedPasses(self.model, self.cache, capture_after=1)
         return ex
 
     def run(self, point: Point) -> dict:

@@ -180,7 +180,10 @@ class RuntimeExecutor:
         """The request's page table as an int64 array, converted again only when the pool's table
         changed (its stamp moves: a page added or freed, every page_size tokens), not every pass (a
         32K context's list of 2,048 ids took ~50 us to convert, per request per pass)."""
-        stamp = self.pool.table_stamp.get(rid, 0)
+        stamps = getattr(self.pool, "table_stamp", None)
+        if stamps is None:  # a pool without stamps (calibration's fixed tables): convert each time
+            return np.asarray(self.pool.table(rid), np.int64)
+        stamp = stamps.get(rid, 0)
         hit = self._tables.get(rid)
         if hit is None or hit[0] != stamp:
             hit = self._tables[rid] = (stamp, np.asarray(self.pool.tables.get(rid, ()), np.int64))

@@ -29,7 +29,7 @@ def test_static_buffers_reload_per_pass():
     meta = [PageMeta(96, model.cfg.kv_heads, model.cfg.head_dim, torch.float32, "cpu") for _ in range(model.cfg.layers)]
     meta_plain = [PageMeta(96, model.cfg.kv_heads, model.cfg.head_dim, torch.float32, "cpu")
                   for _ in range(model.cfg.layers)]
-    g = GraphedPasses(model, cache, capture=False)
+    g = GraphedPasses(model, cache, capture=False, capture_after=1)
     rng = np.random.default_rng(1)
     perm = rng.permutation(96)
     tables = [perm[0:30].tolist(), perm[30:60].tolist(), perm[60:90].tolist()]
@@ -78,7 +78,7 @@ def test_drafting_passes_replay_alike(method):
                                pages, torch.arange(16).repeat(96))
         store = DraftStore(cfg.layers, cfg.kv_heads, budget_pages(64, 16), "cpu", slots=2, scores=method == 3)
         worlds.append((cache, meta, store))
-    g = GraphedPasses(model, worlds[0][0], capture=False)
+    g = GraphedPasses(model, worlds[0][0], capture=False, capture_after=1)
     perm = np.random.default_rng(1).permutation(96)
     tables = [perm[0:30].tolist(), perm[30:60].tolist(), perm[60:90].tolist()]
     ctx0 = [300, 430, 150]
@@ -115,3 +115,30 @@ def test_drafting_passes_replay_alike(method):
             n = int(s0.scored_pages[slot])
             rows = slice(slot * cfg.kv_heads, (slot + 1) * cfg.kv_heads)
             assert torch.equal(s0.scores[:, rows, :n], s1.scores[:, rows, :n])
+
+
+def test_a_shape_is_captured_when_it_comes_back():
+    """With capture_after=2 a shape's first pass runs eagerly (no buffers kept), its second is
+    captured, later ones replay; every pass gives the plain path's logits."""
+    from spsim.gpu_runtime.graphs import GraphedPasses
+    from spsim.gpu_runtime.kv_cache import PagedKVCache
+    from spsim.gpu_runtime.model import Transformer
+    from spsim.gpu_runtime.model_config import get_config
+    from spsim.gpu_runtime.pass_attention import DraftRows, PassAttention
+
+    model = Transformer.random(get_config("tiny"), seed=0)
+    cache = PagedKVCache(model.cfg, 64, 16)
+    cache.k.normal_()
+    cache.v.normal_()
+    g = GraphedPasses(model, cache, capture=False, capture_after=2)
+    tables = [list(range(0, 30)), list(range(30, 60))]
+    counts = []
+    for ctx in ([100, 200], [101, 201], [102, 202], [103, 203]):
+        attn = PassAttention(cache, [0, 1], tables, ctx, [1, 1], 0, DraftRows(), 0, 2048, None, None)
+        tok = torch.tensor([3, 5])
+        rows = torch.arange(2)
+        want = model(tok, attn.positions, PassAttention(cache, [0, 1], tables, ctx, [1, 1], 0, DraftRows(), 0, 2048,
+                                                        None, None), logit_rows=rows)
+        torch.testing.assert_close(g.forward(attn, tok, rows), want, rtol=1e-5, atol=1e-5)
+        counts.append((g.eager, len(g.graphs)))
+    assert counts == [(1, 0), (1, 1), (1, 1), (1, 1)]
