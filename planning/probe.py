@@ -69,12 +69,16 @@ class Probe:
     def evaluate(self, slo: SLO) -> dict:
         return slo.evaluate(self.lat)
 
-    def goodput(self, slo: SLO, default_ttft: float, default_tpot: float) -> float:
-        """Requests per second meeting the per-request bounds goodput uses (spsim/slo.py)."""
+    def attainment(self, slo: SLO, default_ttft: float, default_tpot: float) -> float:
+        """Share of requests meeting the per-request bounds goodput uses (spsim/slo.py)."""
         b = {"ttft": slo.goodput_bound("ttft") or default_ttft, "tpot": slo.goodput_bound("tpot") or default_tpot}
+        return self.lat.attainment(b)
+
+    def goodput(self, slo: SLO, default_ttft: float, default_tpot: float) -> float:
+        """Requests per second meeting those bounds."""
         dur = self.summary["duration"]
         total = len(self.lat.ttft) + self.lat.not_completed
-        return self.lat.attainment(b) * total / dur if dur > 0 else 0.0
+        return self.attainment(slo, default_ttft, default_tpot) * total / dur if dur > 0 else 0.0
 
 
 def run_probe(bench: Bench, cfg: PlanConfig, rate: float, replicas: int, n: int) -> Probe:

@@ -34,9 +34,14 @@ def recommend(rows: list[dict]) -> list[dict]:
         reason = f"{_v(w[field])} {unit}"
         if ru is not None:
             rel = (w[field] / ru[field]) if ru[field] else None
-            reason += f" against {_v(ru[field])} for {ru['config']}" + (f" ({rel:.2f}x)" if rel and key != "fewest_gpus" else "")
+            if key != "fewest_gpus":
+                reason += f" against {_v(ru[field])} for {ru['config']}" + (f" ({rel:.2f}x)" if rel else "")
         if key == "fewest_gpus":
-            reason += f" ({w['fewest_replicas']} replicas x TP {w['tp']} at {w['target_rate']:.3g} req/s)"
+            reason += f" ({w['fewest_replicas']} replica(s) x TP {w['tp']} at {w['target_rate']:.3g} req/s)"
+            tied = [r["config"] for r in cand[1:] if r[field] == w[field]]
+            if tied:
+                reason += (f"; tied on GPUs with {', '.join(tied)}, chosen for its lower cost per hour, then its "
+                           "higher rate per GPU")
         reason += f". Limited by {w['why']}"
         out.append({"objective": key, "title": title, "winner": w["config"], "value": w[field], "unit": unit,
                     "runner_up": ru["config"] if ru else None, "runner_up_value": ru[field] if ru else None,

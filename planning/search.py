@@ -1,9 +1,9 @@
 """The searches a plan runs for one configuration.
 
 Highest rate meeting the SLO (`max_rate`), at the plan's smallest replica count:
-1. Bracket: probe a start rate; while it passes multiply by `grow`, while it fails divide, until
-   one rate passes and the next fails (or `MAX_STEPS` steps: no failure below ~4,000x the start
-   is reported as `above`, no pass above 1/4,000 as `infeasible`).
+1. Bracket: probe a start rate; while it passes multiply by `grow` (by 2 after NEAR_STEPS steps),
+   while it fails divide, until one rate passes and the next fails (no failure below MAX_RANGE
+   (4,096) times the start is reported as `above`, no pass above 1/4,096 of it as `infeasible`).
 2. Bisect geometrically (the midpoint sqrt(lo * hi)) until hi / lo <= 1 + precision: the answer
    is lo, the highest rate probed that passes; the true limit lies in [lo, hi) as far as meeting
    the SLO is monotone in the rate.
@@ -33,7 +33,8 @@ HEAD_FRACTION = 0.25
 HEAD_MIN = 100
 CLEAR_FAIL = 1.5  # a head probe over this ratio of a latency bound fails the probe
 CLEAR_FAIL_ATTAIN = 2.0  # ... or missing twice the share of requests attain= allows
-MAX_STEPS = 12  # bracketing steps: 2^12 = 4096
+MAX_RANGE = 4096.0  # bracketing gives up this far from the start
+NEAR_STEPS = 3  # steps of `grow` before the bracketing doubles (a neighbour's answer may be far off)
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,11 @@ class Searcher:
 
     def _row(self, p: Probe, ev: dict, kind: str) -> None:
         s = p.summary
+        b = self.bench
         self.probes.append({"rate": p.rate, "replicas": p.replicas, "requests": p.n, "kind": kind, "met": ev["met"],
-                            "cached": p.cached, "eval": ev, "summary": s})
+                            "cached": p.cached, "eval": ev, "summary": s,
+                            "goodput": p.goodput(b.slo, b.base.slo_ttft_s, b.base.slo_tpot_s),
+                            "attainment": p.attainment(b.slo, b.base.slo_ttft_s, b.base.slo_tpot_s)})
 
     def max_rate(self, replicas: int, start: float, grow: float) -> dict:
         lo = hi = None
@@ -80,8 +84,8 @@ class Searcher:
         ok, p = self.check(rate, replicas)
         if ok:
             lo, lo_p = rate, p
-            for _ in range(MAX_STEPS):
-                rate *= grow
+            for g in _steps(grow):
+                rate *= g
                 ok, p = self.check(rate, replicas)
                 if not ok:
                     hi, hi_p = rate, p
@@ -91,8 +95,8 @@ class Searcher:
                 return {"status": "above", "lo": lo, "hi": None, "lo_probe": lo_p, "hi_probe": None}
         else:
             hi, hi_p = rate, p
-            for _ in range(MAX_STEPS):
-                rate /= grow
+            for g in _steps(grow):
+                rate /= g
                 ok, p = self.check(rate, replicas)
                 if ok:
                     lo, lo_p = rate, p
@@ -129,6 +133,16 @@ class Searcher:
             if at(r):
                 return {"replicas": r, "probe": results[r][1], "tried": sorted(results)}
         return {"replicas": None, "probe": results[r][1], "tried": sorted(results)}
+
+
+def _steps(grow: float) -> list[float]:
+    """Bracketing factors: `grow` NEAR_STEPS times, then doubling, up to MAX_RANGE in all."""
+    out, total = [], 1.0
+    while total * (1 + 1e-9) < MAX_RANGE:
+        g = min(grow if len(out) < NEAR_STEPS else max(grow, 2.0), MAX_RANGE / total)
+        out.append(g)
+        total *= g
+    return out
 
 
 def _clearly_fails(ev: dict) -> bool:

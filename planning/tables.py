@@ -54,6 +54,7 @@ def probe_rows(results: list[dict], labels: list[str]) -> list[dict]:
             s = p["summary"]
             rows.append({"config": label, **r["config"], "rate": p["rate"], "replicas": p["replicas"],
                          "requests": p["requests"], "kind": p["kind"], "met": p["met"], "cached": p["cached"],
+                         "goodput": p["goodput"], "attainment": p["attainment"],
                          "output_tok_s_per_gpu": (s.get("output_throughput") or 0) / (p["replicas"] * tp),
                          "request_throughput": s.get("request_throughput"),
                          "median_tpot_ms": s.get("median_tpot_ms"), "p99_tpot_ms": s.get("p99_tpot_ms"),

@@ -46,13 +46,16 @@ def plan_config(bench: Bench, job: Job) -> dict:
            "ok": _keep(ok_p.summary) if ok_p else None, "ok_eval": ok_p.evaluate(bench.slo) if ok_p else None,
            "ok_goodput": _goodput(bench, ok_p) if ok_p else None,
            "fail": _keep(fail_p.summary) if fail_p else None, "fail_eval": fail_eval, "fewest": None}
+    # the max-rate run's latencies, for the report's distributions
+    out["ok_latency"] = {"ttft": ok_p.lat.ttft, "tpot": ok_p.lat.tpot} if ok_p else None
     if job.target is not None:
         per = m["lo"] / job.rmin if m["lo"] else None
         f = srch.fewest_replicas(job.target, per, job.rmin, job.rmax)
         out["fewest"] = {"target": job.target, "replicas": f["replicas"], "tried": f["tried"],
                          "summary": _keep(f["probe"].summary), "eval": f["probe"].evaluate(bench.slo)}
     out["probes"] = [{"rate": p["rate"], "replicas": p["replicas"], "requests": p["requests"], "kind": p["kind"],
-                      "met": p["met"], "cached": p["cached"], "summary": _keep(p["summary"]),
+                      "met": p["met"], "cached": p["cached"], "summary": _keep(p["summary"]), "goodput": p["goodput"],
+                      "attainment": p["attainment"],
                       "terms": [{k: t.get(k) for k in ("term", "measured_s", "ratio", "attained")}
                                 for t in p["eval"]["terms"]]} for p in srch.probes]
     return out

@@ -1,0 +1,192 @@
+"""The plan's HTML report: one self-contained file (plotly.js inlined once, no network), with the
+recommendation and results tables, throughput-latency curves per configuration with the Pareto
+front, SLO attainment against request rate, TTFT and TPOT distributions at each configuration's
+highest rate, GPU time by pass kind, and acceptance by draft position. Next to it, the tables as
+CSV and markdown (`NAME.csv`, `NAME.md`).
+
+Acceptance by draft position needs each verification's outcome, which the sweep's fast runs do
+not keep: the report reruns each speculative configuration (not `oracle`) at its highest rate on
+the step path over the trace's first POSITION_REQUESTS requests (simulator/positions.py).
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from spsim.errors import SpsimError
+
+from .recommend import markdown
+from .tables import markdown_table
+
+POSITION_REQUESTS = 300
+PLOT_IDS = ("plot-throughput-latency", "plot-slo-attainment", "plot-latency-distributions", "plot-gpu-time",
+            "plot-acceptance-position")
+
+
+def write_report(path: Path, plan) -> None:
+    try:
+        _write(Path(path), plan)
+    except OSError as e:
+        raise SpsimError(f"--report {path}: cannot write ({e.strerror or e})") from None
+
+
+def _write(path: Path, plan) -> None:
+    import plotly.graph_objects as go
+
+    figs = [("plot-throughput-latency", "Throughput against latency (runs meeting the SLO: filled; Pareto front: line)",
+             _throughput_latency(plan, go)),
+            ("plot-slo-attainment", "SLO attainment against request rate", _attainment(plan, go)),
+            ("plot-latency-distributions", "TTFT and TPOT at each configuration's highest rate", _distributions(plan, go)),
+            ("plot-gpu-time", "GPU time by pass kind at each configuration's highest rate", _gpu_time(plan, go)),
+            ("plot-acceptance-position", f"Acceptance by draft position (first {POSITION_REQUESTS} requests at each "
+             "configuration's highest rate)", _positions(plan, go))]
+    parts = []
+    for i, (div_id, title, fig) in enumerate(figs):
+        fig.update_layout(title=title, height=460, margin=dict(t=60, l=60, r=20, b=50))
+        # plotly.js goes in once, inline: the file opens with no network
+        parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=div_id))
+    m = plan.meta
+    rec_rows = [{"objective": r["title"], "winner": r["winner"] or "-", "reason": r["reason"]} for r in plan.recs]
+    cols = [("config", "configuration"), ("status", "status"), ("max_rate", "max req/s"),
+            ("rate_per_gpu", "req/s per GPU"), ("output_tok_s_per_gpu", "out tok/s per GPU"),
+            ("requests_per_usd", "req per USD"), ("fewest_replicas", "replicas for target"),
+            ("median_tpot_ms", "TPOT p50 ms"), ("limiter", "limited by"), ("why", "why")]
+    doc = f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>spsim plan: {html.escape(m['trace'])}</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:1200px}} table{{border-collapse:collapse;margin:1em 0}}
+td,th{{border:1px solid #ccc;padding:4px 8px;font-size:13px;vertical-align:top}} th{{background:#f3f3f3}}</style>
+</head><body>
+<h1>spsim plan: {html.escape(m['trace'])}</h1>
+<p>SLO <code>{html.escape(m['slo'])}</code>; {m['requests']:,} requests; highest rates searched at
+{m['replicas_searched']} replica(s) to a relative precision of {m['precision']:.0%}; fewest replicas for
+{m['target_rate']:.3g} req/s within {m['replica_range'][0]}..{m['replica_range'][1]}; prices:
+{html.escape(m['prices_source'])}. Simulated with spsim (not measured on GPUs).</p>
+<h2>Recommendation</h2>
+{_html_table(rec_rows, [("objective", "objective"), ("winner", "winner"), ("reason", "reason")], "table-recommendation")}
+<h2>Configurations</h2>
+{_html_table(plan.rows, cols, "table-results")}
+<h2>Plots</h2>
+{''.join(f'<div class="plot">{p}</div>' for p in parts)}
+</body></html>
+"""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(doc)
+    pd.DataFrame(plan.rows).to_csv(path.with_suffix(".csv"), index=False)
+    path.with_suffix(".md").write_text(markdown(plan.recs, plan.rows, plan.meta))
+
+
+def _html_table(rows, cols, table_id) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for _, h in cols)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r.get(k)))}</td>" for k, _ in cols) + "</tr>" for r in rows)
+    return f'<table id="{table_id}"><tr>{head}</tr>{body}</table>'
+
+
+def _cell(v) -> str:
+    md = markdown_table([{"v": v}], [("v", "v")])
+    return md.splitlines()[2].strip("| ").strip()
+
+
+def _full(plan):
+    return [p for p in plan.probes if p["kind"] == "full"]
+
+
+def _throughput_latency(plan, go):
+    fig = go.Figure()
+    probes = pd.DataFrame(_full(plan))
+    for label in [r["config"] for r in plan.rows]:
+        d = probes[probes["config"] == label].sort_values("rate") if len(probes) else probes
+        if not len(d):
+            continue
+        fig.add_trace(go.Scatter(x=d["output_tok_s_per_gpu"], y=d["median_tpot_ms"], mode="lines+markers", name=label,
+                                 marker=dict(symbol=["circle" if m else "circle-open" for m in d["met"]], size=8),
+                                 text=[f"{r:.3g} req/s" for r in d["rate"]]))
+    if plan.front:
+        f = pd.DataFrame(plan.front).sort_values("output_tok_s_per_gpu")
+        fig.add_trace(go.Scatter(x=f["output_tok_s_per_gpu"], y=f["median_tpot_ms"], mode="lines", name="Pareto front",
+                                 line=dict(color="black", dash="dot")))
+    fig.update_xaxes(title="output tokens/s per GPU")
+    fig.update_yaxes(title="median TPOT (ms)")
+    return fig
+
+
+def _attainment(plan, go):
+    fig = go.Figure()
+    probes = pd.DataFrame(_full(plan))
+    for label in [r["config"] for r in plan.rows]:
+        d = probes[probes["config"] == label].sort_values("rate") if len(probes) else probes
+        if not len(d):
+            continue
+        fig.add_trace(go.Scatter(x=d["rate"] / d["replicas"], y=d["attainment"], mode="lines+markers", name=label))
+    fig.update_xaxes(title="request rate per replica (req/s)", type="log")
+    fig.update_yaxes(title="share of requests meeting goodput's bounds", range=[0, 1.02])
+    return fig
+
+
+def _distributions(plan, go):
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT (ms)", "TPOT (ms)"))
+    for row, res in zip(plan.rows, plan.results):
+        lat = res.get("ok_latency")
+        if not lat:
+            continue
+        for col, key in ((1, "ttft"), (2, "tpot")):
+            v = np.asarray(lat[key], float) * 1e3
+            v = v[np.isfinite(v)]
+            fig.add_trace(go.Box(y=v, name=row["config"], boxpoints=False, showlegend=False), row=1, col=col)
+    fig.update_yaxes(type="log")
+    return fig
+
+
+def _gpu_time(plan, go):
+    fig = go.Figure()
+    labels = [r["config"] for r in plan.rows]
+    for kind in ("prefill", "mixed", "draft", "verify"):
+        vals = []
+        for res in plan.results:
+            pt = (res.get("ok") or {}).get("pass_time_s") or {}
+            tot = sum(pt.values()) or 1.0
+            vals.append(pt.get(kind, 0.0) / tot)
+        fig.add_trace(go.Bar(x=labels, y=vals, name=kind))
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(title="share of GPU time", tickformat=".0%")
+    return fig
+
+
+def _positions(plan, go):
+    """Acceptance rate of draft position i: verifications whose draft i was accepted / those that
+    held a draft i."""
+    from dataclasses import replace
+
+    from spsim.simulator.positions import simulate_with_positions
+
+    fig = go.Figure()
+    inp = plan.inputs
+    n = min(POSITION_REQUESTS, len(inp.trace))
+    from .probe import Bench, trace_fingerprint
+    from .space import PlanConfig
+
+    bench = Bench(inp.trace, trace_fingerprint(inp.trace), inp.base, inp.slo, None)
+    for row, res in zip(plan.rows, plan.results):
+        if not res["speculative"] or res["clairvoyant"] or not res["max_rate"]:
+            continue
+        cfg = PlanConfig(**res["config"])
+        tr = replace(inp.trace.take(np.arange(n)), arrival_s=bench.arrivals(res["max_rate"])[:n])
+        sim_cfg = cfg.serving(inp.base).with_(replicas=res["replicas_at"], qps=None, offline=False, concurrency=None,
+                                              slo=None)
+        s = simulate_with_positions(tr, sim_cfg).summary
+        acc, held = s["num_accepted_tokens_per_pos"], s["num_drafted_per_pos"]
+        if not held:
+            continue
+        rate = [a / h if h else None for a, h in zip(acc, held)]
+        fig.add_trace(go.Scatter(x=list(range(1, len(rate) + 1)), y=rate, mode="lines+markers", name=row["config"],
+                                 text=[f"{h:,} verifications held this draft" for h in held]))
+    fig.update_xaxes(title="draft position (1 = first draft after a verification)")
+    fig.update_yaxes(title="acceptance rate", range=[0, 1.02])
+    if not fig.data:
+        fig.add_annotation(text="no speculative configuration with a rate meeting the SLO", showarrow=False)
+    return fig
