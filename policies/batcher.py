@@ -3,8 +3,10 @@
 A pass is built in this order: admit waiting requests FCFS while KV pages and the
 batch size allow; ask the policy, for every decode request, verify now or draft one more; fill the
 rest of the token budget with prefill chunks. The batcher, not the policy, forces a verify when a
-draft would pass the request's remaining output tokens, reaches `max_draft`, or (for synchronous
-policies) when any other request verifies.
+draft would pass the request's remaining output tokens or reaches `max_draft`, or (for synchronous
+policies) when any other request verifies. A synchronous batch's request that has drafted all its
+remaining output can use does not force the batch: it sits out the cycle's remaining draft passes
+and verifies with the batch (`_sync_verify`).
 
 Memory: a request holds pages for its tokens in the KV cache plus provisional drafted tokens, less
 prompt blocks shared through the prefix cache. When a decode step cannot get a page, the most
@@ -76,8 +78,9 @@ class Batcher:
         self.prefilling: list[int] = []  # running requests still in prefill, admission order
         self.itl: list[np.ndarray] = []  # emission gaps, one array per pass or segment
         self.dirty = True  # batch composition changed: plans-ahead targets must be re-asked
-        self.decode_order: tuple[np.ndarray, np.ndarray] | None = None  # last plan's decode requests in
-        # running order, and which of them verify (how a one-pass segment orders its columns)
+        self.decode_order: tuple | None = None  # last plan's decode requests in running order, which of
+        # them verify, and which sit the pass out (None: none; synchronous policies only): how a
+        # one-pass segment orders its columns
         # what plans announce to an executor with real KV (one whose pool has page identities);
         # the simulator's executor needs none of it, so it is not recorded there
         self.announce = self.pool.has_ids
@@ -241,6 +244,24 @@ class Batcher:
         t = self.t
         return np.minimum(np.minimum(t.target[dec], t.output[dec] - t.committed[dec] - 1), self.cfg.max_draft)
 
+    def _sync_verify(self, dec: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(verify, idle) masks of a synchronous policy's pass. The batch verifies together once
+        any request reaches the policy's target (or `max_draft`). A request whose next draft would
+        pass its remaining output does not force that: it has drafted all it can use, sits the
+        cycle's remaining draft passes out (in no pass, holding its drafts) and verifies with the
+        batch, as MagicDec's batch runs every cycle to gamma whatever a request's end (docs/
+        policies.md). If no request could draft (all capped), the batch verifies now. idle is None
+        when no request sits out."""
+        t = self.t
+        drafted = t.drafted[dec]
+        want = drafted >= np.minimum(t.target[dec], self.cfg.max_draft)
+        if any(want.tolist()):
+            return np.ones(len(dec), bool), None
+        capped = drafted >= t.output[dec] - t.committed[dec] - 1
+        if all(capped.tolist()):
+            return np.ones(len(dec), bool), None
+        return want, (capped if any(capped.tolist()) else None)
+
     def _grow_pages(self, dec: np.ndarray) -> np.ndarray:
         """Reserve one more token's page for each decode request, preempting if short."""
         t, pool = self.t, self.pool
@@ -263,15 +284,19 @@ class Batcher:
         decode = NO_DECODE
         if len(dec):
             self.ask_policy(dec)
-            verify = t.drafted[dec] >= self._effective_target(dec)
-            if self.policy.synchronous and any(verify.tolist()):
-                verify[:] = True
-            d, v = dec[~verify], dec[verify]
+            idle = None
+            if self.policy.synchronous:
+                verify, idle = self._sync_verify(dec)
+                d = dec[~(verify | idle)] if idle is not None else dec[~verify]
+            else:
+                verify = t.drafted[dec] >= self._effective_target(dec)
+                d = dec[~verify]
+            v = dec[verify]
             q = t.drafted[v] + 1
             decode = dict(draft_ids=d, draft_context=t.ctx[d], draft_budget=self._budget[:len(d)],
                           draft_method=self._method[:len(d)], draft_pos=t.drafted[d],
                           verify_ids=v, verify_query=q, verify_context=t.ctx[v])
-            self.decode_order = (dec, verify)
+            self.decode_order = (dec, verify, idle)
             used = len(d) + sum(q.tolist())
         else:
             self.decode_order = None

@@ -28,7 +28,8 @@ NO_IDS = np.zeros(0, I64)
 class DecodeSegment:
     """`n` consecutive pure-decode passes over the same `r` requests (no prefill, no admissions).
 
-    Per pass i and request j: `kind[i, j]` is 1 (draft) or 2 (verify), `query[i, j]` the query
+    Per pass i and request j: `kind[i, j]` is 1 (draft), 2 (verify) or 0 (not in the pass: a
+    synchronous batch's request waiting for the batch's verification), `query[i, j]` the query
     tokens (1 for a draft), `context[i, j]` the KV tokens before that pass, `draft_pos[i, j]` the
     provisional drafted tokens held before that pass (PassPlan.draft_pos for drafts; for a verify,
     query - 1). `budget`, `method` are per request. A segment cost returns the n pass times from
@@ -44,6 +45,7 @@ class DecodeSegment:
 
     DRAFT = 1
     VERIFY = 2
+    IDLE = 0  # in no pass: a synchronous batch's request that drafted all its output can use
 
     @classmethod
     def plain(cls, context: list[int], n: int) -> "DecodeSegment":
@@ -92,6 +94,8 @@ class Cycles:
     K: int  # target after a verification with drafts (Policy.cycle_target)
     need: np.ndarray  # (n, r) pages each request holds after pass i's reservation
     asks: tuple | None = None  # (pass, column, target, recheck, committed) of each re-ask, in plan order
+    idle: list | None = None  # synchronous: (column, first pass, end pass, drafts held) of each span a
+    # request sits out (drafted all its output can use) before the batch's verification
 
 
 class FastPath:
@@ -127,10 +131,13 @@ class FastPath:
     def one_pass(self, plan: PassPlan) -> DecodeSegment:
         """A decode-only plan as a one-pass segment with its requests in running order, the same
         column order `plan()` uses, so both paths price passes identically."""
-        dec, verify = self.b.decode_order
+        dec, verify, idle = self.b.decode_order
         t = self.t
         d = t.drafted[dec]
-        return DecodeSegment(np.where(verify, 2, 1).astype(np.int8)[None, :],
+        kind = np.where(verify, 2, 1).astype(np.int8)
+        if idle is not None:  # a synchronous batch's request sitting the pass out: in no pass
+            kind[idle] = DecodeSegment.IDLE
+        return DecodeSegment(kind[None, :],
                              np.where(verify, d + 1, 1)[None, :], t.ctx[dec][None, :], d[None, :],
                              self._budget[:len(dec)], self._method[:len(dec)])
 
@@ -340,6 +347,7 @@ class FastPath:
         budget, method, verify = self._budget, self._method, self.acc.verify
         n = max_passes
         vps, vjs, dvs, accs = [], [], [], []
+        idle = []  # synchronous: spans sat out (Cycles.idle)
         every = rounds == -1  # a policy asked every pass (`_plan_every`): its first pass asked already
         max_rounds, min_n = (self.MAX_ROUNDS if rounds in (0, -1) else rounds), 1 if rounds in (1, -1) else 2
         # every: a request with no outcome yet answers from the pool's rate, which any outcome moves
@@ -356,8 +364,14 @@ class FastPath:
                 n = min(n, min(start[j] for j in live))
                 break
             rounds += 1
-            if sync:  # one verifies: all verify (after the fewest passes of drafting)
-                w0 = min([min(tg[j], out[j] - com[j] - 1, md) - d[j] for j in live])
+            if sync:  # one reaches the target: all verify (after the fewest passes of drafting); a
+                # request that drafted all its output can use sits the rest out (Batcher._sync_verify)
+                # (one reaches it only if its output lets it draft that far)
+                w0 = wc = max([out[j] - com[j] - 1 - d[j] for j in live])  # all capped after wc passes
+                for j in live:
+                    w = min(tg[j], md) - d[j]
+                    if w < w0 and (w <= 0 or out[j] - com[j] - 1 - d[j] >= w):
+                        w0 = w
                 if w0 < 0:
                     w0 = 0
             cols, spec, sids, scom, sdv, sctx = [], [], [], [], [], []
@@ -366,10 +380,15 @@ class FastPath:
                 dj = d[j]
                 if sync:
                     w = w0
+                    cap = out[j] - com[j] - 1 - dj
+                    if cap < w0:  # drafts cap passes, then sits out until the batch verifies
+                        if start[j] + cap < n:
+                            idle.append((j, start[j] + cap, start[j] + w0, dj + cap))
+                        w = cap
                 else:  # passes of drafting before this cycle's verification
                     eff = min(tg[j], out[j] - com[j] - 1, md)
                     w = eff - dj if eff > dj else 0
-                if start[j] + w < n:
+                if start[j] + (w0 if sync else w) < n:
                     x = dj + w
                     cols.append((j, x))
                     if x > 0:
@@ -431,7 +450,7 @@ class FastPath:
             due = []
             for j, x in cols:
                 a = got[j] if x > 0 else 0
-                vp = start[j] + x - d[j]
+                vp = start[j] + (w0 if sync else x - d[j])
                 vps.append(vp)
                 vjs.append(j)
                 dvs.append(x)
@@ -536,7 +555,8 @@ class FastPath:
             vp, vj, dv, acc = vp[order], vj[order], dv[order], acc[order]
         k = int(np.searchsorted(vp, n))
         vp, vj, dv, acc = vp[:k], vj[:k], dv[:k], acc[:k]
-        seg, need = self._cycle_arrays(n, r, ctx0, d0, vp, vj, dv, acc, run)
+        idle = [x for x in idle if x[1] < n] or None
+        seg, need = self._cycle_arrays(n, r, ctx0, d0, vp, vj, dv, acc, run, idle)
         # pages: stop before the first pass whose reservation does not fit in free pages
         other = self.pool.used - sum(t.pages[run].tolist())
         over = other + need.sum(axis=1) > self.pool.capacity
@@ -553,10 +573,14 @@ class FastPath:
         asks = None
         if ask is not None or after is not None:
             asks = tuple(np.array(x, I64) for x in (aps, ajs, atg, arc, aco))
-        return SegmentPlan(run, n, seg, None, cycles=Cycles(vp, vj, dv, acc, K, need, asks))
+        if idle is not None and over.any():
+            idle = [x for x in idle if x[1] < n] or None
+        return SegmentPlan(run, n, seg, None, cycles=Cycles(vp, vj, dv, acc, K, need, asks, idle))
 
-    def _cycle_arrays(self, n, r, ctx0, d0, vp, vj, dv, acc, run):
-        """(n, r) kind, query, context and draft position of a cycles segment, and pages needed."""
+    def _cycle_arrays(self, n, r, ctx0, d0, vp, vj, dv, acc, run, idle=None):
+        """(n, r) kind, query, context and draft position of a cycles segment, and pages needed.
+        `idle`: spans sat out (Cycles.idle): no pass there, the drafts held stay (for the
+        verification that ends the span too)."""
         V = np.zeros((n, r), bool)
         V[vp, vj] = True
         E = np.zeros((n, r), I64)
@@ -573,6 +597,10 @@ class FastPath:
         prev[1:] = last[:-1]
         dpos = np.where(prev >= 0, i - prev - 1, d0 + i)
         kind = np.where(V, DecodeSegment.VERIFY, DecodeSegment.DRAFT).astype(np.int8)
+        if idle:
+            for j, p0, p1, x in idle:
+                kind[p0:p1, j] = DecodeSegment.IDLE
+                dpos[p0:p1 + 1, j] = x  # through its verification at p1 (when inside the segment)
         query = np.where(V, dpos + 1, 1)
         ps = self.cfg.page_size
         need = -(-(ctx + dpos + 1 - self.t.shared_tokens[run]) // ps)
@@ -679,7 +707,7 @@ class FastPath:
         t.spec_verifies[run] += np.bincount(vj[spec], None, r).astype(I64)
         t.drafts[run] += (kind == DecodeSegment.DRAFT).sum(axis=0)
         last_v = kind[n - 1] == DecodeSegment.VERIFY
-        t.drafted[run] = np.where(last_v, 0, sp.seg.draft_pos[n - 1] + 1)
+        t.drafted[run] = np.where(last_v, 0, sp.seg.draft_pos[n - 1] + (kind[n - 1] == DecodeSegment.DRAFT))
         # pages: after pass n-1's reservation, shrunk to the committed tokens where it verified
         need = cy.need[:n]
         pages = np.where(last_v, -(-(t.ctx[run] - t.shared_tokens[run]) // self.cfg.page_size), need[n - 1])
@@ -796,6 +824,14 @@ class FastPath:
         hold = pol.plain_hold if pol.plans_ahead else None
         before = after = 0
         done = []
+        sat = [0] * r  # passes each sat out (synchronous), and whether it sits out pass m
+        last_idle = [False] * r
+        if cy.idle:
+            for j, p0, p1, _ in cy.idle:
+                if p0 < n:
+                    sat[j] += min(p1, n) - p0
+                    if p1 > m:
+                        last_idle[j] = True
         for j, rid in enumerate(runl):
             c = com.item(rid) + em[j]
             com[rid] = c
@@ -806,7 +842,7 @@ class FastPath:
                 t.accepted[rid] += na[j]
                 t.spec_verifies[rid] += ns[j]
                 le[rid] = prev[j]
-            t.drafts[rid] += n - nv[j]
+            t.drafts[rid] += n - nv[j] - sat[j]
             # pages: after pass n-1's reservation, shrunk to the committed tokens where it verified
             if lastv[j] == m:
                 t.drafted[rid] = 0
@@ -814,7 +850,7 @@ class FastPath:
                 if c >= out.item(rid):
                     done.append(rid)
             else:
-                t.drafted[rid] = dpos[j] + 1
+                t.drafted[rid] = dpos[j] + (not last_idle[j])
                 pages = need_last[j]
             before += pg.item(rid)
             after += pages
