@@ -64,5 +64,10 @@ def limiter(ok: dict | None, fail: dict | None, fail_eval: dict | None, speculat
 def _term_words(t: dict) -> str:
     if t["stat"] == "attain":
         return f"at the next rate only {t['attained']:.0%} of requests meet {t['term']}"
-    return (f"at the next rate {t['metric'].upper()} {t['stat']} reaches {t['measured_s'] * 1e3:,.0f} ms "
-            f"against {t['bound_s'] * 1e3:,.0f} ms")
+    return (f"at the next rate {t['metric'].upper()} {t['stat']} reaches {_ms(t['measured_s'])} ms "
+            f"against {_ms(t['bound_s'])} ms")
+
+
+def _ms(s: float) -> str:
+    ms = s * 1e3
+    return f"{ms:,.0f}" if ms >= 100 else f"{ms:.1f}"

@@ -1,0 +1,99 @@
+"""Scale target of `spsim plan` (issue 16): 5 policies (ar, sync, fixed-k, entropy, aspire) x 2
+GPUs (h100-sxm, h200) over the Azure 2023 conversation trace: the highest rate per replica under
+the SLO and the fewest replicas (up to 8) for a target rate, in under 15 minutes on a 2-core
+machine. Runs the plan from an empty cache (so every probe is simulated), optionally again on a
+local Ray cluster to check the numbers are identical, and writes machine, versions, date, wall
+time and the results to JSON.
+
+    python3 benchmarks/plan_scale.py --out benchmarks/results/plan_scale.json            # pool, all CPUs
+    python3 benchmarks/plan_scale.py --limit 4000 --ray --out /tmp/plan_scale.json       # + Ray, same numbers?
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def versions() -> dict:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for pkg in ("spsim", "numpy", "simpy", "pandas", "plotly", "ray"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def run(args, ray: bool, out_dir: Path) -> tuple[dict, float]:
+    from spsim.planning.run import PlanInputs, run_plan
+    from spsim.simulator.engine import SimConfig
+
+    inp = PlanInputs.from_options(
+        trace=args.trace, trace_format=None, limit=args.limit, skip_invalid=False, slo=args.slo,
+        policies=args.policies, gpus=args.gpus, models="llama-3.1-8b", replicas="1..8", max_batch="256",
+        draft_budget="2048", draft_kv="auto", tp="1", target_rate=args.target_rate, precision=args.precision,
+        early_stop=True, prices=None, base=SimConfig(), jobs=args.jobs, ray=ray, ray_address=None)
+    t0 = time.perf_counter()
+    plan = run_plan(inp, out=out_dir, progress_lines=lambda f, w: print(f"  {w}", file=sys.stderr, flush=True))
+    wall = time.perf_counter() - t0
+    plan.write(out_dir)
+    return plan, wall
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trace", default="azure-conv")
+    ap.add_argument("--limit", type=int, default=None, help="first N requests (default: the whole trace)")
+    ap.add_argument("--slo", default="ttft_p90=2s,tpot_p99=60ms")
+    ap.add_argument("--policies", default="ar,sync,fixed-k,entropy,aspire")
+    ap.add_argument("--gpus", default="h100-sxm,h200")
+    ap.add_argument("--target-rate", type=float, default=60.0)
+    ap.add_argument("--precision", type=float, default=0.05)
+    ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--ray", action="store_true", help="run the same plan on a local Ray cluster and compare")
+    ap.add_argument("--note", default="", help="free text stored with the results (e.g. machine shared)")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    load0 = os.getloadavg()
+    doc = {"benchmark": "plan_scale (issue 16)", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+           "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                       "cpus_usable": len(os.sched_getaffinity(0)), "loadavg_before": load0},
+           "versions": versions(), "note": args.note,
+           "settings": {k: v for k, v in vars(args).items() if k not in ("out", "note")},
+           "search": ("highest rate at 1 replica: bracketing from the trace's native rate (x2; neighbours start from "
+                      "the first policy's answer on the same GPU, x1.25 three times then x2), geometric bisection to "
+                      "a bracket hi/lo <= 1 + precision, early stop when the first quarter of a probe misses a term "
+                      "by 1.5x; fewest replicas: ceil(target / rate per replica), then down while it passes or up "
+                      "until it does, within 1..8; every probe simulated from an empty cache")}
+    with tempfile.TemporaryDirectory() as tmp:
+        plan, wall = run(args, False, Path(tmp) / "pool")
+        doc["wall_s"] = wall
+        doc["under_15_min"] = wall < 900
+        doc["machine"]["loadavg_after"] = os.getloadavg()
+        doc["meta"] = plan.meta
+        keep = ("config", "status", "max_rate", "bracket_hi", "rate_per_gpu", "output_tok_s_per_gpu", "requests_per_usd",
+                "fewest_replicas", "median_tpot_ms", "limiter", "why", "probes", "probes_simulated")
+        doc["results"] = [{k: r.get(k) for k in keep} for r in plan.rows]
+        doc["recommendation"] = plan.recs
+        if args.ray:
+            rplan, rwall = run(args, True, Path(tmp) / "ray")
+            doc["ray"] = {"wall_s": rwall, "identical": [
+                {k: r.get(k) for k in keep if k not in ("probes_simulated",)} for r in rplan.rows] ==
+                [{k: r.get(k) for k in keep if k not in ("probes_simulated",)} for r in plan.rows]}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    print(f"{wall:.0f} s for {len(plan.rows)} configurations ({plan.meta['probes_simulated']} probes); wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
