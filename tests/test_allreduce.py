@@ -1,0 +1,41 @@
+"""The all-reduce measurement harness (gloo on the CPU here; NCCL in CUDA graphs on a GPU machine)
+and the fit of the tensor-parallel term's two constants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+
+def test_fit_recovers_latency_and_bandwidth():
+    from spsim.calibration.allreduce import fit
+
+    world, lat, bw = 2, 17e-6, 315e9
+    pts = []
+    for rows in (1, 8, 128, 512, 4096):
+        nbytes = rows * 4096 * 2
+        pts.append({"rows": rows, "bytes": nbytes, "seconds": lat + nbytes * 2 * (world - 1) / world / bw})
+    for mib in (64, 512):
+        nbytes = mib << 20
+        pts.append({"rows": None, "bytes": nbytes, "seconds": lat + nbytes * 2 * (world - 1) / world / bw})
+    f = fit(pts, world, nvlink_bw=450e9)
+    assert f["allreduce_latency_s"] == pytest.approx(lat, rel=1e-6)
+    assert f["bus_bandwidth_bytes_s"] == pytest.approx(bw, rel=1e-6)
+    assert f["nvlink_eff"] == pytest.approx(bw / 450e9, rel=1e-6)
+    assert f["max_abs_rel"] < 1e-9
+
+
+def test_measure_runs_two_processes():
+    """Two gloo processes on the CPU: every size timed, times positive and growing with bytes at
+    the large end (the harness is what runs NCCL on the GPU machine)."""
+    from spsim.calibration.allreduce import measure
+
+    m = measure(world=2, hidden=64, rows=(1, 64), big_mib=(8,), reps=3)
+    assert m["backend"] == "gloo" and m["world"] == 2
+    pts = m["points"]
+    assert [p["rows"] for p in pts] == [1, 64, None]
+    assert all(p["seconds"] > 0 and p["samples"] == 3 for p in pts)
+    assert pts[-1]["bytes"] == 8 << 20 and pts[-1]["seconds"] > pts[0]["seconds"]
+    assert np.isfinite([p["seconds"] for p in pts]).all()
