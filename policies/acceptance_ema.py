@@ -20,6 +20,10 @@ class AcceptanceEMA:
     request does not speculate: `get(ids, pos)` relaxes the counts of a request that emitted
     tokens without a verification outcome since it was last looked at towards the pooled rate, by
     `1 - weight` per such token, so after a hard span it tries drafting again.
+
+    `trials` counts the pooled trials of real outcomes (not decayed, the prior not included): how
+    much evidence the pooled rate rests on (a policy that starts from the prior tests it while
+    this is small: `aspire`'s `explore`).
     """
 
     def __init__(self, weight: float, prior: float, strength: float = 4.0, population_weight: float = 0.02):
@@ -29,6 +33,7 @@ class AcceptanceEMA:
         self.strength = strength
         self.counts: dict[int, list[float]] = {}
         self.seen: dict[int, int] = {}  # output position at the last look, until an outcome arrives
+        self.trials = 0  # pooled trials of real outcomes so far
 
     def get(self, ids: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
         c, (ps, pt) = self.counts, self.pop
@@ -56,6 +61,7 @@ class AcceptanceEMA:
             x[1] = keep * x[1] + trials
             pop[0] = pkeep * pop[0] + a
             pop[1] = pkeep * pop[1] + trials
+            self.trials += trials
 
     def drop(self, rid: int) -> None:
         self.counts.pop(rid, None)

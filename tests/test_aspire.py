@@ -72,7 +72,7 @@ def test_zero_target_holds_long_only_when_speculation_cannot_pay():
     assert int(pol.targets(short)[0]) == 0
     assert int(np.asarray(pol.hold(short, np.zeros(1, np.int64)))[0]) == 1_200 // 4
     pol.acc.update(np.zeros(1, np.int64), np.full(1, 8), np.zeros(1, np.int64))  # request 0 fails early, often
-    for _ in range(30):
+    for _ in range(40):  # past `explore` (32 pooled trials): its zeros are trusted, not probed
         pol.acc.update(np.zeros(1, np.int64), np.full(1, 8), np.zeros(1, np.int64))
     long = view(64_000, 2, 0)
     assert int(pol.targets(long)[0]) == 0
