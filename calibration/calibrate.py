@@ -41,6 +41,7 @@ def calibrate_gpu(model: str = "llama-3.1-8b", minutes: float | None = 8.0, out:
                      **(measure_kw or {}))
     log(f"measured {counts['measured']} points ({counts['failed']} failed) into {meas}"
         + (f"; {counts['left']} left: run the same command again to resume" if counts["left"] else ""))
+    _measure_allreduce(meas, model, device, log)
     try:
         return calibrate_from(meas, out_p, host_log, log)
     except ImportError as e:
@@ -49,6 +50,47 @@ def calibrate_gpu(model: str = "llama-3.1-8b", minutes: float | None = 8.0, out:
         log(f"scipy is not installed here, so no fit: the measurements are in {meas}; fit them where scipy "
             f"is (spsim calibrate --from {meas} --out {out_p})")
         return {}
+
+
+def _allreduce_path(meas: Path) -> Path:
+    return meas.with_name(meas.stem + ".allreduce.json")
+
+
+def _measure_allreduce(meas: Path, model: str, device: str, log) -> None:
+    """Where this machine has several GPUs: the tensor-parallel all-reduce (once per measurements
+    file), which the fit then uses for the GPU's all-reduce latency and NVLink efficiency."""
+    import torch
+
+    path = _allreduce_path(Path(meas))
+    if device != "cuda" or torch.cuda.device_count() < 2 or path.exists():
+        return
+    from spsim.models import get_model
+
+    from .allreduce import measure
+
+    try:
+        hidden = get_model(model).hidden
+    except SpsimError:
+        hidden = 4096
+    log(f"measuring the all-reduce over {torch.cuda.device_count()} GPUs (NCCL, CUDA graphs) ...")
+    path.write_text(json.dumps(measure(world=torch.cuda.device_count(), hidden=hidden), indent=1) + "\n")
+
+
+def _with_allreduce(gpu: GPU, meas: Path, log) -> tuple[GPU, dict | None]:
+    """The GPU with its measured all-reduce constants, where the measurements file has them."""
+    import dataclasses
+
+    path = _allreduce_path(meas)
+    if not path.exists():
+        return gpu, None
+    from .allreduce import fit as fit_allreduce
+
+    m = json.loads(path.read_text())
+    f = fit_allreduce(m["points"], int(m["world"]), gpu.nvlink_bw)
+    log(f"all-reduce over {m['world']} GPUs: latency {f['allreduce_latency_s'] * 1e6:.1f} us, bus bandwidth "
+        f"{f['bus_bandwidth_bytes_s'] / 1e9:.0f} GB/s (NVLink efficiency {f['nvlink_eff']:.2f}); fit median error "
+        f"{_pct(f['median_abs_rel'])}")
+    return dataclasses.replace(gpu, allreduce_latency_s=f["allreduce_latency_s"], nvlink_eff=f["nvlink_eff"]), f
 
 
 def calibrate_from(measurements: str | Path, out: str | Path | None = None, host_log: str | None = None,
@@ -77,7 +119,10 @@ def calibrate_from(measurements: str | Path, out: str | Path | None = None, host
             + "; ".join(info["session_machines"]))
     if host_log:
         info["host_source"] = f"mean host_ms of {Path(host_log).name}"
-    cm, report = fit(recs, model, gpu_of(s), tp=1, weight_dtype=info["weight_dtype"], kv_dtype=info["kv_dtype"],
+    gpu, ar = _with_allreduce(gpu_of(s), meas, log)
+    if ar is not None:
+        info["allreduce_fit"] = {k: v for k, v in ar.items() if k != "per_point"}
+    cm, report = fit(recs, model, gpu, tp=1, weight_dtype=info["weight_dtype"], kv_dtype=info["kv_dtype"],
                      page_size=int(s["page_size"]), host_overhead_s=host, info=info)
     save_profile(cm, out_p)
     side = out_p.with_name(out_p.stem + ".fit.json")

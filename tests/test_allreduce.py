@@ -39,3 +39,24 @@ def test_measure_runs_two_processes():
     assert all(p["seconds"] > 0 and p["samples"] == 3 for p in pts)
     assert pts[-1]["bytes"] == 8 << 20 and pts[-1]["seconds"] > pts[0]["seconds"]
     assert np.isfinite([p["seconds"] for p in pts]).all()
+
+
+def test_a_measured_allreduce_sets_the_gpu_constants(tmp_path):
+    """`spsim calibrate` finds `<measurements>.allreduce.json` beside the measurements and fits the
+    GPU's all-reduce latency and NVLink efficiency from it (the tensor-parallel term)."""
+    import json
+
+    from spsim.calibration.calibrate import _with_allreduce
+    from spsim.hardware import get_gpu
+
+    meas = tmp_path / "m.jsonl"
+    g = get_gpu("h200")
+    same, none = _with_allreduce(g, meas, log=lambda s: None)
+    assert same is g and none is None
+    pts = [{"rows": r, "bytes": r * 8192, "seconds": 20e-6 + r * 8192 / 300e9} for r in (1, 64, 512, 4096)]
+    (tmp_path / "m.allreduce.json").write_text(json.dumps({"world": 2, "points": pts}))
+    lines = []
+    g2, f = _with_allreduce(g, meas, log=lines.append)
+    assert g2.allreduce_latency_s == pytest.approx(20e-6, rel=1e-6)
+    assert g2.nvlink_eff == pytest.approx(300e9 / g.nvlink_bw, rel=1e-6)
+    assert g2.hbm_bw == g.hbm_bw and "all-reduce over 2 GPUs" in lines[0]
