@@ -20,6 +20,8 @@ from spsim.plan import PassPlan
 from spsim.policies.base import DecodeView
 from spsim.policies.batcher import Batcher
 
+from .outcomes import OutcomeTable
+
 I64 = np.int64
 NO_IDS = np.zeros(0, I64)
 
@@ -111,6 +113,8 @@ class FastPath:
     ZERO_MAX = 256
     # Positions a `pure_targets` policy is asked about at once when re-asked (plain stretches)
     ASK_AHEAD = 16
+    # Positions a cycle-target policy's outcomes are drawn ahead at once per request (OutcomeTable)
+    TABLE_ROWS = 256
 
     def __init__(self, batcher: Batcher):
         self.b = batcher
@@ -127,6 +131,7 @@ class FastPath:
         # a policy with `asked_cycle` tries `zero_run` only after its last cycle was 0 drafts:
         # while it speculates the check fails, and cost as much as the cycle's own decision
         self.zero_ok = True
+        self.outcomes: OutcomeTable | None = None  # a cycle-target policy's outcomes drawn ahead
 
     def one_pass(self, plan: PassPlan) -> DecodeSegment:
         """A decode-only plan as a one-pass segment with its requests in running order, the same
@@ -359,6 +364,14 @@ class FastPath:
         # asked (keyed draws: a row's outcome depends on its own arguments only), so about every
         # other round needs no call. column -> ((committed, drafts, context), accepted)
         known: dict = {}
+        # a policy with one cycle target: every position's outcome drawn ahead (OutcomeTable)
+        table = None
+        if K > 0 and md > 0 and max_rounds > 1 and ask is None and after is None:
+            table = self.outcomes
+            if table is None or table.K != K:
+                table = self.outcomes = OutcomeTable(K, md, self.TABLE_ROWS)
+            elif len(table.tab) > 4 * r + 64:  # entries of finished requests
+                table.forget(set(runl))
         while live:
             if rounds == max_rounds:  # the rest later: an arrival cuts most long plans short
                 n = min(n, min(start[j] for j in live))
@@ -393,9 +406,11 @@ class FastPath:
                     cols.append((j, x))
                     if x > 0:
                         spec.append((j, x))
-                        kn = known.get(j)
+                        kn = known.get(j) if table is None else None
                         if kn is not None and kn[0] == (com[j], x, ctx[j]):
                             got[j] = kn[1]
+                        elif table is not None and (a := table.get(runl[j], com[j], x, ctx[j], out[j])) is not None:
+                            got[j] = a
                         else:
                             sids.append(runl[j])
                             scom.append(com[j])
@@ -410,7 +425,11 @@ class FastPath:
                 # verification after outcome a, while far from its end, checks min(K, max_draft)
                 cand = []
                 kc = min(K, md)
-                ahead = spec if len(spec) <= self.SCALAR_MAX and max_rounds > 1 and not (ask or after) else ()
+                ahead = spec if len(spec) <= self.SCALAR_MAX and table is None and max_rounds > 1 and not (ask or after) else ()
+                if table is not None:  # this cycle's unknown outcomes drawn with every position's next
+                    for j, x in spec:
+                        if j not in got and not table.covers(runl[j], com[j] + 1):
+                            table.want(runl[j], com[j] + 1, ctx[j] + 1, out[j])
                 for j, x in ahead:  # small batches
                     c, o, cx, rid = com[j], out[j], ctx[j], runl[j]
                     lo, top = (got[j], got[j] + 1) if j in got else (0, x + 1)
@@ -432,11 +451,21 @@ class FastPath:
                             sdv.append(x1)
                             sctx.append(cx + a + 1)
                 k = len(sids)
-                if k > len(budget):  # more rows than the per-request constants (a small max_batch)
+                if k > len(budget) and table is None:  # more rows than the per-request constants (a small max_batch)
                     del sids[u:], scom[u:], sdv[u:], sctx[u:], cand[:]
                     k = u
-                res = verify(np.array(sids, I64), np.array(scom, I64), np.array(sdv, I64),
-                             np.array(sctx, I64), budget[:k], method[:k]).tolist()
+                if table is not None and table.pending:
+                    ids, cs, xs, cxs = table.rows_wanted()
+                    k += len(ids)
+                    bk, mk = (budget[:k], method[:k]) if k <= len(budget) else (np.full(k, cfg.draft_budget, I64),
+                                                                               np.full(k, cfg.draft_method, I64))
+                    res = verify(np.concatenate((np.array(sids, I64), ids)), np.concatenate((np.array(scom, I64), cs)),
+                                 np.concatenate((np.array(sdv, I64), xs)), np.concatenate((np.array(sctx, I64), cxs)),
+                                 bk, mk).tolist()
+                    table.store(res[u:])
+                else:
+                    res = verify(np.array(sids, I64), np.array(scom, I64), np.array(sdv, I64),
+                                 np.array(sctx, I64), budget[:k], method[:k]).tolist()
                 i = 0
                 for j, x in spec:
                     if j not in got:
