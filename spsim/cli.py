@@ -18,7 +18,8 @@ err_console = Console(stderr=True)
 app = typer.Typer(
     name="spsim",
     help="Decide how to serve long-context LLMs with self-speculative decoding: replay request traces "
-    "against scheduling policies in simulated time (replay, compare), serve them on a real model "
+    "against scheduling policies in simulated time (replay, compare), find the GPUs, policy and rate an SLO "
+    "allows (plan), serve them on a real model "
     "(run), and inspect traces, models, policies and acceptance models.",
     epilog="Examples:\n\n"
     "  spsim compare mooncake --limit 1000 --replicas 4 -P ar,sync:k=4,fixed-k:k=8,aspire   # about 20 s\n\n"
