@@ -64,10 +64,14 @@ class ProgressLines:
               file=self.stream or sys.stderr, flush=True)
 
 
-def _run(trace, cfg, label: str, quiet: bool = False):
+def _run(trace, cfg, label: str, quiet: bool = False, record: bool = False):
     """Simulate with progress: a live bar on a terminal, else plain lines on stderr (`quiet`: the
-    caller's stdout is not a table, e.g. --json)."""
+    caller's stdout is not a table, e.g. --json). `record`: keep each verification's outcome (the
+    step path: the same run, slower; simulator/positions.py)."""
     from .engine import simulate
+
+    if record:
+        from .positions import simulate_with_positions as simulate  # noqa: F811
 
     if not live_progress(quiet):
         lines = ProgressLines(label)
@@ -163,7 +167,8 @@ def register(app: typer.Typer) -> None:
     @app.command(epilog=_examples(
         "spsim replay mooncake --limit 1000 --replicas 4 --policy aspire --out runs/aspire   # about 10 s",
         "spsim replay azure-conv --limit 2000 --policy fixed-k:k=8 --qps 8 --json   # trace rescaled to 8 req/s",
-        "spsim replay my.jsonl --policy sync --concurrency 32 --skip-invalid   # closed loop, bad rows skipped"))
+        "spsim replay my.jsonl --policy sync --concurrency 32 --skip-invalid   # closed loop, bad rows skipped",
+        "spsim replay azure-conv --limit 500 --policy aspire --slo ttft_p90=2s,tpot_p99=60ms --report run.html"))
     @serving_options(config_cls=_LazySimConfig)
     def replay(
         trace: Optional[str] = typer.Argument(None, help=f"Trace file or shipped name (default: {DEFAULT_TRACE})."),
@@ -172,6 +177,9 @@ def register(app: typer.Typer) -> None:
         per_request: str = typer.Option("csv", "--per-request", help="Per-request file format: csv or parquet "
                                         "(needs pyarrow)."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON instead of a table."),
+        report: Optional[Path] = typer.Option(None, "--report", help="Write a self-contained HTML report here "
+                                              "(distributions, GPU time, acceptance by draft position: the run "
+                                              "records each verification, which is slower; not for oracle)."),
         limit: Optional[int] = LIMIT, trace_format: Optional[str] = TRACE_FORMAT,
         skip_invalid: bool = SKIP_INVALID,
         serving=None,
@@ -190,10 +198,12 @@ def register(app: typer.Typer) -> None:
                 raise SpsimError("--per-request parquet needs pyarrow (pip install pyarrow); csv works without it") from None
         from spsim.policies.registry import parse_policy
 
-        parse_policy(policy)
+        spec = parse_policy(policy)
+        if report is not None:
+            check_out_dir(report.parent, (report.name,), label=f"--report {report}")
         tr = _load(trace, trace_format, limit, skip_invalid)
         t0 = time.perf_counter()
-        res = _run(tr, cfg, f"replay {policy}", quiet=as_json)
+        res = _run(tr, cfg, f"replay {policy}", quiet=as_json, record=report is not None and not spec.cls.oracle)
         wall = time.perf_counter() - t0
         if as_json:
             typer.echo(res.summary_json(), nl=False)
@@ -208,6 +218,13 @@ def register(app: typer.Typer) -> None:
             _write(out, "", res, per_request)
             if not as_json:
                 console.print(f"wrote {out}/summary.json and {out}/requests.{per_request}")
+        if report is not None:
+            from spsim.html_report import write_run_report
+
+            write_run_report(report, res.summary, res.requests, f"spsim replay: {policy} on {trace or DEFAULT_TRACE} "
+                             f"({len(tr):,} requests, {cfg.replicas} x {cfg.model} on {cfg.gpu})")
+            if not as_json:
+                console.print(f"wrote {report}")
 
     @app.command(epilog=_examples(
         "spsim compare mooncake --limit 1000 --replicas 4 -P ar,sync:k=4,fixed-k:k=8,aspire   # about 20 s",

@@ -56,3 +56,27 @@ def test_report_is_self_contained(plan_out, tmp_path):
     # tables as CSV and markdown beside it
     assert list(pd.read_csv(tmp_path / "plan.csv")["config"]) == [r["config"] for r in plan_out.rows]
     assert "## Recommendation" in (tmp_path / "plan.md").read_text()
+
+
+def test_replay_report(tmp_path):
+    from typer.testing import CliRunner
+
+    from spsim.cli import app
+    from spsim.html_report import PLOT_IDS as RUN_PLOTS
+
+    runner = CliRunner()
+    tr = tmp_path / "t.jsonl"
+    assert runner.invoke(app, ["trace", "gen", str(tr), "-n", "40", "--qps", "4", "--seed", "2",
+                               "--prompt", "uniform:low=2000,high=12000", "--output", "uniform:low=20,high=80"]).exit_code == 0
+    path = tmp_path / "rep" / "run.html"
+    r = runner.invoke(app, ["replay", str(tr), "--policy", "fixed-k:k=4", "--slo", "ttft_p90=2s,tpot_p99=60ms",
+                            "--report", str(path), "--json"])
+    assert r.exit_code == 0, r.output
+    text = path.read_text()
+    assert not re.search(r"<script[^>]+src=[\"']?https?:", text, re.I)
+    for div in RUN_PLOTS:
+        assert re.search(rf'Plotly\.newPlot\(\s*"{div}"', text), div
+    m = re.search(r'Plotly\.newPlot\(\s*"plot-acceptance-position",\s*(\[.*?\]),\s*\{', text, re.S)
+    assert m and '"name":"acceptance"' in m.group(1)  # the run recorded its verifications
+    assert "SLO ttft_p90=2s,tpot_p99=60ms" in text and "num_drafts (vLLM)" in text
+    assert (tmp_path / "rep" / "run.csv").exists() and (tmp_path / "rep" / "run.md").exists()
