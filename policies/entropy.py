@@ -15,6 +15,8 @@ from .acceptance_ema import AcceptanceEMA
 from .base import DecodeView, Policy, ema_looks
 from .registry import register
 
+_FMAX = float(np.finfo(np.float64).max)
+
 
 @register
 @dataclass
@@ -55,7 +57,11 @@ class Entropy(Policy):
         prior = self.acc.get(view.ids, view.committed)
         k = max(int(d.max()) if r else 0, 1)
         p_hat = np.ones((r, k))
-        est = er.token_acceptance(np.nan_to_num(view.last_entropy, nan=self.entropy_median), prior, self.slope, self.thr)
+        # np.nan_to_num's values (NaN: the median; entropies are never negative and +inf -> the
+        # largest float), without its ~15 us of wrappers
+        le = view.last_entropy
+        est = er.token_acceptance(np.minimum(np.where(le == le, le, self.entropy_median), _FMAX), prior, self.slope,
+                                  self.thr)
         for j, (rid, n) in enumerate(zip(view.ids.tolist(), d.tolist())):
             held = self._p.setdefault(rid, [])
             if n == 0:

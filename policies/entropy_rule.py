@@ -32,7 +32,7 @@ def rule_from_auc(auc: float = 0.64, entropy_sigma: float = 1.0, entropy_median:
 
 def token_acceptance(entropy: np.ndarray, prior, slope: float, threshold: float) -> np.ndarray:
     """Per-token acceptance estimate from entropy (nats); prior broadcasts against entropy."""
-    prior = np.clip(np.asarray(prior, float), 1e-6, 1 - 1e-6)
+    prior = np.minimum(np.maximum(np.asarray(prior, float), 1e-6), 1 - 1e-6)  # np.clip, without its wrapper
     z = np.log(prior / (1 - prior)) + slope * (threshold - np.log(np.maximum(entropy, 1e-12)))
     return 1.0 / (1.0 + np.exp(-z))
 
@@ -46,6 +46,13 @@ def prefix_stats(p_hat: np.ndarray, drafted: np.ndarray) -> tuple[np.ndarray, np
     e = np.where(held, cp, 0.0).sum(axis=1)
     s = cp[:, -1] if kcols else np.ones(r)
     return e, s
+
+
+def _rows(x, r: int) -> np.ndarray:
+    """x as an (r,) float array (np.broadcast_to only where it is not one already: its wrapper
+    costs more than the rule's arithmetic on a few requests)."""
+    x = np.asarray(x, float)
+    return x if x.shape == (r,) else np.broadcast_to(x, (r,))
 
 
 def _verify_cost_at(verify_cost: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -66,8 +73,7 @@ def draft_more(p_hat: np.ndarray, drafted: np.ndarray, prior, draft_cost, verify
     """
     drafted = np.asarray(drafted, np.int64)
     r = len(drafted)
-    prior = np.broadcast_to(np.asarray(prior, float), (r,))
-    cd = np.broadcast_to(np.asarray(draft_cost, float), (r,))
+    prior, cd = _rows(prior, r), _rows(draft_cost, r)
     e, s = prefix_stats(p_hat, drafted)
     spent = drafted * cd
     now = (e + 1.0) / (spent + _verify_cost_at(verify_cost, drafted))
