@@ -11,7 +11,8 @@ trace, autoregressive only (127 s on one core of this machine: quoted, not measu
 
 Each run is a fresh subprocess (peak RSS is per run) pinned to the first core this process may use.
 With --repeat, simulate_s is the median of the runs (all kept in simulate_s_runs): a shared
-machine's noise is ~10-20%. --slow-s makes runs slower than that once only (off by default: every
+machine's noise is ~10-20%. simulate_cpu_s is the run's CPU time (process time): on a machine
+shared with other work, wall time also counts the waits for the core, CPU time much less so. --slow-s makes runs slower than that once only (off by default: every
 run is a median of --repeat). Writes benchmarks/results/sim_speed.json (machine, versions, date).
 """
 
@@ -40,13 +41,15 @@ def one(policy: str, trace: str, replicas: int, limit: int | None) -> dict:
     if limit:
         tr = tr.take(np.arange(min(limit, len(tr))))
     t1 = time.perf_counter()
+    c1 = time.process_time()
     res = simulate(tr, SimConfig(policy=policy, replicas=replicas))
     t2 = time.perf_counter()
+    c2 = time.process_time()
     s = res.summary
     passes = sum(s["passes"].values())
     return {
         "policy": policy, "trace": trace, "requests": len(tr), "replicas": replicas,
-        "read_s": round(t1 - t0, 3), "simulate_s": round(t2 - t1, 3),
+        "read_s": round(t1 - t0, 3), "simulate_s": round(t2 - t1, 3), "simulate_cpu_s": round(c2 - c1, 3),
         "passes": passes, "us_per_pass": round((t2 - t1) / passes * 1e6, 2), "segments": s["sim_events"]["segments"],
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "completed": s["completed"], "output_throughput": s["output_throughput"], "mean_tpot_ms": s["mean_tpot_ms"],
