@@ -17,7 +17,9 @@ OBJECTIVES = [
 ]
 
 
-def recommend(rows: list[dict]) -> list[dict]:
+def recommend(rows: list[dict], precision: float = 0.0) -> list[dict]:
+    """`precision`: the rate search's; winners of rate-based objectives closer than it to the
+    runner-up are called a tie (the search cannot tell them apart)."""
     out = []
     for key, title, field, hi, unit in OBJECTIVES:
         cand = [r for r in rows if r.get(field) is not None and not r["clairvoyant"]]
@@ -36,6 +38,8 @@ def recommend(rows: list[dict]) -> list[dict]:
             rel = (w[field] / ru[field]) if ru[field] else None
             if key != "fewest_gpus":
                 reason += f" against {_v(ru[field])} for {ru['config']}" + (f" ({rel:.2f}x)" if rel else "")
+                if key in ("rate_per_gpu", "per_dollar") and rel and rel < 1 + precision and ru["gpu"] == w["gpu"]:
+                    reason += f": a tie within the search's {precision:.0%} precision"
         if key == "fewest_gpus":
             reason += f" ({w['fewest_replicas']} replica(s) x TP {w['tp']} at {w['target_rate']:.3g} req/s)"
             tied = [r["config"] for r in cand[1:] if r[field] == w[field]]

@@ -149,7 +149,7 @@ def run_plan(inp: PlanInputs, out: Path | None = None, console=None, progress_li
     rows = result_rows(results, inp.prices)
     probes = probe_rows(results, labels)
     front = pareto_front([p for p in probes if p["met"] and p["kind"] == "full"])
-    recs = recommend(rows)
+    recs = recommend(rows, inp.settings.precision)
     meta = {"trace": inp.trace_name, "requests": len(inp.trace), "slo": inp.slo.text(),
             "replicas_searched": inp.rmin, "replica_range": [inp.rmin, inp.rmax], "target_rate": inp.target_rate,
             "native_rate": inp.native_rate, "precision": inp.settings.precision,
