@@ -38,7 +38,7 @@ def recommend(rows: list[dict], precision: float = 0.0) -> list[dict]:
             rel = (w[field] / ru[field]) if ru[field] else None
             if key != "fewest_gpus":
                 reason += f" against {_v(ru[field])} for {ru['config']}" + (f" ({rel:.2f}x)" if rel else "")
-                if key in ("rate_per_gpu", "per_dollar") and rel and rel < 1 + precision and ru["gpu"] == w["gpu"]:
+                if key in ("rate_per_gpu", "per_dollar") and rel and rel < 1 + precision:
                     reason += f": a tie within the search's {precision:.0%} precision"
         if key == "fewest_gpus":
             reason += f" ({w['fewest_replicas']} replica(s) x TP {w['tp']} at {w['target_rate']:.3g} req/s)"
