@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,7 @@ class ProbeCache:
             with np.load(p, allow_pickle=False) as z:
                 meta = json.loads(str(z["meta"]))
                 return meta, {k: z[k].copy() for k in ARRAYS}
-        except (OSError, ValueError, KeyError):  # a damaged file: run the probe again
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # a damaged file: run the probe again
             return None
 
     def put(self, key: str, meta: dict, arrays: dict[str, np.ndarray]) -> None:

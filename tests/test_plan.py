@@ -156,6 +156,14 @@ def test_same_numbers_serial_pool_and_cache(trace_file, tmp_path):
     c = plan(trace_file, tmp_path / "a")
     assert c.meta["probes_simulated"] == 0 and c.meta["probes_cached"] == a.meta["probes_simulated"] + a.meta["probes_cached"]
     pd.testing.assert_frame_equal(ra[NUMBERS], pd.read_csv(tmp_path / "a" / "results.csv")[NUMBERS])
+    # an interrupted plan (some probes never written, one file cut short) resumes with the same numbers
+    files = sorted((tmp_path / "a" / "cache").glob("*.npz"))
+    for f in files[::3]:
+        f.unlink()
+    files[1].write_bytes(files[1].read_bytes()[:100])
+    d = plan(trace_file, tmp_path / "a")
+    assert d.meta["probes_simulated"] == len(files[::3]) + 1
+    pd.testing.assert_frame_equal(ra[NUMBERS], pd.read_csv(tmp_path / "a" / "results.csv")[NUMBERS])
     # outputs: a winner per objective with its reason, the Pareto front, the markdown
     doc = json.loads((tmp_path / "a" / "recommendation.json").read_text())
     objectives = {r["objective"]: r for r in doc["recommendation"]}
