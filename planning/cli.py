@@ -111,7 +111,7 @@ def results_table(p) -> Table:
     cols = [("configuration", "left"), ("max req/s", "right"), ("req/s per GPU", "right"), ("req per USD", "right"),
             (f"replicas for {p.meta['target_rate']:.3g} req/s", "right"), ("limited by", "left")]
     for c, j in cols:
-        t.add_column(c, justify=j)
+        t.add_column(c, justify=j, no_wrap=c == "configuration", overflow="fold")
     for r in p.rows:
         rate = "-" if r["max_rate"] is None else f"{r['max_rate']:.3g}" + ("+" if r["status"] == "above" else "")
         t.add_row(r["config"] + (" [dim](clairvoyant)[/]" if r["clairvoyant"] else ""), rate,
