@@ -92,12 +92,11 @@ def first_draft_more(prior, draft_cost, verify_cost: np.ndarray, max_drafts, loo
     raises the cycle's expected tokens per unit cost. verify_cost (r, columns)."""
     vc = np.asarray(verify_cost, float)
     r = len(vc)
-    prior = np.broadcast_to(np.asarray(prior, float), (r,))
-    cd = np.broadcast_to(np.asarray(draft_cost, float), (r,))
+    prior, cd = _rows(prior, r), _rows(draft_cost, r)
     now = 1.0 / vc[:, 0]
     m = np.arange(1, lookahead + 1)
     gain = np.cumsum(prior[:, None] ** m, axis=1)
-    cost = m * cd[:, None] + vc[:, np.minimum(m, vc.shape[1] - 1)]
+    cost = m * cd[:, None] + (vc[:, 1:lookahead + 1] if vc.shape[1] > lookahead else vc[:, np.minimum(m, vc.shape[1] - 1)])
     cap = np.asarray(max_drafts)
     later = np.where(m <= cap[..., None], (gain + 1.0) / cost, -np.inf)
     return (later.max(axis=1) > now) & (0 < cap)
