@@ -41,6 +41,9 @@ class Entropy(Policy):
         # per request: (context, draft cost, verify cost by drafts held); a drafting request's
         # context only changes at its verification, so this is recomputed once per cycle
         self._costs: dict[int, tuple[int, float, np.ndarray]] = {}
+        # the last pass's priced costs (draft, verify by drafts held, each plus the pass overhead's
+        # share) and what they were priced for: while requests draft, passes repeat them
+        self._priced_key, self._priced = None, None
 
     def on_finish(self, rid):
         self.acc.drop(rid)
@@ -55,14 +58,15 @@ class Entropy(Policy):
     def targets(self, view: DecodeView) -> np.ndarray:
         r, d = len(view.ids), view.drafted
         prior = self.acc.get(view.ids, view.committed)
-        k = max(int(d.max()) if r else 0, 1)
+        ids, dl = view.ids.tolist(), d.tolist()
+        k = max(max(dl, default=0), 1)
         p_hat = np.ones((r, k))
         # np.nan_to_num's values (NaN: the median; entropies are never negative and +inf -> the
         # largest float), without its ~15 us of wrappers
         le = view.last_entropy
         est = er.token_acceptance(np.minimum(np.where(le == le, le, self.entropy_median), _FMAX), prior, self.slope,
                                   self.thr)
-        for j, (rid, n) in enumerate(zip(view.ids.tolist(), d.tolist())):
+        for j, (rid, n) in enumerate(zip(ids, dl)):
             held = self._p.setdefault(rid, [])
             if n == 0:
                 held.clear()
@@ -70,11 +74,16 @@ class Entropy(Policy):
                 held.append(float(est[j]))
             if n:
                 p_hat[j, :n] = held[:n]
-        draft_c, verify_c = self._marginal_costs(view)
         nd = max(view.num_decode, 1)
-        share = self.ctx.cost.pass_overhead(nd, prefill_tokens=view.prefill_tokens) / nd
-        more = er.draft_more(p_hat, d, prior, draft_c + share, verify_c + share,
-                             np.minimum(view.max_draft, view.remaining - 1), self.lookahead)
+        key = (ids, view.context.tolist(), nd, view.prefill_tokens, view.max_draft)
+        if key == self._priced_key:  # the same requests at the same contexts and load as the last pass
+            cd, vc = self._priced
+        else:
+            draft_c, verify_c = self._marginal_costs(view)
+            share = self.ctx.cost.pass_overhead(nd, prefill_tokens=view.prefill_tokens) / nd
+            cd, vc = self._priced = draft_c + share, verify_c + share
+            self._priced_key = key
+        more = er.draft_more(p_hat, d, prior, cd, vc, np.minimum(view.max_draft, view.remaining - 1), self.lookahead)
         return np.where(more, d + 1, d)
 
     def zero_run(self, view: DecodeView, n: int) -> int | None:
