@@ -71,3 +71,30 @@ def test_rule_equals_reference(seed, r, cols, k, lookahead, scalar_prior):
     got = er.token_acceptance(ours, prior, 1.3, -0.2)
     want = _token_acceptance_ref(fixed, prior, 1.3, -0.2)
     assert got.tobytes() == want.tobytes()
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 25), load=st.sampled_from(["trace", "offline", "tight"]),
+       fast=st.booleans())
+def test_entropy_priced_costs_reused_as_recomputed(seed, n, load, fast):
+    # `targets` reuses the last pass's priced costs for the same requests, contexts and load: the
+    # same results as pricing them on every pass
+    from conftest import make_trace, run, strip
+    from spsim.policies.entropy import Entropy
+
+    tr = make_trace(n, seed=seed, span=3.0, prompt=(2000, 40000), output=(1, 200))
+    kw = {"trace": {}, "offline": dict(offline=True), "tight": dict(offline=True, kv_pages=3000)}[load]
+    cached = run(tr, policy="entropy", fast=fast, seed=seed % 3, **kw)
+    orig = Entropy.targets
+
+    def fresh(self, view):
+        self._priced_key = None  # never reused
+        return orig(self, view)
+
+    Entropy.targets = fresh
+    try:
+        priced = run(tr, policy="entropy", fast=fast, seed=seed % 3, **kw)
+    finally:
+        Entropy.targets = orig
+    assert strip(cached.summary) == strip(priced.summary)
+    assert cached.requests.equals(priced.requests)
