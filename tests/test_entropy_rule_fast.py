@@ -78,23 +78,55 @@ def test_rule_equals_reference(seed, r, cols, k, lookahead, scalar_prior):
        fast=st.booleans())
 def test_entropy_priced_costs_reused_as_recomputed(seed, n, load, fast):
     # `targets` reuses the last pass's priced costs for the same requests, contexts and load: the
-    # same results as pricing them on every pass
-    from conftest import make_trace, run, strip
+    # same results as pricing them on every pass (keyed latent acceptance: requests draft for
+    # several passes, so passes repeat their costs)
+    from conftest import make_trace, strip
     from spsim.policies.entropy import Entropy
+    from spsim.simulator.engine import SimConfig, simulate
 
     tr = make_trace(n, seed=seed, span=3.0, prompt=(2000, 40000), output=(1, 200))
     kw = {"trace": {}, "offline": dict(offline=True), "tight": dict(offline=True, kv_pages=3000)}[load]
-    cached = run(tr, policy="entropy", fast=fast, seed=seed % 3, **kw)
-    orig = Entropy.targets
+    orig, reused = Entropy.targets, []
+
+    def counted(self, view):
+        key = self._priced_key
+        out = orig(self, view)
+        reused.append(self._priced_key is key and key is not None)
+        return out
 
     def fresh(self, view):
         self._priced_key = None  # never reused
         return orig(self, view)
 
-    Entropy.targets = fresh
     try:
-        priced = run(tr, policy="entropy", fast=fast, seed=seed % 3, **kw)
+        Entropy.targets = counted
+        cached = simulate(tr, SimConfig(seed=seed % 3, policy="entropy", cost="roofline", fast=fast, **kw))
+        Entropy.targets = fresh
+        priced = simulate(tr, SimConfig(seed=seed % 3, policy="entropy", cost="roofline", fast=fast, **kw))
     finally:
         Entropy.targets = orig
     assert strip(cached.summary) == strip(priced.summary)
     assert cached.requests.equals(priced.requests)
+
+
+def test_entropy_priced_costs_are_reused():
+    # the case above is not vacuous: long contexts, trickled arrivals
+    from conftest import make_trace
+    from spsim.policies.entropy import Entropy
+    from spsim.simulator.engine import SimConfig, simulate
+
+    orig, reused = Entropy.targets, []
+
+    def counted(self, view):
+        key = self._priced_key
+        out = orig(self, view)
+        reused.append(key is not None and self._priced_key is key)
+        return out
+
+    Entropy.targets = counted
+    try:
+        simulate(make_trace(20, seed=1, span=3.0, prompt=(2000, 40000), output=(1, 200)),
+                 SimConfig(policy="entropy", cost="roofline", fast=False))
+    finally:
+        Entropy.targets = orig
+    assert sum(reused) > 0.1 * len(reused)
