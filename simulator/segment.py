@@ -239,9 +239,11 @@ class FastPath:
     def _plan_zero(self, max_passes: int) -> SegmentPlan | None:
         """Plain passes of a policy asked every pass, for as long as it says it would answer 0."""
         t, b = self.t, self.b
+        dr = t.drafted
+        for rid in self.running:  # scalar: while a policy asked every pass speculates, most calls end here
+            if dr.item(rid):
+                return None
         run = np.array(self.running, dtype=I64)
-        if any(t.drafted[run].tolist()):
-            return None
         committed = t.committed[run]
         rem = t.output[run] - committed
         n = min(max_passes, self.ZERO_MAX, min(rem.tolist()))
