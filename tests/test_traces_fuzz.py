@@ -99,6 +99,14 @@ def row(draw, fmt: str, i: int) -> str:
     return ",".join(cells[c].replace(",", ";") for c in cols)
 
 
+def _is_header(line: bytes) -> bool:
+    try:
+        obj = json.loads(line.removeprefix(b"\xef\xbb\xbf").decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(obj, dict) and "spsim_trace" in obj
+
+
 @st.composite
 def trace_file(draw, fmt: str) -> tuple[bytes, int, int | None]:
     """File bytes, the number of data rows in it, and the header's line (None: none)."""
@@ -118,10 +126,10 @@ def trace_file(draw, fmt: str) -> tuple[bytes, int, int | None]:
             at = draw(st.integers(0, len(lines[ln])))
             lines[ln] = lines[ln][:at] + junk + lines[ln][at:]
             broken.add(ln)
-    # a broken header is a bad row; a UTF-8 BOM that ends up at the very start of the file is no
-    # damage (readers strip the signature), anywhere else it is
-    header_is_row = (fmt == "canonical" and head is not None and 0 in broken
-                     and lines[0].removeprefix(b"\xef\xbb\xbf") != head)
+    # a broken header is a bad row. Whether junk broke it is decided as a reader would: a BOM at
+    # the very start of the file is the signature readers strip, and one inside a JSON string (or
+    # any junk that leaves valid UTF-8 JSON with the header's key) leaves a header
+    header_is_row = fmt == "canonical" and head is not None and 0 in broken and not _is_header(lines[0])
     for at in sorted(draw(st.lists(st.integers(1, len(lines) + 1), max_size=3)), reverse=True):
         lines.insert(min(at, len(lines)), draw(st.sampled_from([b"", b"  ", b"\t"])))  # blank: not a row
     eol = draw(st.sampled_from([b"\n", b"\r\n"]))
