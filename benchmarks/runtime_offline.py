@@ -105,11 +105,10 @@ def main() -> None:
                 continue
             s = run.result.summary
             rec = {"workload": w, "policy": pol, "wall_s": round(time.time() - t0, 1),
-                   "passes": s.get("passes"), "requests_per_category": None,
+                   "passes": s.get("passes"),
                    "draft_acceptance_rate": s.get("draft_acceptance_rate"),
                    "cuda_graphs": s["runtime"]["cuda_graphs"], "kv_pages": s["runtime"]["kv_pages"],
                    **decode_phase(run.passes)}
-            rec.pop("requests_per_category")
             out["runs"].append(rec)
             print(json.dumps(rec), flush=True)
             Path(a.out).write_text(json.dumps(out, indent=1) + "\n")

@@ -70,7 +70,6 @@ class RuntimeExecutor:
                                 scores=self.method == DraftMethod.VERIFY_ATTN)
         self._tables: dict[int, tuple] = {}  # rid -> (pool stamp, page table as an array): see _table
         self.synthetic_prefill = synthetic_prefill
-        self._synthetic_first: list[int] = []
         self.last_prep_s = 0.0  # host time of the last pass's input preparation (part of its elapsed time)
 
     # ---------------------------------------------------------------- bookkeeping
@@ -117,13 +116,10 @@ class RuntimeExecutor:
         rids, tables, start, qlen, toks = [], [], [], [], []
         score_rows, logit_rows = [], []
         row = 0
-        self._synthetic_first = []
         for rid, n, ctx, last in zip(plan.prefill_ids.tolist(), plan.prefill_tokens.tolist(),
                                      plan.prefill_context.tolist(), plan.prefill_last.tolist()):
             st = self._state(rid)
-            if self.synthetic_prefill:
-                if last:
-                    self._synthetic_first.append(rid)
+            if self.synthetic_prefill:  # its first token comes from the keyed draw in _outcomes
                 continue
             toks += st.tokens[ctx:ctx + n]
             self._add(rids, tables, start, qlen, rid, ctx, n)
@@ -275,7 +271,8 @@ class RuntimeExecutor:
             accepted, nxt = S.verify_batch(torch.as_tensor(x, device=p.device), dq, p, T, u_a, u_t, k=qn - 1)
         else:
             a = torch.as_tensor(accepted, device=p.device)
-            nxt = _pick(p[torch.arange(nv, device=p.device), a], T, u_t[rows, accepted], probs=T > 0).cpu().numpy()
+            pa = p[torch.arange(nv, device=p.device), a]  # logits at T == 0, else probabilities
+            nxt = _pick(pa, T, u_t[rows, accepted], probs=pa).cpu().numpy()
         for i, (st, rid, q, ctx) in enumerate(zip(sts, ids.tolist(), qn.tolist(), plan.verify_context.tolist())):
             k, a = q - 1, int(accepted[i])
             if self.events is not None and k:
@@ -292,10 +289,7 @@ class RuntimeExecutor:
 
 def _pick(x: torch.Tensor, T: float, u, probs=None) -> torch.Tensor:
     """One token per row: argmax at T == 0 (`x` logits; what sampling the one-hot gives), else an
-    inverse-CDF sample with `u` from `probs` (given, or `x` itself when `probs is True`, or
-    softmax(x / T))."""
+    inverse-CDF sample with `u` from `probs` (given, else softmax(x / T))."""
     if T <= 0:
         return x.argmax(-1)
-    if probs is True:
-        probs = x
     return S.sample(probs if probs is not None else S.probs_from_logits(x, T), u)
