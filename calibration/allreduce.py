@@ -37,6 +37,7 @@ def _worker(rank: int, world: int, port: int, hidden: int, rows, big_mib, reps: 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     dev = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    t_start = time.perf_counter()
     if cuda:
         torch.cuda.set_device(dev)
     dtype = torch.bfloat16 if cuda else torch.float32  # gloo has no bf16 all-reduce
@@ -65,6 +66,8 @@ def _worker(rank: int, world: int, port: int, hidden: int, rows, big_mib, reps: 
                 g.replay()
                 torch.cuda.synchronize(dev)
                 ts.append((time.perf_counter() - t0) / graph_reps)
+            del g  # a captured NCCL graph left alive can hang the communicator's teardown
+            torch.cuda.synchronize(dev)
         else:
             for _ in range(2):
                 dist.all_reduce(x)
@@ -76,6 +79,9 @@ def _worker(rank: int, world: int, port: int, hidden: int, rows, big_mib, reps: 
                 ts.append(time.perf_counter() - t0)
         res.append({"rows": r, "bytes": int(numel * x.element_size()), "seconds": float(np.median(ts)),
                     "samples": len(ts)})
+        if rank == 0:
+            print(f"all-reduce {res[-1]['bytes']:>11,d} B: {res[-1]['seconds'] * 1e6:9.1f} us "
+                  f"(at {time.perf_counter() - t_start:.1f} s)", flush=True)
     if rank == 0:
         out_q.put({"backend": "nccl" if cuda else "gloo", "graphs": cuda, "dtype": str(dtype).replace("torch.", ""),
                    "device": torch.cuda.get_device_name(dev) if cuda else "cpu", "points": res})
@@ -94,12 +100,22 @@ def measure(world: int = 2, hidden: int = 4096, rows=ROWS, big_mib=BIG_MIB, reps
              for r in range(world)]
     for p in procs:
         p.start()
-    out = q.get(timeout=600)
+    try:
+        out = q.get(timeout=300)
+    except Exception as e:  # queue.Empty: a worker died or hung before measuring
+        for p in procs:
+            p.kill()
+        raise RuntimeError(f"all-reduce workers gave no result in 300 s (exit codes {[p.exitcode for p in procs]})") from e
     for p in procs:
-        p.join(timeout=60)
-    bad = [p.exitcode for p in procs if p.exitcode != 0]
+        p.join(timeout=30)
+    # The measurement is in hand: a worker still tearing NCCL down after 30 s is ended, not waited on.
+    hung = [p for p in procs if p.exitcode is None]
+    for p in hung:
+        p.kill()
+    bad = [p.exitcode for p in procs if p.exitcode not in (0, None) and p not in hung]
     if bad:
         raise RuntimeError(f"all-reduce workers exited with {bad}")
+    out["workers_killed_after_result"] = len(hung)
     out.update(world=world, hidden=hidden)
     return out
 

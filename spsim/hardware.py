@@ -60,8 +60,11 @@ GPUS: dict[str, GPU] = {
             nvlink_bw=450e9, sm_count=132),
         GPU("h100-nvl", mem_bytes=95830 * MiB, hbm_bw=3.9e12, bf16_flops=835e12, fp8_flops=1671e12,
             nvlink_bw=300e9, sm_count=132),  # NVLink bridge: 600 GB/s both directions
+        # The all-reduce constants measured on 2 H200s (NCCL in CUDA graphs, 8 KiB .. 512 MiB, fitted;
+        # benchmarks/results/allreduce_h200x2.json): 10.9 us and 63 % of the link, where the other
+        # GPUs keep the assumed 8 us and 80 %.
         GPU("h200", mem_bytes=150_109_880_320, hbm_bw=4.8e12, bf16_flops=989e12, fp8_flops=1979e12,
-            nvlink_bw=450e9, sm_count=132),
+            nvlink_bw=450e9, sm_count=132, nvlink_eff=0.63, allreduce_latency_s=10.9e-6),
         GPU("a100-80gb", mem_bytes=81920 * MiB, hbm_bw=2.039e12, bf16_flops=312e12, fp8_flops=None,
             nvlink_bw=300e9, sm_count=108),
     ]
