@@ -13,6 +13,7 @@ import numpy as np
 from . import entropy_rule as er
 from .acceptance_ema import AcceptanceEMA
 from .base import DecodeView, Policy, ema_looks
+from .entropy_stretch import StretchPlanner
 from .registry import register
 
 _FMAX = float(np.finfo(np.float64).max)
@@ -44,6 +45,7 @@ class Entropy(Policy):
         # the last pass's priced costs (draft, verify by drafts held, each plus the pass overhead's
         # share) and what they were priced for: while requests draft, passes repeat them
         self._priced_key, self._priced = None, None
+        self._planner = None
 
     def on_finish(self, rid):
         self.acc.drop(rid)
@@ -115,6 +117,19 @@ class Entropy(Policy):
         ema_looks(self.acc, view.ids, view.committed, n, commit=True)
         for rid in view.ids.tolist():
             self._p.setdefault(rid, []).clear()
+
+    # ---- many passes at once (an executor that advances a fixed batch many passes per event)
+    def plan_stretch(self, view: DecodeView, n: int, entropy, verify, gate: bool = False):
+        """What asking on each of the next n passes would answer, every request in `view` decoding
+        and nothing else in the pass (`entropy_stretch`): a `Stretch` (its `n`: the passes it is
+        valid for) or None. `entropy`, `verify`: the keyed draws. Changes no state."""
+        if self._planner is None:
+            self._planner = StretchPlanner(self)
+        return self._planner.plan(view, n, entropy, verify, gate)
+
+    def commit_stretch(self, st, n: int):
+        """Leave the state as asking on the stretch's first n passes would (`StretchPlanner.commit`)."""
+        return self._planner.commit(st, n)
 
     def _marginal_costs(self, view: DecodeView) -> tuple[np.ndarray, np.ndarray]:
         """Each request's draft cost and verify cost for 0..max_draft drafts held, at its context."""

@@ -24,6 +24,7 @@ from .outcomes import OutcomeTable
 
 I64 = np.int64
 NO_IDS = np.zeros(0, I64)
+_FMAX = float(np.finfo(np.float64).max)
 
 
 @dataclass
@@ -81,6 +82,7 @@ class SegmentPlan:
     verify_at: np.ndarray | None = None  # pass index of each speculative request's verification (or n)
     cycles: "Cycles | None" = None  # verifications with known outcomes inside the segment
     zero: DecodeView | None = None  # plain passes of a policy asked every pass (`Policy.zero_run`)
+    stretch: object | None = None  # a policy's own plan of these passes (`plan_stretch`: `entropy`)
 
 
 @dataclass(slots=True)
@@ -113,6 +115,8 @@ class FastPath:
     # Azure conv trace's first 4,000 requests, entropy's CPU time 3.06 s at 256, 2.72 s at 512
     # (7,103 -> 6,561 segments), 2.66 s at 1,024; sync (auto k) the same at 256 and 1,024
     ZERO_MAX = 512
+    # Passes a policy that plans its own stretches (`plan_stretch`) is asked to plan at once
+    STRETCH_MAX = 256
     # Positions a `pure_targets` policy is asked about at once when re-asked (plain stretches)
     ASK_AHEAD = 16
     # Positions a cycle-target policy's outcomes are drawn ahead at once per request (OutcomeTable)
@@ -172,11 +176,14 @@ class FastPath:
             asked = getattr(pol, "asked_cycle", None) if pol.synchronous and not pol.needs_entropy else None
             every = (not pol.synchronous and not pol.needs_entropy and hasattr(pol, "targets_after")
                      and (not b.waiting or len(running) >= cfg.max_batch))
+            stretch = hasattr(pol, "plan_stretch") and (not b.waiting or len(running) >= cfg.max_batch)
             if (asked is None and not every) or self.zero_ok:
                 sp = self._plan_zero(max_passes)
-                if sp is not None or (asked is None and not every):
+                if sp is not None or (asked is None and not every and not stretch):
                     return sp
                 self.zero_ok = False  # speculating again: no zero_run until a cycle of 0 drafts
+            if stretch:
+                return self._plan_stretch(max_passes)
             if every:
                 return self._plan_every(max_passes)
             return self._plan_asked(asked, max_passes)
@@ -263,6 +270,71 @@ class FastPath:
         if n < 2:
             return None
         return SegmentPlan(run.tolist(), n, None, ctx0.tolist(), zero=view)
+
+    def _plan_stretch(self, max_passes: int) -> SegmentPlan | None:
+        """Passes a policy asked every pass plans itself (`plan_stretch`: the entropy rule), given
+        the view the batcher would build on the first (no prefill in progress) and the acceptance
+        model's keyed draws; up to its first finish, page shortage, or the pass where its own plan
+        stops being certain."""
+        t, cfg = self.t, self.cfg
+        run = np.array(self.running, dtype=I64)
+        r = len(run)
+        committed = t.committed[run]
+        ctx0, d0 = t.ctx[run], t.drafted[run]
+        view = DecodeView(ids=run, context=ctx0, drafted=d0, remaining=t.output[run] - committed,
+                          budget=self._budget[:r], method=self._method[:r], last_entropy=t.last_entropy[run],
+                          sum_entropy=t.sum_entropy[run], num_decode=r, prefill_tokens=0,
+                          max_draft=cfg.max_draft, committed=committed)
+        acc, consts = self.acc, self._consts
+
+        def entropy(ids, pos, dpos, ctx):
+            return acc.draft_entropy(ids, pos, dpos, ctx, *consts(len(ids)))
+
+        def verify(ids, pos, drafted, ctx):
+            return acc.verify(ids, pos, drafted, ctx, *consts(len(ids)))
+
+        st = self.b.policy.plan_stretch(view, min(max_passes, self.STRETCH_MAX), entropy, verify)
+        if st is None:
+            return None
+        vp, vj, dv, ac = (np.array(x, I64) for x in (st.vp, st.vj, st.dv, st.acc))
+        order = np.argsort(vp * r + vj, kind="stable")  # pass-major, running order within a pass
+        vp, vj, dv, ac = vp[order], vj[order], dv[order], ac[order]
+        n = st.n
+        k = int(np.searchsorted(vp, n))
+        vp, vj, dv, ac = vp[:k], vj[:k], dv[:k], ac[:k]
+        seg, need = self._cycle_arrays(n, r, ctx0, d0, vp, vj, dv, ac, run)
+        other = self.pool.used - sum(t.pages[run].tolist())
+        over = other + need.sum(axis=1) > self.pool.capacity
+        if over.any():  # stop before the first pass whose reservation does not fit
+            n = int(np.argmax(over))
+            if n < 1:
+                return None
+            k = int(np.searchsorted(vp, n))
+            vp, vj, dv, ac = vp[:k], vj[:k], dv[:k], ac[:k]
+            seg = DecodeSegment(seg.kind[:n], seg.query[:n], seg.context[:n], seg.draft_pos[:n], seg.budget, seg.method)
+            need = need[:n]
+        return SegmentPlan(run, n, seg, None, cycles=Cycles(vp, vj, dv, ac, -1, need), stretch=st)
+
+    def _consts(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Draft budget and method for k rows (views of the per-request constants where they fit)."""
+        if k <= len(self._budget):
+            return self._budget[:k], self._method[:k]
+        return np.full(k, self.cfg.draft_budget, I64), np.full(k, self.cfg.draft_method, I64)
+
+    def _apply_stretch(self, sp: SegmentPlan, n: int) -> None:
+        """The policy's state after the stretch's first n passes, and what it set in the table:
+        targets, the newest draft's entropy, the entropy sum of the drafts held."""
+        t = self.t
+        run = sp.rids
+        tg, last, ents, restart = self.b.policy.commit_stretch(sp.stretch, n)
+        t.target[run] = tg
+        t.last_entropy[run] = last
+        se = t.sum_entropy
+        for rid, en, rs in zip(run.tolist(), ents, restart):
+            s = 0.0 if rs else se.item(rid)
+            for e in en:  # added one draft at a time, as the step path does (np.nan_to_num's values)
+                s += 0.0 if e != e else min(e, _FMAX)
+            se[rid] = s
 
     def _plan_asked(self, asked, max_passes: int) -> SegmentPlan | None:
         """One draft-verify cycle of a synchronous policy asked every pass that fixes the batch's
@@ -786,7 +858,9 @@ class FastPath:
         em = lastpos >= 0
         t.t_last_emit[run[em]] = ends[lastpos[em]]
         # outcomes to the policy pass by pass, in order; then the last pass's finishes
-        if len(sv):
+        if sp.stretch is not None:
+            self._apply_stretch(sp, n)
+        elif len(sv):
             svp, sd, sa = vp[spec], dv[spec], acc[spec]
             rs = run[sv]
             cuts = np.flatnonzero(svp[1:] != svp[:-1]) + 1
@@ -915,7 +989,9 @@ class FastPath:
         pool.adjust(after - before)
         # outcomes to the policy pass by pass, in order; then the last pass's finishes
         spec = dv > 0
-        if any(ns):
+        if sp.stretch is not None:
+            self._apply_stretch(sp, n)
+        elif any(ns):
             svp, sd, sa = vp[spec], dv[spec], acc[spec]
             rs = run[vj[spec]]
             cuts = np.flatnonzero(svp[1:] != svp[:-1]) + 1
