@@ -18,7 +18,9 @@ import os
 import platform
 import sys
 import tempfile
+import threading
 import time
+from collections import defaultdict
 from pathlib import Path
 
 
@@ -31,6 +33,16 @@ def versions() -> dict:
             out[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
             out[pkg] = None
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:  # the tree measured: the commit, and files other work had changed in it at the time
+        out["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                           check=True).stdout.strip()
+        out["git_modified"] = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                             capture_output=True, text=True, check=True).stdout.split("\n")[:-1]
+    except (OSError, subprocess.CalledProcessError):
+        out["git_commit"] = None
     return out
 
 
@@ -48,6 +60,20 @@ def run(args, ray: bool, out_dir: Path) -> tuple[dict, float]:
     wall = time.perf_counter() - t0
     plan.write(out_dir)
     return plan, wall
+
+
+def profile(plan) -> dict:
+    """Where the plan's time went: probes by configuration, phase (window or whole trace) and
+    replicas (one, or several for the replica search), with their simulation wall time."""
+    by = defaultdict(lambda: {"probes": 0, "stopped": 0, "wall_s": 0.0})
+    for p in plan.probes:
+        for key in (f"{p['config']} | {p['kind']} | {'1 replica' if p['replicas'] == 1 else 'replica search'}",
+                    f"ALL | {p['kind']} | {'1 replica' if p['replicas'] == 1 else 'replica search'}"):
+            b = by[key]
+            b["probes"] += 1
+            b["stopped"] += bool(p.get("stopped"))
+            b["wall_s"] += p.get("wall_s") or 0.0
+    return {k: {**v, "wall_s": round(v["wall_s"], 1)} for k, v in sorted(by.items())}
 
 
 def main() -> None:
@@ -70,26 +96,44 @@ def main() -> None:
                        "cpus_usable": len(os.sched_getaffinity(0)), "loadavg_before": load0},
            "versions": versions(), "note": args.note,
            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "note")},
-           "search": ("highest rate at 1 replica: bracketing from the trace's native rate (x2; neighbours start from "
-                      "the first policy's answer on the same GPU, x1.25 three times then x2), geometric bisection to "
-                      "a bracket hi/lo <= 1 + precision, early stop when the first quarter of a probe misses a term "
-                      "by 1.5x; fewest replicas: ceil(target / rate per replica), then down while it passes or up "
-                      "until it does, within 1..8; every probe simulated from an empty cache")}
+           "search": ("highest rate at 1 replica: a window phase on the trace's first max(1000, n/8) requests "
+                      "(bracketing from the trace's native rate x2; neighbours from the first policy's window answer "
+                      "on the same GPU, x1.25 three times then x2; geometric bisection to hi/lo <= 1 + precision), "
+                      "then the whole trace from the window bracket's middle times the anchor's whole/window ratio, "
+                      "galloping by (1+p), (1+p)^2, (1+p)^4, ... and bisecting to hi/lo <= 1 + precision: the answer "
+                      "and the bracket's top are whole-trace probes; every probe stops as soon as its SLO can no "
+                      "longer be met (exact); fewest replicas: the same on the window from ceil(target / rate per "
+                      "replica), then on the whole trace from the window's answer, within 1..8; every probe "
+                      "simulated from an empty cache; sampler/monitor load recorded every 10 s")}
+    stop = threading.Event()
+    loads: list = []
+
+    def sample():  # the VM is shared: what else ran during the plan
+        while not stop.wait(10):
+            loads.append([round(time.time() - t_start, 1), *os.getloadavg()])
+
+    t_start = time.time()
+    threading.Thread(target=sample, daemon=True).start()
     with tempfile.TemporaryDirectory() as tmp:
         plan, wall = run(args, False, Path(tmp) / "pool")
         doc["wall_s"] = wall
         doc["under_15_min"] = wall < 900
         doc["machine"]["loadavg_after"] = os.getloadavg()
+        stop.set()
+        doc["machine"]["loadavg_samples"] = {"every_s": 10, "columns": ["t_s", "1min", "5min", "15min"],
+                                             "rows": list(loads)}
+        doc["profile"] = profile(plan)
         doc["meta"] = plan.meta
         keep = ("config", "status", "max_rate", "bracket_hi", "rate_per_gpu", "output_tok_s_per_gpu", "requests_per_usd",
-                "fewest_replicas", "median_tpot_ms", "limiter", "why", "probes", "probes_simulated")
+                "fewest_replicas", "median_tpot_ms", "limiter", "why", "probes", "probes_simulated", "probes_full",
+                "probes_stopped", "window_max_rate")
         doc["results"] = [{k: r.get(k) for k in keep} for r in plan.rows]
         doc["recommendation"] = plan.recs
         if args.ray:
             rplan, rwall = run(args, True, Path(tmp) / "ray")
             doc["ray"] = {"wall_s": rwall, "identical": [
-                {k: r.get(k) for k in keep if k not in ("probes_simulated",)} for r in rplan.rows] ==
-                [{k: r.get(k) for k in keep if k not in ("probes_simulated",)} for r in plan.rows]}
+                {k: r.get(k) for k in keep if k != "probes_simulated"} for r in rplan.rows] ==
+                [{k: r.get(k) for k in keep if k != "probes_simulated"} for r in plan.rows]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     print(f"{wall:.0f} s for {len(plan.rows)} configurations ({plan.meta['probes_simulated']} probes); wrote {args.out}")

@@ -56,8 +56,11 @@ def register(app: typer.Typer) -> None:
                                                     "replicas must serve (default: the trace's own rate)."),
         precision: float = typer.Option(0.05, "--precision", help="Relative precision of the highest rate "
                                         "(the search stops when the bracket is narrower)."),
-        early_stop: bool = typer.Option(True, "--early-stop/--no-early-stop", help="Fail a probe whose first "
-                                        "quarter already misses the SLO by 1.5x (see docs/planning.md)."),
+        early_stop: bool = typer.Option(True, "--early-stop/--no-early-stop", help="Stop a probe as soon as its "
+                                        "SLO can no longer be met (exact: changes no answer; docs/planning.md)."),
+        window: Optional[int] = typer.Option(None, "--window", help="Requests of the window phase (the search "
+                                             "first runs on the trace's first N, then confirms on the whole trace; "
+                                             "default max(1000, 1/8 of the trace); 0: whole trace only)."),
         prices: Optional[Path] = typer.Option(None, "--prices", help="JSON {gpu: USD per GPU-hour} replacing the "
                                               "default prices (docs/planning.md)."),
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for results.csv, probes.csv, "
@@ -80,7 +83,7 @@ def register(app: typer.Typer) -> None:
             trace=trace, trace_format=trace_format, limit=limit, skip_invalid=skip_invalid, slo=slo,
             policies=policies, gpus=gpus, models=models, replicas=replicas, max_batch=max_batch,
             draft_budget=draft_budget, draft_kv=draft_kv, tp=tp, target_rate=target_rate, precision=precision,
-            early_stop=early_stop, prices=prices, base=serving, jobs=jobs, ray=use_ray, ray_address=ray_address)
+            early_stop=early_stop, window=window, prices=prices, base=serving, jobs=jobs, ray=use_ray, ray_address=ray_address)
         check_out_dir(out, OUT_FILES)
         if report is not None:
             check_out_dir(report.parent if str(report.parent) else Path("."), (report.name,), label=f"--report {report}")

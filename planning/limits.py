@@ -62,6 +62,8 @@ def limiter(ok: dict | None, fail: dict | None, fail_eval: dict | None, speculat
 
 
 def _term_words(t: dict) -> str:
+    if t.get("certain"):  # the run was stopped once the SLO could no longer be met (planning/stop.py)
+        return f"at the next rate {t['certain']}"
     if t["stat"] == "attain":
         return f"at the next rate only {t['attained']:.0%} of requests meet {t['term']}"
     return (f"at the next rate {t['metric'].upper()} {t['stat']} reaches {_ms(t['measured_s'])} ms "

@@ -3,11 +3,17 @@ first `n` requests, and whether it meets the SLO.
 
 The rate rescales the trace's arrival times exactly as `spsim replay --qps` does (the whole
 trace's native rate to the asked one); a probe over the first n requests keeps those n requests'
-rescaled times, so a short probe is the start of the long one (what early stopping relies on).
+rescaled times, so a short probe is the start of the long one (the window phase of the search).
+
+With `watch`, the run stops as soon as the SLO can no longer be met (planning/stop.py): the probe
+is `stopped` (it fails, with the reason) and its summary is of the run up to there. A finished
+run's record does not depend on the SLO and is cached under the key of its settings; a stopped
+one is cached under that key and the SLO it was stopped for.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -18,7 +24,7 @@ from spsim.slo import SLO, Latencies
 from .cache import ProbeCache
 from .space import PlanConfig, digest
 
-SCHEMA = 1  # bump when a probe's record changes meaning
+SCHEMA = 2  # bump when a probe's record changes meaning
 # settings that do not change a simulated run (goodput is recomputed from the SLO here)
 NOT_IN_KEY = ("slo", "slo_ttft_s", "slo_tpot_s", "qps", "offline", "concurrency")
 
@@ -38,6 +44,9 @@ class Bench:
         serving["replicas"] = replicas
         return digest({"schema": SCHEMA, "spsim": __version__, "trace": self.trace_fp, "n": n,
                        "rate": repr(float(rate)), "serving": serving})
+
+    def stop_key(self, key: str) -> str:
+        return digest({"probe": key, "stopped_for": self.slo.text()})
 
     def arrivals(self, rate: float) -> np.ndarray:
         arr = np.asarray(self.trace.arrival_s, np.float64)
@@ -65,9 +74,21 @@ class Probe:
     summary: dict
     lat: Latencies
     cached: bool = False
+    stopped: str | None = None  # why the run was stopped early (the SLO could no longer be met)
 
     def evaluate(self, slo: SLO) -> dict:
-        return slo.evaluate(self.lat)
+        ev = slo.evaluate(self.lat)
+        if self.stopped is None:
+            return ev
+        # a stopped run fails; its latencies are of the requests finished before the stop
+        term = self.stopped.split(":", 1)[0]
+        for t in ev["terms"]:
+            t["partial"] = True
+            if t["term"] == term or (t["stat"] == "attain" and term.startswith("attain=")):
+                t.update(met=False, ratio=None, certain=self.stopped)
+        ev["met"] = False
+        ev["stopped"] = self.stopped
+        return ev
 
     def attainment(self, slo: SLO, default_ttft: float, default_tpot: float) -> float:
         """Share of requests meeting the per-request bounds goodput uses (spsim/slo.py)."""
@@ -81,27 +102,40 @@ class Probe:
         return self.attainment(slo, default_ttft, default_tpot) * total / dur if dur > 0 else 0.0
 
 
-def run_probe(bench: Bench, cfg: PlanConfig, rate: float, replicas: int, n: int) -> Probe:
-    """Simulate (or read from the cache) `cfg` at `rate` req/s on `replicas` replicas."""
+def run_probe(bench: Bench, cfg: PlanConfig, rate: float, replicas: int, n: int, watch: bool = False) -> Probe:
+    """Simulate (or read from the cache) `cfg` at `rate` req/s on `replicas` replicas over the
+    trace's first n requests; with `watch`, stop once the SLO can no longer be met."""
+    from .stop import SLOWatch
+
     key = bench.key(cfg, rate, replicas, n)
-    got = bench.cache.get(key)
-    if got is not None:
-        meta, arrays = got
-        return Probe(rate, replicas, n, meta["summary"], _lat(arrays, meta), cached=True)
+    keys = [key]
+    w = SLOWatch(bench.slo, bench.trace.output_tokens[:n]) if watch else None
+    if w is not None and w.active:
+        keys.append(bench.stop_key(key))  # a record stopped for this SLO serves it too
+    for k in keys:
+        got = bench.cache.get(k)
+        if got is not None:
+            meta, arrays = got
+            return Probe(rate, replicas, n, meta["summary"], _lat(arrays, meta), cached=True,
+                         stopped=meta.get("stopped"))
     from spsim.simulator.engine import simulate
 
     tr = bench.trace.take(np.arange(n))
     tr = replace(tr, arrival_s=bench.arrivals(rate)[:n])
     sim_cfg = cfg.serving(bench.base).with_(replicas=replicas, qps=None, offline=False, concurrency=None, slo=None)
-    res = simulate(tr, sim_cfg)
-    s = {k: v for k, v in res.summary.items() if k != "config"}
+    t0 = time.perf_counter()
+    res = simulate(tr, sim_cfg, watch=w if w is not None and w.active else None)
+    s = {k: v for k, v in res.summary.items() if k not in ("config", "stopped_why")}
+    s["probe_wall_s"] = time.perf_counter() - t0  # what the probe cost (kept with a cached record)
+    stopped = res.summary.get("stopped_why")
     lat = Latencies.from_requests(res.requests, s)
     meta = {"summary": s, "itl": lat.itl_stats, "not_completed": lat.not_completed, "rate": rate,
-            "replicas": replicas, "n": n, "config": cfg.__dict__}
-    bench.cache.put(key, meta, {"ttft": lat.ttft, "tpot": lat.tpot, "e2el": lat.e2el})
+            "replicas": replicas, "n": n, "config": cfg.__dict__, "stopped": stopped}
+    k = keys[-1] if stopped else key
+    bench.cache.put(k, meta, {"ttft": lat.ttft, "tpot": lat.tpot, "e2el": lat.e2el})
     # the record as a rerun reads it back, so a fresh run and a cached one give the same numbers
-    meta, arrays = bench.cache.get(key) or (_roundtrip(meta), {"ttft": lat.ttft, "tpot": lat.tpot, "e2el": lat.e2el})
-    return Probe(rate, replicas, n, meta["summary"], _lat(arrays, meta))
+    meta, arrays = bench.cache.get(k) or (_roundtrip(meta), {"ttft": lat.ttft, "tpot": lat.tpot, "e2el": lat.e2el})
+    return Probe(rate, replicas, n, meta["summary"], _lat(arrays, meta), stopped=stopped)
 
 
 def _lat(arrays: dict, meta: dict) -> Latencies:

@@ -91,7 +91,7 @@ def _cell(v) -> str:
 
 
 def _full(plan):
-    return [p for p in plan.probes if p["kind"] == "full"]
+    return [p for p in plan.probes if p["kind"] == "full" and not p.get("stopped")]  # runs to the end
 
 
 def _throughput_latency(plan, go):

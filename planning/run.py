@@ -18,7 +18,7 @@ from .pareto import pareto_front
 from .prices import load_prices
 from .probe import Bench, trace_fingerprint
 from .recommend import markdown, recommend
-from .search import SearchSettings
+from .search import SearchSettings, window_size
 from .space import PlanConfig, expand, int_list, split_list, varying
 from .sweep import default_jobs, run_sweep
 from .tables import probe_rows, result_rows
@@ -45,7 +45,7 @@ class PlanInputs:
     @classmethod
     def from_options(cls, *, trace, trace_format, limit, skip_invalid, slo, policies, gpus, models, replicas,
                      max_batch, draft_budget, draft_kv, tp, target_rate, precision, early_stop, prices, base,
-                     jobs, ray, ray_address) -> "PlanInputs":
+                     jobs, ray, ray_address, window=None) -> "PlanInputs":
         from spsim.build import build
         from spsim.cli_report import DEFAULT_TRACE, load_trace
         from spsim.hardware import get_gpu
@@ -66,6 +66,8 @@ class PlanInputs:
             raise SpsimError(f"--precision must be in (0, 1) (got {precision})")
         if target_rate is not None and not target_rate > 0:
             raise SpsimError(f"--target-rate must be > 0 (got {target_rate})")
+        if window is not None and window < 0:
+            raise SpsimError(f"--window must be >= 0 (got {window})")
         if jobs is not None and jobs < 1:
             raise SpsimError(f"--jobs must be >= 1 (got {jobs})")
         if ray_address and not ray:
@@ -83,7 +85,7 @@ class PlanInputs:
             raise SpsimError("plan rescales the trace's arrivals: it needs at least two requests spanning some time")
         native = (len(tr) - 1) / float(tr.arrival_s[-1] - tr.arrival_s[0])
         return cls(trace or DEFAULT_TRACE, tr, configs, slo_obj, base, min(reps), max(reps),
-                   target_rate or native, native, SearchSettings(precision=precision, early_stop=early_stop),
+                   target_rate or native, native, SearchSettings(precision=precision, early_stop=early_stop, window=window),
                    price_table, source, jobs or default_jobs(), ray, ray_address)
 
 
@@ -153,8 +155,10 @@ def run_plan(inp: PlanInputs, out: Path | None = None, console=None, progress_li
     meta = {"trace": inp.trace_name, "requests": len(inp.trace), "slo": inp.slo.text(),
             "replicas_searched": inp.rmin, "replica_range": [inp.rmin, inp.rmax], "target_rate": inp.target_rate,
             "native_rate": inp.native_rate, "precision": inp.settings.precision,
-            "early_stop": inp.settings.early_stop, "prices": inp.prices, "prices_source": inp.prices_source,
+            "early_stop": inp.settings.early_stop,
+            "window": window_size(len(inp.trace), inp.settings.window), "prices": inp.prices, "prices_source": inp.prices_source,
             "seed": inp.base.seed, "engine": "ray" if inp.ray else f"pool({inp.jobs})" if inp.jobs > 1 else "serial",
             "probes_simulated": sum(not p["cached"] for p in probes), "probes_cached": sum(p["cached"] for p in probes),
+            "probes_stopped": sum(bool(p.get("stopped")) for p in probes),
             "wall_s": wall}
     return PlanOutput(results, rows, probes, front, recs, meta, inp)

@@ -1,24 +1,31 @@
 """The searches a plan runs for one configuration.
 
-Highest rate meeting the SLO (`max_rate`), at the plan's smallest replica count:
-1. Bracket: probe a start rate; while it passes multiply by `grow` (by 2 after NEAR_STEPS steps),
-   while it fails divide, until one rate passes and the next fails (no failure below MAX_RANGE
-   (4,096) times the start is reported as `above`, no pass above 1/4,096 of it as `infeasible`).
-2. Bisect geometrically (the midpoint sqrt(lo * hi)) until hi / lo <= 1 + precision: the answer
-   is lo, the highest rate probed that passes; the true limit lies in [lo, hi) as far as meeting
-   the SLO is monotone in the rate.
-3. Early stop: a probe first simulates its first quarter of requests (at least HEAD_MIN); if that
-   misses a term by CLEAR_FAIL (1.5x the bound, or twice the allowed share of requests for
-   attain=) the probe fails without the rest. The start of a rescaled trace is its least loaded
-   part (the queue starts empty), so a start that misses by half again rarely recovers.
-4. Reuse: a configuration's start is the answer of its anchor, the first configuration on the
-   same GPUs and model (grow 1.25 from there, 2 from the trace's native rate for anchors).
-   Anchors run first; which configuration is an anchor depends on the plan only, so results are
-   the same whatever the job count or engine.
+Highest rate meeting the SLO (`max_rate`), at the plan's smallest replica count, in two phases:
+1. Window: the same search over the trace's first `window` requests (their arrival times
+   rescaled as the whole trace's are), which costs a fraction of a whole-trace probe:
+   bracket (probe a start rate; while it passes multiply by `grow`, by 2 after NEAR_STEPS steps;
+   while it fails divide; no failure within MAX_RANGE (4,096) times the start is `above`, no pass
+   within 1/4,096 of it `infeasible`), then bisect geometrically (sqrt(lo * hi)) until
+   hi / lo <= 1 + precision. Its answer is only a starting point: the start of a trace is not
+   the whole trace (its queue starts empty; the whole trace has its own bursts).
+2. Whole trace: start at the middle of the window's bracket, sqrt(lo * hi), times `ratio` (the
+   same middle of the anchor's whole-trace bracket over that of its window bracket; the anchor is
+   the first configuration on the same hardware: neighbours differ from the window alike), gallop away from it by (1 + precision), (1 + precision)^2, ^4, ...
+   until one rate passes and the next fails, and bisect to hi / lo <= 1 + precision. The answer
+   is lo, a whole-trace probe that met the SLO, and hi a whole-trace probe that did not: the
+   precision is that of a search on the whole trace alone (as far as meeting the SLO is
+   monotone in the rate); the window only decides where the whole-trace probes go.
+Early stop (exact): a probe stops as soon as its SLO can no longer be met (planning/stop.py),
+and fails; it would have failed run to the end, so this changes no answer, only the time.
+Reuse: the window search of a configuration starts from its anchor's window answer (grow 1.25,
+then 2); anchors start from the trace's native rate (grow 2). Anchors run first; which
+configuration is an anchor depends on the plan only, so results are the same whatever the job
+count or engine.
 
-Fewest replicas for a target rate (`fewest_replicas`): start at ceil(target / rate per replica),
-probe the target rate there, then step down while it passes or up until it does, within the
-plan's replica range.
+Fewest replicas for a target rate (`fewest_replicas`), within the plan's replica range: on the
+window, start at ceil(target / the window's rate per replica) and step down while it passes or up
+until it does; then on the whole trace, start at the window's answer and do the same. The answer
+passes on the whole trace and one replica fewer fails on it (or is below the range).
 """
 
 from __future__ import annotations
@@ -29,12 +36,11 @@ from dataclasses import dataclass
 from .probe import Bench, Probe, run_probe
 from .space import PlanConfig
 
-HEAD_FRACTION = 0.25
-HEAD_MIN = 100
-CLEAR_FAIL = 1.5  # a head probe over this ratio of a latency bound fails the probe
-CLEAR_FAIL_ATTAIN = 2.0  # ... or missing twice the share of requests attain= allows
+WINDOW_MIN = 1000  # requests: no window phase for traces shorter than twice this
+WINDOW_DIV = 8  # the window is this fraction of the trace (at least WINDOW_MIN requests)
 MAX_RANGE = 4096.0  # bracketing gives up this far from the start
 NEAR_STEPS = 3  # steps of `grow` before the bracketing doubles (a neighbour's answer may be far off)
+TOL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -42,7 +48,16 @@ class SearchSettings:
     precision: float = 0.05  # relative width of the final bracket
     grow_anchor: float = 2.0
     grow_near: float = 1.25
-    early_stop: bool = True
+    early_stop: bool = True  # stop a probe once its SLO cannot be met (exact)
+    window: int | None = None  # requests of the window phase; None: auto; 0: no window phase
+
+
+def window_size(n: int, window: int | None) -> int:
+    """Requests in the window phase (n: no window phase)."""
+    if window == 0:
+        return n
+    w = window if window is not None else max(WINDOW_MIN, n // WINDOW_DIV)
+    return w if 2 * w <= n else n
 
 
 class Searcher:
@@ -51,42 +66,54 @@ class Searcher:
     def __init__(self, bench: Bench, cfg: PlanConfig, settings: SearchSettings):
         self.bench, self.cfg, self.s = bench, cfg, settings
         self.n = len(bench.trace)
-        self.head = max(HEAD_MIN, int(self.n * HEAD_FRACTION)) if settings.early_stop else self.n
-        self.probes: list[dict] = []  # one row per probe run (heads included)
+        self.w = window_size(self.n, settings.window)
+        self.probes: list[dict] = []  # one row per probe run
 
-    def check(self, rate: float, replicas: int) -> tuple[bool, Probe]:
-        """Whether `rate` meets the SLO on `replicas`: the head first where it is shorter, the
-        whole trace unless the head clearly fails."""
-        slo = self.bench.slo
-        if self.head < self.n:
-            hp = run_probe(self.bench, self.cfg, rate, replicas, self.head)
-            ev = hp.evaluate(slo)
-            self._row(hp, ev, "head")
-            if _clearly_fails(ev):
-                return False, hp
-        p = run_probe(self.bench, self.cfg, rate, replicas, self.n)
-        ev = p.evaluate(slo)
-        self._row(p, ev, "full")
+    def check(self, rate: float, replicas: int, n: int | None = None) -> tuple[bool, Probe]:
+        """Whether `rate` meets the SLO on `replicas` over the trace's first `n` requests (all)."""
+        n = self.n if n is None else n
+        p = run_probe(self.bench, self.cfg, rate, replicas, n, watch=self.s.early_stop)
+        ev = p.evaluate(self.bench.slo)
+        self._row(p, ev, "full" if n == self.n else "window")
         return ev["met"], p
 
     def _row(self, p: Probe, ev: dict, kind: str) -> None:
         s = p.summary
         b = self.bench
         self.probes.append({"rate": p.rate, "replicas": p.replicas, "requests": p.n, "kind": kind, "met": ev["met"],
-                            "cached": p.cached, "eval": ev, "summary": s,
+                            "cached": p.cached, "stopped": p.stopped, "eval": ev, "summary": s,
                             "goodput": p.goodput(b.slo, b.base.slo_ttft_s, b.base.slo_tpot_s),
                             "attainment": p.attainment(b.slo, b.base.slo_ttft_s, b.base.slo_tpot_s)})
 
-    def max_rate(self, replicas: int, start: float, grow: float) -> dict:
+    def max_rate(self, replicas: int, start: float, grow: float, ratio: float | None = None) -> dict:
+        """The highest rate meeting the SLO on the whole trace (module docstring). `ratio`: the
+        anchor's whole-trace answer over its window answer (None: 1)."""
+        window = None
+        if self.w < self.n:
+            window = self.search(replicas, start, _steps(grow), self.w)
+            if window["status"] == "ok":
+                start = math.sqrt(window["lo"] * window["hi"]) * (ratio or 1.0)
+                steps = _gallop(self.s.precision)
+            else:  # beyond the window's range: search the whole trace as the window did
+                steps = _steps(grow)
+        else:
+            steps = _steps(grow)
+        m = self.search(replicas, start, steps, self.n)
+        m["window_lo"] = window["lo"] if window else None
+        m["window_hi"] = window["hi"] if window else None
+        return m
+
+    def search(self, replicas: int, start: float, steps: list[float], n: int) -> dict:
+        """Bracket from `start` by `steps`, then bisect to the precision, over the first n requests."""
         lo = hi = None
         lo_p = hi_p = None
         rate = start
-        ok, p = self.check(rate, replicas)
+        ok, p = self.check(rate, replicas, n)
         if ok:
             lo, lo_p = rate, p
-            for g in _steps(grow):
+            for g in steps:
                 rate *= g
-                ok, p = self.check(rate, replicas)
+                ok, p = self.check(rate, replicas, n)
                 if not ok:
                     hi, hi_p = rate, p
                     break
@@ -95,18 +122,18 @@ class Searcher:
                 return {"status": "above", "lo": lo, "hi": None, "lo_probe": lo_p, "hi_probe": None}
         else:
             hi, hi_p = rate, p
-            for g in _steps(grow):
+            for g in steps:
                 rate /= g
-                ok, p = self.check(rate, replicas)
+                ok, p = self.check(rate, replicas, n)
                 if ok:
                     lo, lo_p = rate, p
                     break
                 hi, hi_p = rate, p
             if lo is None:
                 return {"status": "infeasible", "lo": None, "hi": hi, "lo_probe": None, "hi_probe": hi_p}
-        while hi / lo > 1 + self.s.precision:
+        while hi / lo > (1 + self.s.precision) * (1 + TOL):
             mid = math.sqrt(lo * hi)
-            ok, p = self.check(mid, replicas)
+            ok, p = self.check(mid, replicas, n)
             if ok:
                 lo, lo_p = mid, p
             else:
@@ -114,13 +141,26 @@ class Searcher:
         return {"status": "ok", "lo": lo, "hi": hi, "lo_probe": lo_p, "hi_probe": hi_p}
 
     def fewest_replicas(self, target: float, per_replica: float | None, rmin: int, rmax: int) -> dict:
-        """The fewest replicas in [rmin, rmax] meeting the SLO at `target` req/s."""
+        """The fewest replicas in [rmin, rmax] meeting the SLO at `target` req/s on the whole trace:
+        first on the window (from ceil(target / per_replica)), then on the whole trace from the
+        window's answer (module docstring)."""
         guess = rmin if not per_replica else min(rmax, max(rmin, math.ceil(target / per_replica)))
+        tried_w: list[int] = []
+        if self.w < self.n:
+            fw = self._fewest(target, guess, rmin, rmax, self.w)
+            tried_w = fw["tried"]
+            if fw["replicas"] is not None:
+                guess = fw["replicas"]
+        f = self._fewest(target, guess, rmin, rmax, self.n)
+        f["tried_window"] = tried_w
+        return f
+
+    def _fewest(self, target: float, guess: int, rmin: int, rmax: int, n: int) -> dict:
         results: dict[int, tuple[bool, Probe]] = {}
 
         def at(r):
             if r not in results:
-                results[r] = self.check(target, r)
+                results[r] = self.check(target, r, n)
             return results[r][0]
 
         r = guess
@@ -145,10 +185,13 @@ def _steps(grow: float) -> list[float]:
     return out
 
 
-def _clearly_fails(ev: dict) -> bool:
-    for t in ev["terms"]:
-        if t["ratio"] is None:
-            return True  # nothing measured (nothing completed)
-        if t["ratio"] > (CLEAR_FAIL_ATTAIN if t["stat"] == "attain" else CLEAR_FAIL):
-            return True
-    return False
+def _gallop(precision: float) -> list[float]:
+    """Whole-trace steps away from a window's estimate: (1 + p), (1 + p)^2, (1 + p)^4, ... up to
+    MAX_RANGE in all (a bracket as narrow as the precision when the estimate is close)."""
+    out, total, g = [], 1.0, 1.0 + precision
+    while total * (1 + TOL) < MAX_RANGE:
+        step = min(g, MAX_RANGE / total)
+        out.append(step)
+        total *= step
+        g *= g
+    return out

@@ -1,8 +1,11 @@
 """Run a plan's configurations: in this process (--jobs 1), a local process pool (the default,
 --jobs N), or Ray (--ray: a local `ray.init()`, or an existing cluster with --ray-address).
 
-Configurations run in two waves: anchors (the first configuration on each GPU x model x TP), then
-the rest, each starting its search from its anchor's answer (planning/search.py). Within a wave
+Configurations run in two waves: anchors (the first configuration on each GPU x model x TP; one
+task each: rate search, then replica search), then the rest, each starting its search from its
+anchor's answers (planning/search.py) and split in two tasks, its rate search and its replica
+search (which starts from the anchor's rate per replica), so two workers share the long ones
+evenly; the replica tasks go first (multi-replica probes are the longest). Within a wave
 tasks are independent and each depends only on the plan's inputs, so the results are identical
 whatever the engine or the job count; the order of the results is the plan's, not the order they
 finish in. Probes are cached on disk as they finish (planning/cache.py): an interrupted sweep
@@ -19,7 +22,7 @@ from spsim.errors import SpsimError
 from .probe import Bench
 from .search import SearchSettings
 from .space import PlanConfig
-from .worker import Job, plan_config
+from .worker import Job, merge, plan_config
 
 _BENCH: Bench | None = None  # a pool worker's copy, set once by its initializer
 
@@ -62,15 +65,25 @@ def run_sweep(bench: Bench, configs: list[PlanConfig], settings: SearchSettings,
             results[i] = res
             if on_done:
                 on_done(i, res)
-        rest = {}
+        rest, parts = {}, {}
         for i, a in sorted(anchor_of.items()):
-            ans = results[a]["max_rate"]
-            s, g = (ans, settings.grow_near) if ans else (start, settings.grow_anchor)
-            rest[i] = Job(configs[i], s, g, rmin, rmax, target, settings)
-        for i, res in runner.run(rest):
-            results[i] = res
-            if on_done:
-                on_done(i, res)
+            ans, wlo = results[a]["max_rate"], results[a].get("window_lo")
+            s, g = (wlo or ans, settings.grow_near) if ans else (start, settings.grow_anchor)
+            ratio = results[a].get("window_ratio")
+            job = Job(configs[i], s, g, rmin, rmax, target, settings, ratio=ratio,
+                      part="rate" if target is not None else "both")
+            if target is not None:
+                rest[(i, "replicas")] = Job(configs[i], s, g, rmin, rmax, target, settings, part="replicas",
+                                            per_replica_guess=ans / rmin if ans else None)
+            rest[(i, job.part)] = job
+        rest = dict(sorted(rest.items(), key=lambda kv: kv[0][1] != "replicas"))  # replica tasks first
+        for key, res in runner.run(rest):
+            i, part = key
+            parts.setdefault(i, {})[part] = res
+            if len(parts[i]) == (2 if target is not None else 1):
+                results[i] = merge(parts[i]["rate"], parts[i]["replicas"]) if target is not None else parts[i]["both"]
+                if on_done:
+                    on_done(i, results[i])
     finally:
         runner.close()
     return [results[i] for i in range(len(configs))]

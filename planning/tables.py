@@ -42,6 +42,9 @@ def result_rows(results: list[dict], prices: dict[str, float]) -> list[dict]:
         row["why"] = r["why"]
         row["probes"] = len(r["probes"])
         row["probes_simulated"] = sum(not p["cached"] for p in r["probes"])
+        row["probes_full"] = sum(p["kind"] == "full" for p in r["probes"])
+        row["probes_stopped"] = sum(bool(p.get("stopped")) for p in r["probes"])
+        row["window_max_rate"] = r.get("window_lo")
         rows.append(row)
     return rows
 
@@ -54,7 +57,8 @@ def probe_rows(results: list[dict], labels: list[str]) -> list[dict]:
             s = p["summary"]
             rows.append({"config": label, **r["config"], "rate": p["rate"], "replicas": p["replicas"],
                          "requests": p["requests"], "kind": p["kind"], "met": p["met"], "cached": p["cached"],
-                         "goodput": p["goodput"], "attainment": p["attainment"],
+                         "stopped": p.get("stopped"), "stopped_at_s": s.get("stopped_at"),
+                         "wall_s": s.get("probe_wall_s"), "goodput": p["goodput"], "attainment": p["attainment"],
                          "output_tok_s_per_gpu": (s.get("output_throughput") or 0) / (p["replicas"] * tp),
                          "request_throughput": s.get("request_throughput"),
                          "median_tpot_ms": s.get("median_tpot_ms"), "p99_tpot_ms": s.get("p99_tpot_ms"),

@@ -33,8 +33,14 @@ class SimConfig(ServingConfig):
     fast: bool = True  # advance many decode passes per event where results are identical
 
 
-def simulate(trace: Trace, cfg: SimConfig, cost=None, acceptance=None, progress=None) -> RunResult:
-    """Replay `trace` under `cfg`. `progress(done, total)` is called now and then if given."""
+def simulate(trace: Trace, cfg: SimConfig, cost=None, acceptance=None, progress=None, watch=None,
+             watch_every: float | None = None) -> RunResult:
+    """Replay `trace` under `cfg`. `progress(done, total)` is called now and then if given.
+
+    `watch(table, replicas, now)`, if given, is called every `watch_every` simulated seconds (default:
+    the last arrival / 400); when it returns a true value the run stops there and the summary is of
+    the state so far, with `stopped_at` (simulated seconds) and `stopped_why` (the value returned).
+    It reads the state only: a run it never stops gives the same results as one without it."""
     if len(trace) == 0:
         raise SpsimError("the trace has no requests")
     if cfg.router not in ROUTERS:
@@ -104,5 +110,25 @@ def simulate(trace: Trace, cfg: SimConfig, cost=None, acceptance=None, progress=
                 progress(done(), n)
 
         env.process(monitor())
-    env.run()
-    return summarize(table, replicas, cfg, cost, trace)
+    if watch is None:
+        env.run()
+        return summarize(table, replicas, cfg, cost, trace)
+    stop = env.event()
+    every = watch_every if watch_every else max(1e-3, float(arrivals[-1]) / 400)
+
+    def watcher():
+        while sum(r.batcher.finished for r in replicas) + int((table.reject > 0).sum()) < n:
+            yield env.timeout(every)
+            why = watch(table, replicas, env.now)
+            if why:
+                stop.succeed(why)
+                return
+        stop.succeed(None)  # everything done: nothing is left to run after this instant
+
+    env.process(watcher())
+    why = env.run(until=stop)
+    res = summarize(table, replicas, cfg, cost, trace)
+    if why:
+        res.summary["stopped_at"] = float(env.now)
+        res.summary["stopped_why"] = why
+    return res

@@ -29,9 +29,10 @@ def fake_searcher(capacity_per_replica, precision=0.05):
     """A searcher whose probes pass below `capacity_per_replica * replicas` (monotone)."""
     s = Searcher.__new__(Searcher)
     s.s = SearchSettings(precision=precision)
+    s.n = s.w = 100  # no window phase
     s.calls = []
 
-    def check(rate, replicas):
+    def check(rate, replicas, n=None):
         s.calls.append((rate, replicas))
         return rate < capacity_per_replica * replicas, FakeProbe(rate, replicas)
 
