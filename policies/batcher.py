@@ -89,6 +89,7 @@ class Batcher:
         self.passes = 0
         self.finished = 0
         self.on_done = None  # callable(rid, now) when a request finishes or is rejected
+        self.draft_log = None  # policies.draftlog.DraftLog: sampled requests' draft lengths (None: off)
         # per-request constants, sliced (views) instead of made for every plan and view;
         # read-only: a batch never holds more than max_batch requests
         self._budget = np.full(cfg.max_batch, cfg.draft_budget, I64)
@@ -399,6 +400,8 @@ class Batcher:
             t.spec_verifies[sv] += 1
             t.target[sv] = -1
             self.policy.on_verify(sv, drafted[spec], accepted[spec])
+            if self.draft_log is not None:
+                self.draft_log.add(sv, drafted[spec], accepted[spec], now)
         done = t.committed[v] >= t.output[v]
         if any(done.tolist()):
             for rid in v[done].tolist():

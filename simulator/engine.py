@@ -34,13 +34,16 @@ class SimConfig(ServingConfig):
 
 
 def simulate(trace: Trace, cfg: SimConfig, cost=None, acceptance=None, progress=None, watch=None,
-             watch_every: float | None = None) -> RunResult:
+             watch_every: float | None = None, draft_sample: int = 0) -> RunResult:
     """Replay `trace` under `cfg`. `progress(done, total)` is called now and then if given.
 
     `watch(table, replicas, now)`, if given, is called every `watch_every` simulated seconds (default:
     the last arrival / 400); when it returns a true value the run stops there and the summary is of
     the state so far, with `stopped_at` (simulated seconds) and `stopped_why` (the value returned).
-    It reads the state only: a run it never stops gives the same results as one without it."""
+    It reads the state only: a run it never stops gives the same results as one without it.
+
+    `draft_sample` > 0 records the draft length of every verification with drafts of that many
+    requests (sampled by id: policies/draftlog.py) in `extra["draft_lengths"]` (the same results)."""
     if len(trace) == 0:
         raise SpsimError("the trace has no requests")
     if cfg.router not in ROUTERS:
@@ -61,6 +64,13 @@ def simulate(trace: Trace, cfg: SimConfig, cost=None, acceptance=None, progress=
         ex = SimExecutor(cost, acc, table, serving.want_entropy, cfg.draft_budget, serving.method, fp.one_pass)
         replicas.append(Replica(env, i, b, fp, ex, fast=cfg.fast))
     router = ROUTERS[cfg.router]()
+    log = None
+    if draft_sample:
+        from spsim.policies.draftlog import DraftLog
+
+        log = DraftLog(n, draft_sample)
+        for r in replicas:
+            r.batcher.draft_log = log
 
     def route(rid: int, now: float) -> None:
         r = replicas[router.pick(replicas)]
@@ -112,7 +122,7 @@ def simulate(trace: Trace, cfg: SimConfig, cost=None, acceptance=None, progress=
         env.process(monitor())
     if watch is None:
         env.run()
-        return summarize(table, replicas, cfg, cost, trace)
+        return _drafts(summarize(table, replicas, cfg, cost, trace), log)
     stop = env.event()
     every = watch_every if watch_every else max(1e-3, float(arrivals[-1]) / 400)
 
@@ -131,4 +141,10 @@ def simulate(trace: Trace, cfg: SimConfig, cost=None, acceptance=None, progress=
     if why:
         res.summary["stopped_at"] = float(env.now)
         res.summary["stopped_why"] = why
+    return _drafts(res, log)
+
+
+def _drafts(res: RunResult, log) -> RunResult:
+    if log is not None:
+        res.extra["draft_lengths"] = {"sampled_ids": log.ids, **log.records()}
     return res

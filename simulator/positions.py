@@ -55,7 +55,7 @@ class PositionRecorder:
         return self.drafted[: int(np.count_nonzero(self.drafted))].tolist()
 
 
-def simulate_with_positions(trace, cfg, progress=None):
+def simulate_with_positions(trace, cfg, progress=None, draft_sample: int = 0):
     """`simulate` on the step path with every verification's outcome kept: the summary gains
     `num_accepted_tokens_per_pos` and `num_drafted_per_pos` (verifications that held draft i),
     whose ratio is the acceptance rate of draft position i."""
@@ -69,7 +69,7 @@ def simulate_with_positions(trace, cfg, progress=None):
         raise SpsimError(f"acceptance by draft position is not recorded for {cfg.policy!r}: it reads the "
                          "acceptance model itself, so its look-ups are not verifications")
     rec = PositionRecorder(build_acceptance(cfg), cfg.max_draft)
-    res = simulate(trace, cfg.with_(fast=False), acceptance=rec, progress=progress)
+    res = simulate(trace, cfg.with_(fast=False), acceptance=rec, progress=progress, draft_sample=draft_sample)
     s = res.summary
     s.update(vllm_spec_counters(s["num_drafts"], s["num_draft_tokens"], s["num_accepted_tokens"], rec.per_position()))
     s["num_drafted_per_pos"] = rec.drafted_per_position()

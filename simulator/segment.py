@@ -802,6 +802,10 @@ class FastPath:
         b, t, pool, cy = self.b, self.t, self.pool, sp.cycles
         run = sp.rids
         r = len(run)
+        if b.draft_log is not None:  # sampled requests' draft lengths (policies/draftlog.py); reads only
+            k = int(np.searchsorted(cy.vp, n))
+            sp_ = cy.dv[:k] > 0
+            b.draft_log.add(run[cy.vj[:k][sp_]], cy.dv[:k][sp_], cy.acc[:k][sp_], ends[cy.vp[:k][sp_]])
         if r <= self.SCALAR_MAX:
             return self._apply_cycles_small(sp, n, ends)
         k = int(np.searchsorted(cy.vp, n))
