@@ -2,8 +2,10 @@
 together for k passes, then all verify together.
 
 `k=0` is speculation off. With `k=-1` (auto) the batch's k is chosen at the start of each cycle
-by expected goodput: the sum over requests of expected emitted tokens over the time of k draft
-passes and one verification pass, priced by the cost model, for k in [0, k_max].
+by expected goodput: the sum over requests of expected emitted tokens over the time of the cycle's
+draft passes and one verification pass, priced by the cost model, for k in [0, k_max], with the
+batcher's rule at a request's end (a request drafts at most remaining - 1 tokens and sits the
+cycle's later draft passes out: `Batcher._sync_verify`, docs/policies.md).
 """
 
 from dataclasses import dataclass
@@ -49,14 +51,16 @@ class Sync(Policy):
         (An executor that advances many passes at once asks for a cycle's first pass only.)"""
         return self.cycle_k
 
-    # relative margin by which k = 0 must win for `zero_run` to vouch for it: the vectorised
-    # prices below agree with `_choose`'s to float rounding (~1e-15), not bit for bit, so a pass
-    # nearer a tie is left to `targets` itself
+    # relative margin by which k = 0 must win for `zero_run` to vouch for it: `zero_run` prices
+    # every pass at once with (pass, request, k) arrays and `_choose` one pass's (1, request, k)
+    # slice of the same arithmetic; reductions over other shapes may round differently (~1e-15),
+    # so a pass nearer a tie is left to `targets` itself
     ZERO_MARGIN = 1e-9
 
     def zero_run(self, view: DecodeView, n: int) -> int | None:
         """Passes on which `_choose` would pick k = 0: its rates for every pass at once, with the
-        exact acceptance estimates the looks would see; certain only by a margin."""
+        exact acceptance estimates the looks would see (pass i: contexts + i, remaining - i);
+        certain only by a margin."""
         if self.k >= 0:
             return n if self.k == 0 else 0
         r = len(view.ids)
@@ -65,18 +69,9 @@ class Sync(Policy):
         k_max = min(self.k_max, view.max_draft)
         if k_max == 0:
             return n
-        cost = self.ctx.cost
         a = ema_looks(self.acc, view.ids, view.committed, n)  # (n, r)
-        ks = np.arange(k_max + 1, dtype=np.int64)
-        K, rows = len(ks), n * r
-        ctx = (view.context[None, :] + np.arange(n, dtype=np.int64)[:, None]).reshape(rows, 1)
-        d_m, v_m = cost.marginal(ctx.repeat(K, 1), np.tile(view.budget, n)[:, None].repeat(K, 1),
-                                 np.tile(view.method, n)[:, None].repeat(K, 1), (ks + 1)[None, :].repeat(rows, 0))
-        d_sum = d_m[:, 0].reshape(n, r).sum(axis=1)
-        v_sum = v_m.reshape(n, r, K).sum(axis=1)
-        over = np.array([cost.pass_overhead(r * (k + 1)) for k in ks.tolist()])
-        t = ks * (cost.pass_overhead(r) + d_sum[:, None]) + over + v_sum
-        rate = expected_tokens(a[:, :, None], ks).sum(axis=1) / t
+        step = np.arange(n, dtype=np.int64)[:, None]
+        rate = self._rates(a, view.context[None, :] + step, view.remaining[None, :] - step, view, k_max)
         zero = rate[:, 1:].max(axis=1) < rate[:, 0] * (1.0 - self.ZERO_MARGIN)
         return n if zero.all() else int(np.argmin(zero))
 
@@ -86,24 +81,46 @@ class Sync(Policy):
             self.cycle_k = 0
 
     def _choose(self, view: DecodeView) -> int:
-        """k in 0..k_max with the best expected goodput. Per k: expected tokens summed over the
-        batch, over k draft passes plus one verification priced by the cost model. Every k's
-        figures in few calls (once per cycle, the policy's hot spot), the same floats as one
-        call per k: rows of (k, request) grids are summed as the 1-D arrays were."""
-        cost = self.ctx.cost
+        """k in 0..k_max with the best expected goodput (once per cycle: the policy's hot spot)."""
         k_max = min(self.k_max, view.max_draft)
         a = self.acc.get(view.ids, view.committed)
-        n, K = len(view.ids), k_max + 1
-        ks = np.arange(K, dtype=np.int64)
-        tokens = expected_tokens(a[None, :].repeat(K, 0), ks[:, None].repeat(n, 1)).sum(axis=1)
-        d_sum, v_sum = _marginal_rows(cost, view, K)
-        over = cost.pass_overhead(n) + d_sum
-        best, best_rate = 0, -1.0
-        for k, tok, v in zip(ks.tolist(), tokens, v_sum):
-            t = k * over + cost.pass_overhead(n * (k + 1)) + v
-            if tok / t > best_rate:
-                best, best_rate = k, tok / t
-        return best
+        rate = self._rates(a[None, :], view.context[None, :], view.remaining[None, :], view, k_max)[0]
+        return int(np.argmax(rate))  # the first best: the smallest k among equals
+
+    def _rates(self, a, context, remaining, view: DecodeView, k_max: int) -> np.ndarray:
+        """(m, k_max + 1) expected tokens per second of a cycle of k = 0..k_max drafts, for m
+        looks at the batch ((m, r) acceptance estimates, contexts and remaining outputs), as the
+        batcher runs the cycle (`Batcher._sync_verify`): request i drafts min(k, c_i) tokens,
+        c_i = remaining_i - 1 (the drafts it can use), and sits the cycle's later draft passes
+        out; the batch verifies after k draft passes, or once every request is so capped. Per k:
+        expected tokens sum_i E[tokens | a_i, min(k, c_i) drafts] over the time of the draft
+        passes that run (pass j: the requests with c_i > j, its overhead and their draft
+        attention at position j) and one verification (query min(k, c_i) + 1 per request)."""
+        m, r = a.shape
+        K = k_max + 1
+        cap = np.maximum(remaining - 1, 0)
+        eff = np.minimum(np.arange(K, dtype=np.int64), cap[:, :, None])  # (m, r, K) drafts used
+        tokens = expected_tokens(a[:, :, None], eff).sum(axis=1)
+        draft, verify = _prices(self.ctx.cost, context, view.budget, view.method, k_max)
+        v = np.take_along_axis(verify, eff, axis=2).sum(axis=1)  # (m, K)
+        ovh = self._overheads(r * (K + 1))
+        t = ovh[r + eff.sum(axis=1)] + v  # the verification pass
+        if k_max:
+            drafting = cap[:, :, None] > np.arange(k_max, dtype=np.int64)  # (m, r, k_max): pass j
+            n_j = drafting.sum(axis=1)
+            p = np.where(n_j > 0, ovh[n_j], 0.0) + (draft * drafting).sum(axis=1)
+            t[:, 1:] += np.cumsum(p, axis=1)
+        return tokens / t
+
+    def _overheads(self, n: int) -> np.ndarray:
+        """`cost.pass_overhead(t)` for t = 0..n (the same floats), tabulated once per run."""
+        cost, tbl = getattr(self, "_ovh", (None, None))
+        if cost is not self.ctx.cost or len(tbl) <= n:
+            cost = self.ctx.cost
+            size = max(n + 1, 256 if tbl is None else 2 * len(tbl))
+            tbl = np.array([cost.pass_overhead(t) for t in range(size)])
+            self._ovh = (cost, tbl)
+        return tbl
 
     def targets(self, view: DecodeView) -> np.ndarray:
         d = view.drafted
@@ -114,31 +131,22 @@ class Sync(Policy):
         return d + 1
 
 
-def _marginal_rows(cost, view: DecodeView, K: int) -> tuple:
-    """(sum of the batch's draft costs, (K,) sums of its verify costs with queries 1..K), as K
-    calls `cost.marginal(context, budget, method, full(n, k + 1))` give them. A cost model that
-    prices small calls element by element in plain floats (`SCALAR_MAX`: the roofline's scalar
-    twins) is asked for whole rows of the (k, request) grid at once, up to that many elements
-    per call: the same floats, in fewer calls. Others are asked once per k."""
-    n = len(view.ids)
-    rows = getattr(cost, "SCALAR_MAX", 0) // n if n else 0
-    if rows < 2:
-        d_sum, v = None, []
-        for k in range(K):
-            d_m, v_m = cost.marginal(view.context, view.budget, view.method, np.full(n, k + 1))
-            if d_sum is None:
-                d_sum = d_m.sum()  # the same for every k (no draft term depends on the query)
-            v.append(v_m.sum())
-        return d_sum, v
-    ctx, b, m = view.context.tolist(), view.budget.tolist(), view.method.tolist()
-    d_sum, v = None, []
-    for k0 in range(0, K, rows):
-        kk = min(rows, K - k0)
-        q = np.arange(k0 + 1, k0 + kk + 1, dtype=np.int64).repeat(n)
-        d_m, v_m = cost.marginal(np.array(ctx * kk, np.int64), np.array(b * kk, np.int64),
-                                 np.array(m * kk, np.int64), q)
-        if d_sum is None:
-            d_sum = d_m[:n].sum()
-        v.extend(v_m.reshape(kk, n).sum(axis=1).tolist())
-    return d_sum, v
-
+def _prices(cost, context: np.ndarray, budget: np.ndarray, method: np.ndarray, k_max: int) -> tuple:
+    """(draft, verify) attention seconds of requests at `context` ((m, r) ints): draft[..., j]
+    a draft at position j (j < k_max), verify[..., k] a verification of k + 1 tokens (k <= k_max).
+    From the roofline's lookup tables where it has them (bit-identical to its vector formulas,
+    draft positions priced apart: a verify-refreshed index is scored on a cycle's first draft
+    only); otherwise one `cost.marginal` call (the protocol's prices: every draft as a first one)."""
+    K = k_max + 1
+    b, m = budget.tolist(), method.tolist()
+    if (hasattr(cost, "verify_table") and b.count(b[0]) == len(b) and m.count(m[0]) == len(m)
+            and cost.tables_fit(int(context.max()) + 1, K + 1)):  # one (budget, method): the batcher's
+        return cost.draft_table(b[0], m[0])[context, :k_max], cost.verify_table()[context, 1:K + 1]
+    shape = context.shape
+    flat = context.reshape(-1)
+    rows = len(flat)
+    bb = np.broadcast_to(budget, shape).reshape(-1).repeat(K)
+    mm = np.broadcast_to(method, shape).reshape(-1).repeat(K)
+    d, v = cost.marginal(flat.repeat(K), bb, mm, np.tile(np.arange(1, K + 1, dtype=np.int64), rows))
+    d = np.asarray(d, np.float64).reshape(*shape, K)
+    return d[..., :1].repeat(k_max, axis=-1), np.asarray(v, np.float64).reshape(*shape, K)

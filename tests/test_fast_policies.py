@@ -68,34 +68,71 @@ def test_ema_looks_replays_get():
     assert b.counts == a.counts and b.seen == a.seen
 
 
-def _choose_per_k(pol, view):
-    """`Sync._choose` as it was written first: one cost-model call per k (the reference)."""
+class _ProtocolOnly:
+    """A cost model with the protocol's methods only (no lookup tables, no draft positions):
+    the roofline, every draft priced as a cycle's first."""
+
+    name = "protocol-only"
+
+    def __init__(self):
+        from spsim.cost import RooflineCostModel
+
+        self.cm = RooflineCostModel()
+
+    def pass_overhead(self, num_tokens, prefill_tokens=0):
+        return self.cm.pass_overhead(num_tokens, prefill_tokens)
+
+    def marginal(self, context, budget, method, query):
+        return self.cm.marginal(context, budget, method, query)
+
+    def time(self, plan):
+        from dataclasses import replace
+
+        return self.cm.time(replace(plan, draft_pos=np.zeros_like(plan.draft_pos)))
+
+
+def _cycle_rates(pol, view):
+    """`Sync._choose`'s rates written pass by pass (the reference): per k, the passes the batcher
+    runs (`Batcher._sync_verify`: request i drafts min(k, remaining_i - 1), then sits out; the
+    batch verifies after k draft passes or once all are capped), each priced by `cost.time` of
+    its plan, and expected tokens per request at its own draft count."""
+    from spsim.plan import PassPlan
     from spsim.policies.base import expected_tokens
 
     cost = pol.ctx.cost
     k_max = min(pol.k_max, view.max_draft)
     a = pol.acc.get(view.ids, view.committed)
-    n = len(view.ids)
+    cap = np.maximum(view.remaining - 1, 0)
+    ctx, b, m = view.context, view.budget, view.method
     rates = []
     for k in range(k_max + 1):
-        tokens = expected_tokens(a, np.full(n, k)).sum()
-        d_m, v_m = cost.marginal(view.context, view.budget, view.method, np.full(n, k + 1))
-        t = k * (cost.pass_overhead(n) + d_m.sum()) + cost.pass_overhead(n * (k + 1)) + v_m.sum()
-        rates.append(tokens / t)
+        eff = np.minimum(cap, k)
+        t = 0.0
+        for j in range(k):
+            d = cap > j
+            if not d.any():
+                break  # every request capped: the batch verifies now
+            t += cost.time(PassPlan(draft_ids=view.ids[d], draft_context=ctx[d], draft_budget=b[d],
+                                    draft_method=m[d], draft_pos=np.full(int(d.sum()), j)))
+        t += cost.time(PassPlan(verify_ids=view.ids, verify_query=eff + 1, verify_context=ctx))
+        rates.append(float(expected_tokens(a, eff).sum()) / t)
     return rates
 
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 80), k_max=st.integers(0, 16),
-       method=st.sampled_from([1, 2, 4]), ctx_hi=st.sampled_from([3000, 40000, 200000]))
-def test_sync_choose_equals_per_k_loop(seed, n, k_max, method, ctx_hi):
-    # the k grid in few cost-model calls gives every k's rate bit for bit as one call per k
+       method=st.sampled_from([1, 2, 4]), ctx_hi=st.sampled_from([3000, 40000, 200000]),
+       rem_hi=st.sampled_from([3, 8, 500]), cost_kind=st.sampled_from(["roofline", "protocol"]))
+def test_sync_choose_prices_the_cycle_pass_by_pass(seed, n, k_max, method, ctx_hi, rem_hi, cost_kind):
+    # `_choose`'s array arithmetic gives each k the rate of the cycle the batcher runs, with the
+    # request-end rule, priced pass by pass by the cost model (to float rounding), and picks the
+    # best k (the first of near-ties)
     from spsim.cost import RooflineCostModel
     from spsim.policies.base import DecodeView, PolicyContext
     from spsim.policies.sync import Sync
 
+    cost = RooflineCostModel() if cost_kind == "roofline" else _ProtocolOnly()
     rng = np.random.default_rng(seed)
-    cost = RooflineCostModel()
     pols = []
     for _ in range(2):
         pol = Sync(k_max=k_max)
@@ -105,24 +142,45 @@ def test_sync_choose_equals_per_k_loop(seed, n, k_max, method, ctx_hi):
         pol.acc.update(ids[::2], r.integers(1, 9, len(ids[::2])), r.integers(0, 5, len(ids[::2])))
         pols.append(pol)
     view = DecodeView(ids=np.arange(n, dtype=np.int64), context=rng.integers(1, ctx_hi, n),
-                      drafted=np.zeros(n, np.int64), remaining=rng.integers(2, 500, n),
+                      drafted=np.zeros(n, np.int64), remaining=rng.integers(1, rem_hi, n),
                       committed=rng.integers(0, 300, n), budget=np.full(n, 2048, np.int64),
                       method=np.full(n, method, np.int64), last_entropy=np.full(n, np.nan),
                       sum_entropy=np.zeros(n), num_decode=n, prefill_tokens=0, max_draft=16)
-    rates = _choose_per_k(pols[0], view)
-    best = max(range(len(rates)), key=lambda k: (rates[k], -k))
-    assert pols[1]._choose(view) == best
-    # and the floats themselves
-    from spsim.policies.sync import _marginal_rows
-    from spsim.policies.base import expected_tokens
-
-    K = min(k_max, 16) + 1
+    want = _cycle_rates(pols[0], view)
+    K = min(k_max, 16)
     a = pols[1].acc.get(view.ids, view.committed)
-    d_sum, v_sum = _marginal_rows(cost, view, K)
-    tok = expected_tokens(a[None, :].repeat(K, 0), np.arange(K)[:, None].repeat(n, 1)).sum(axis=1)
-    got = [tok[k] / (k * (cost.pass_overhead(n) + d_sum) + cost.pass_overhead(n * (k + 1)) + v_sum[k])
-           for k in range(K)]
-    assert [float(x) for x in got] == [float(x) for x in rates]
+    got = pols[1]._rates(a[None, :], view.context[None, :], view.remaining[None, :], view, K)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    pols[1].acc.seen.clear()
+    k = pols[1]._choose(view)
+    assert want[k] >= max(want) * (1 - 1e-12)  # the best, to float rounding
+    assert all(w < want[k] * (1 + 1e-12) for w in want[:k])  # and no smaller k as good
+
+
+def test_sync_auto_k_counts_requests_at_their_end():
+    # a batch whose requests can use one draft each: k > 1 adds only draft passes nobody runs and
+    # tokens nobody emits, so auto k picks at most 1; the same batch with long outputs drafts more
+    from spsim.cost import RooflineCostModel
+    from spsim.policies.base import DecodeView, PolicyContext
+    from spsim.policies.sync import Sync
+
+    def choose(remaining):
+        pol = Sync()
+        pol.bind(PolicyContext(RooflineCostModel()))
+        n = 32
+        view = DecodeView(ids=np.arange(n, dtype=np.int64), context=np.full(n, 32000, np.int64),
+                          drafted=np.zeros(n, np.int64), remaining=np.asarray(remaining, np.int64),
+                          committed=np.full(n, 10, np.int64), budget=np.full(n, 2048, np.int64),
+                          method=np.full(n, 1, np.int64), last_entropy=np.full(n, np.nan),
+                          sum_entropy=np.zeros(n), num_decode=n, prefill_tokens=0, max_draft=16)
+        return pol._choose(view)
+
+    assert choose([2] * 32) == 1
+    assert choose([500] * 32) >= 3
+    # half the batch one token from its end: the others' drafts run with fewer requests per pass
+    # and the capped half adds nothing past its first draft, so k shrinks but speculation stays
+    mixed = choose([2] * 16 + [500] * 16)
+    assert 1 <= mixed <= choose([500] * 32)
 
 
 def test_sync_auto_cycles_take_segments():
