@@ -8,7 +8,8 @@
   `ms` (median of repeats after warm-up, eager PyTorch + Triton attention) and `ms_graph` (the same
   forward captured in one CUDA graph: what the runtime reaches once it captures graphs) against
   `floor_ms` = (weights + the KV read) / copy bandwidth, and the roofline's prediction.
-- `mixed`: 16 drafting at a 2K budget (static window: no selection cost) + 16 verifying 9 tokens,
+- `mixed`: 16 drafting (first drafts) at a 2K budget per draft-KV method (`--mixed-methods`; static: no
+  selection cost) + 16 verifying 9 tokens,
   32K each, against the roofline's prediction for that plan. The drafting requests' page tables
   alias the verifying ones' (32 x 32K of KV does not fit beside the weights).
 Random weights of the model's real shape, bf16. Writes JSON with machine, versions and date.
@@ -83,12 +84,14 @@ def main() -> None:
     from spsim.gpu_runtime.model import Transformer
     from spsim.gpu_runtime.model_config import get_config
     from spsim.gpu_runtime.pass_attention import DraftRows, PassAttention
+    from spsim.gpu_runtime.selection import PageMeta
     from spsim.plan import DraftMethod, PassPlan
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--out", default=None)
     ap.add_argument("--points", default="1x32768,16x32768,8x65536,4x120000")
+    ap.add_argument("--mixed-methods", default="static,verify-quest,step-layer")
     args = ap.parse_args()
     dev = torch.device("cuda")
     bw = copy_bandwidth(dev)
@@ -109,8 +112,8 @@ def main() -> None:
                        "triton": __import__("triton").__version__, "python": platform.python_version()},
            "model": args.model, "dtype": "bf16", "copy_tb_s": round(bw, 3), "weights_gib": round(wbytes / 2**30, 2),
            "method": "the model's forward as the runtime runs it today (eager PyTorch + Triton attention: `ms`) "
-                     "and the same forward captured in one CUDA graph (`ms_graph`: what graphs would reach; "
-                     "the runtime does not capture yet); median of 10 after 3 warm-up",
+                     "and the same forward captured in one CUDA graph (`ms_graph`: as the runtime replays passes without "
+                     "prefill); median of 10 after 3 warm-up",
            "ar_step": [], "mixed": []}
     rng = np.random.default_rng(0)
     perm = rng.permutation(pages)
@@ -132,27 +135,40 @@ def main() -> None:
                                "ratio": round(ms / floor, 3), "ms_graph": round(ms_g, 3),
                                "ratio_graph": round(ms_g / floor, 3), "roofline_ms": round(cm.time(plan) * 1e3, 3)})
         print(out["ar_step"][-1], flush=True)
-    # mixed: 16 drafting (2K budget, static window: selection cost excluded) + 16 verifying 9 tokens, 32K
+    # mixed: 16 drafting (2K budget) + 16 verifying 9 tokens, 32K; static window (no selection cost)
+    # and the selecting methods the policies use (verify-quest: a run's first draft ranks pages by
+    # Quest bounds; step-layer: layer 0 attends in full and ranks them for the other layers)
     ctx, nd, nv, k = 32768, 16, 16, 8
     # 32 x 32K of KV (128 GiB) does not fit beside the weights: the drafting requests share the
     # verifying ones' pages (they read only their 2K budget; timing does not depend on values)
     tv = tables(nv, ctx, k + 1)
     tabs = tv[:nd] + tv
     drafts = DraftRows(list(range(nd)), [ctx + 1] * nd, [True] * nd, [ctx] * nd)
-    attn = PassAttention(cache, list(range(nd + nv)), tabs, [ctx] * (nd + nv), [1] * nd + [k + 1] * nv, 0, drafts,
-                         int(DraftMethod.STATIC), 2048, {}, None)
+    meta = [PageMeta(cache.num_pages, lc.kv_heads, lc.head_dim, torch.bfloat16, dev) for _ in range(lc.layers)]
+    for m_ in meta:  # bounds of random keys: any finite values time the same
+        m_.kmin.normal_()
+        m_.kmax.normal_()
     tok = torch.randint(0, lc.vocab, (nd + nv * (k + 1),), device=dev)
-    ms = timed(lambda: model(tok, attn.positions, attn), dev)
-    ms_g = timed(graphed(lambda: model(tok, attn.positions, attn), dev), dev)
-    plan = PassPlan(draft_ids=np.arange(nd), draft_context=np.full(nd, ctx), draft_budget=np.full(nd, 2048),
-                    draft_method=np.zeros(nd, np.int64), draft_pos=np.zeros(nd, np.int64),
-                    verify_ids=np.arange(nd, nd + nv), verify_query=np.full(nv, k + 1), verify_context=np.full(nv, ctx))
     byts = wbytes + (nv * (ctx + k + 1) + nd * 2048) * kv_tok
-    out["mixed"].append({"drafting": nd, "verifying": nv, "verify_query": k + 1, "context": ctx, "budget": 2048,
-                         "method": "static", "ms": round(ms, 3), "ms_graph": round(ms_g, 3),
-                         "roofline_ms": round(cm.time(plan) * 1e3, 3),
-                         "bytes_floor_ms": round(byts / (bw * 1e12) * 1e3, 3)})
-    print(out["mixed"][-1], flush=True)
+    quest = (DraftMethod.VERIFY_QUEST, DraftMethod.STEP_QUEST)  # Quest bounds kept only for these (as the runtime)
+    for name in args.mixed_methods.split(","):
+        method = DraftMethod.parse(name)
+        attn = PassAttention(cache, list(range(nd + nv)), tabs, [ctx] * (nd + nv), [1] * nd + [k + 1] * nv, 0, drafts,
+                             int(method), 2048, None, meta if method in quest else None, list(range(nd, nd + nv)))
+        ms = timed(lambda: model(tok, attn.positions, attn), dev)
+        ms_g = timed(graphed(lambda: model(tok, attn.positions, attn), dev), dev)
+        plan = PassPlan(draft_ids=np.arange(nd), draft_context=np.full(nd, ctx), draft_budget=np.full(nd, 2048),
+                        draft_method=np.full(nd, int(method), np.int64), draft_pos=np.zeros(nd, np.int64),
+                        verify_ids=np.arange(nd, nd + nv), verify_query=np.full(nv, k + 1),
+                        verify_context=np.full(nv, ctx))
+        rl = cm.time(plan) * 1e3
+        out["mixed"].append({"drafting": nd, "verifying": nv, "verify_query": k + 1, "context": ctx, "budget": 2048,
+                             "method": method.label,
+                             "first_draft": True, "ms": round(ms, 3), "ms_graph": round(ms_g, 3),
+                             "roofline_ms": round(rl, 3), "ratio_graph_to_roofline": round(ms_g / rl, 3),
+                             "bytes_floor_ms": round(byts / (bw * 1e12) * 1e3, 3)})
+        print(out["mixed"][-1], flush=True)
+        del attn
     text = json.dumps(out, indent=1) + "\n"
     if args.out:
         Path(args.out).write_text(text)

@@ -59,16 +59,17 @@ def rerun_in_subprocess(test_file: str) -> int:
 def load_interpreted():
     """For CPU tests: the kernel modules with their kernels interpreted, whatever was imported
     before (triton itself may already be loaded; only our modules' decoration time matters).
-    Returns `(attention, quest)`."""
+    Returns `(attention, quest)` (`kv_write` is loaded alike)."""
     import importlib
     import sys
 
     os.environ["TRITON_INTERPRET"] = "1"
     from triton.runtime.interpreter import InterpretedFunction
 
-    mods = [importlib.import_module(f"spsim.gpu_runtime.{m}") for m in ("interpret", "attention", "quest")]
+    mods = [importlib.import_module(f"spsim.gpu_runtime.{m}") for m in ("interpret", "attention", "quest", "kv_write")]
     if not (mods[0].INTERPRET and isinstance(mods[1]._attn_fwd, InterpretedFunction)
-            and isinstance(mods[2]._quest_score, InterpretedFunction)):
+            and isinstance(mods[2]._quest_score, InterpretedFunction)
+            and isinstance(mods[3]._kv_write, InterpretedFunction)):
         mods = [importlib.reload(m) for m in mods]
     assert isinstance(mods[1]._attn_fwd, InterpretedFunction), sys.modules.get("triton")
     return mods[1], mods[2]

@@ -77,6 +77,7 @@ class PagedAttention:
             off.append(p % ps)
         cat = (lambda a: torch.as_tensor(np.concatenate(a) if a else np.zeros(0, np.int64), device=dev))  # noqa: E731
         self.positions, self._page, self._off = cat(pos), cat(page), cat(off)
+        self._page_np = np.concatenate(page) if page else np.zeros(0, np.int64)  # host copy (run lengths)
         self.lists = lists if lists is not None else full_page_lists(page_tables, kv_len, cache.cfg.kv_heads, ps, dev)
         self.attention_fn = attention_fn
         self._plans: dict[int, object] = {}
@@ -108,10 +109,31 @@ class PagedAttention:
             plan = self._plans[id(lists)] = plan_attention(self.q_len, lists, num_q_heads)
         return plan
 
-    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def fused_write(self) -> bool:
+        """Whether this pass writes K/V with the Triton kernel (`kv_write.py`)."""
+        f = getattr(self, "_fused", None)
+        if f is None:
+            from . import dispatch
+
+            c, ps = self.cache.cfg, self.cache.page_size
+            pow2 = lambda x: x & (x - 1) == 0  # noqa: E731  (tl.arange sizes)
+            f = self._fused = dispatch.use_triton(self.cache.device) and pow2(c.head_dim) and pow2(ps)
+        return f
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store the pass's new K/V of `layer` in the cache."""
         kc, vc = self.cache.k[layer], self.cache.v[layer]
+        if self.fused_write():
+            from .kv_write import write_kv
+
+            write_kv(kc, vc, k, v, self._page, self._off)
+            return
         kc[self._page, :, self._off] = k.to(kc.dtype)
         vc[self._page, :, self._off] = v.to(vc.dtype)
+
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        kc, vc = self.cache.k[layer], self.cache.v[layer]
+        self.write(layer, k, v)
         lists = self.lists_for(layer)
         scores = self.page_scores_for(layer)
         if self.attention_fn is not None:

@@ -105,6 +105,12 @@ class PassAttention(PagedAttention):
                 self._write(self._static_sel)
         super().__init__(cache, page_tables, start, q_len, lists=lists, attention_fn=attention_fn)
         self.lists0 = lists0
+        self._run = None
+        if meta is not None and self.fused_write():  # page runs for the bounds (kv_write.py)
+            from .kv_write import run_lengths
+
+            self._run = torch.as_tensor(run_lengths(self._page_np), device=dev)
+            self._inputs.append(self._run)
         # page scores the attention kernel writes: verify-attn keeps the verifications' (and last
         # prefill chunks'); step-layer ranks the draft rows' pages by layer 0's
         want = keep or (m == DraftMethod.STEP_LAYER and n_dr)
@@ -297,9 +303,20 @@ class PassAttention(PagedAttention):
             return None
         return self._scores
 
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """The new K/V, and with Quest bounds kept, the pages' bounds (one kernel: `kv_write.py`)."""
+        if self.meta is None:
+            return super().write(layer, k, v)
+        if self.fused_write():
+            from .kv_write import write_kv
+
+            kc, vc = self.cache.k[layer], self.cache.v[layer]
+            write_kv(kc, vc, k, v, self._page, self._off, self._run, self.meta[layer])
+            return
+        self.meta[layer].append(k, self._page, self._off)
+        super().write(layer, k, v)
+
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        if self.meta is not None:
-            self.meta[layer].append(k, self._page, self._off)
         self._q = q
         out = super().__call__(layer, q, k, v)
         if self._keep is not None:

@@ -1,0 +1,89 @@
+"""A layer's new K/V written into the paged cache, and Quest's page bounds kept current, in one
+kernel.
+
+PyTorch does this as two indexed stores (`kc[page, :, off] = k`, the same for v) plus four ops for
+the page bounds (two resets, two `scatter_reduce` min/max on 16-bit floats, which compare-and-swap
+element by element: the 9 tokens of a verification land in one or two pages and queue on the same
+addresses). On the H200 a pass of 16 drafts + 16 verifications of 9 tokens spent 3.1 ms of 32 in the
+two scatters (`benchmarks/results/runtime_profile_h200_mixed.json`).
+
+Here one program per (token, KV head) stores the token's K and V rows; the first new token of each
+page in the pass (a *run head*: a request's new tokens are contiguous in the batch and a page
+belongs to one request, so a page's new tokens form one run of at most page_size tokens) also
+reduces its run's keys to min/max and combines them with the page's bounds (not when the run
+starts the page: a fresh page's bounds are the run's own). No atomics, so the result is exactly
+the PyTorch path's (min/max of 16-bit values are exact in fp32).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from .interpret import INTERPRET  # noqa: F401  (applies the interpreter fix before decoration)
+
+
+def run_lengths(page: np.ndarray) -> np.ndarray:
+    """Per token of the pass: the length of its page's run if it is the run's first token, else 0."""
+    page = np.asarray(page, np.int64)
+    n = len(page)
+    if n == 0:
+        return np.zeros(0, np.int32)
+    head = np.ones(n, bool)
+    head[1:] = page[1:] != page[:-1]
+    at = np.flatnonzero(head)
+    out = np.zeros(n, np.int32)
+    out[at] = np.diff(np.append(at, n))
+    return out
+
+
+@triton.jit
+def _kv_write(K, V, KC, VC, PAGE, OFF, RUN, KMIN, KMAX,
+              stride_kt, stride_kh, stride_vt, stride_vh,
+              stride_cp, stride_ch, stride_co, stride_mp, stride_mh,
+              PS: tl.constexpr, D: tl.constexpr, META: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1).to(tl.int64)
+    d = tl.arange(0, D)
+    page = tl.load(PAGE + t).to(tl.int64)
+    off = tl.load(OFF + t).to(tl.int64)
+    k = tl.load(K + t * stride_kt + h * stride_kh + d)
+    v = tl.load(V + t * stride_vt + h * stride_vh + d)
+    dst = page * stride_cp + h * stride_ch + off * stride_co + d
+    tl.store(KC + dst, k.to(KC.dtype.element_ty))
+    tl.store(VC + dst, v.to(VC.dtype.element_ty))
+    if META:
+        n = tl.load(RUN + t)
+        if n > 0:
+            r = tl.arange(0, PS)
+            ok = r < n
+            kr = tl.load(K + (t + r)[:, None] * stride_kt + h * stride_kh + d[None, :], mask=ok[:, None],
+                         other=0.0).to(KC.dtype.element_ty).to(tl.float32)
+            lo = tl.min(tl.where(ok[:, None], kr, float("inf")), axis=0)
+            hi = tl.max(tl.where(ok[:, None], kr, float("-inf")), axis=0)
+            m = page * stride_mp + h * stride_mh + d
+            if off != 0:  # the page already holds tokens: combine with its bounds
+                lo = tl.minimum(lo, tl.load(KMIN + m).to(tl.float32))
+                hi = tl.maximum(hi, tl.load(KMAX + m).to(tl.float32))
+            tl.store(KMIN + m, lo.to(KMIN.dtype.element_ty))
+            tl.store(KMAX + m, hi.to(KMAX.dtype.element_ty))
+
+
+def write_kv(kc: torch.Tensor, vc: torch.Tensor, k: torch.Tensor, v: torch.Tensor, page: torch.Tensor,
+             off: torch.Tensor, run: torch.Tensor | None = None, meta=None) -> None:
+    """Store `k`, `v` `[T, kv_heads, head_dim]` at (page, off) of one layer's cache `[pages, kv_heads,
+    page_size, head_dim]`; with `meta` (a layer's `selection.PageMeta`) and `run` (`run_lengths` of
+    the pass's pages, int32 on the device) also update its page bounds."""
+    t, hkv, d = k.shape
+    if t == 0:
+        return
+    assert k.stride(2) == 1 and v.stride(2) == 1 and kc.is_contiguous() and vc.is_contiguous()
+    use_meta = meta is not None
+    kmin = meta.kmin if use_meta else kc
+    kmax = meta.kmax if use_meta else kc
+    _kv_write[(t, hkv)](k, v, kc, vc, page, off, run if use_meta else off, kmin, kmax,
+                        k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+                        kc.stride(0), kc.stride(1), kc.stride(2), kmin.stride(0), kmin.stride(1),
+                        PS=kc.shape[2], D=d, META=use_meta, num_warps=1)
