@@ -1,12 +1,13 @@
 """The plan's HTML report: one self-contained file (plotly.js inlined once, no network), with the
 recommendation and results tables, throughput-latency curves per configuration with the Pareto
 front, SLO attainment against request rate, TTFT and TPOT distributions at each configuration's
-highest rate, GPU time by pass kind, and acceptance by draft position. Next to it, the tables as
-CSV and markdown (`NAME.csv`, `NAME.md`).
+highest rate, GPU time by pass kind, acceptance by draft position, and sampled requests' draft
+lengths over time. Next to it, the tables as CSV and markdown (`NAME.csv`, `NAME.md`).
 
 Acceptance by draft position needs each verification's outcome, which the sweep's fast runs do
 not keep: the report reruns each speculative configuration (not `oracle`) at its highest rate on
-the step path over the trace's first POSITION_REQUESTS requests (simulator/positions.py).
+the step path over the trace's first POSITION_REQUESTS requests (simulator/positions.py); the same
+reruns record a sample of requests' draft lengths (policies/draftlog.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .tables import markdown_table
 
 POSITION_REQUESTS = 300
 PLOT_IDS = ("plot-throughput-latency", "plot-slo-attainment", "plot-latency-distributions", "plot-gpu-time",
-            "plot-acceptance-position")
+            "plot-acceptance-position", "plot-draft-lengths")
 
 
 def write_report(path: Path, plan) -> None:
@@ -37,16 +38,21 @@ def write_report(path: Path, plan) -> None:
 def _write(path: Path, plan) -> None:
     import plotly.graph_objects as go
 
+    from spsim.html_report import DRAFT_TITLE, draft_lengths_figure
+
+    reruns = _reruns(plan)
     figs = [("plot-throughput-latency", "Throughput against latency (runs meeting the SLO: filled; Pareto front: line)",
              _throughput_latency(plan, go)),
             ("plot-slo-attainment", "SLO attainment against request rate", _attainment(plan, go)),
             ("plot-latency-distributions", "TTFT and TPOT at each configuration's highest rate", _distributions(plan, go)),
             ("plot-gpu-time", "GPU time by pass kind at each configuration's highest rate", _gpu_time(plan, go)),
             ("plot-acceptance-position", f"Acceptance by draft position (first {POSITION_REQUESTS} requests at each "
-             "configuration's highest rate)", _positions(plan, go))]
+             "configuration's highest rate)", _positions(plan, go, reruns))]
+    figs.append(("plot-draft-lengths", f"{DRAFT_TITLE} (first {POSITION_REQUESTS} requests at each configuration's "
+                 "highest rate)", draft_lengths_figure(go, [(k, v.extra.get("draft_lengths")) for k, v in reruns.items()])))
     parts = []
     for i, (div_id, title, fig) in enumerate(figs):
-        fig.update_layout(title=title, height=460, margin=dict(t=60, l=60, r=20, b=50))
+        fig.update_layout(title=title, height=max(460, fig.layout.height or 0), margin=dict(t=60, l=60, r=20, b=50))
         # plotly.js goes in once, inline: the file opens with no network
         parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=div_id))
     m = plan.meta
@@ -157,20 +163,22 @@ def _gpu_time(plan, go):
     return fig
 
 
-def _positions(plan, go):
-    """Acceptance rate of draft position i: verifications whose draft i was accepted / those that
-    held a draft i."""
+def _reruns(plan) -> dict:
+    """Each speculative configuration (not `oracle`) at its highest rate on the step path over the
+    trace's first POSITION_REQUESTS requests, recording every verification and a sample of draft
+    lengths: {configuration label: RunResult}."""
     from dataclasses import replace
 
+    from spsim.policies.draftlog import DEFAULT_SAMPLE
     from spsim.simulator.positions import simulate_with_positions
 
-    fig = go.Figure()
-    inp = plan.inputs
-    n = min(POSITION_REQUESTS, len(inp.trace))
     from .probe import Bench, trace_fingerprint
     from .space import PlanConfig
 
+    inp = plan.inputs
+    n = min(POSITION_REQUESTS, len(inp.trace))
     bench = Bench(inp.trace, trace_fingerprint(inp.trace), inp.base, inp.slo, None)
+    out = {}
     for row, res in zip(plan.rows, plan.results):
         if not res["speculative"] or res["clairvoyant"] or not res["max_rate"]:
             continue
@@ -178,12 +186,21 @@ def _positions(plan, go):
         tr = replace(inp.trace.take(np.arange(n)), arrival_s=bench.arrivals(res["max_rate"])[:n])
         sim_cfg = cfg.serving(inp.base).with_(replicas=res["replicas_at"], qps=None, offline=False, concurrency=None,
                                               slo=None)
-        s = simulate_with_positions(tr, sim_cfg).summary
+        out[row["config"]] = simulate_with_positions(tr, sim_cfg, draft_sample=DEFAULT_SAMPLE)
+    return out
+
+
+def _positions(plan, go, reruns: dict):
+    """Acceptance rate of draft position i: verifications whose draft i was accepted / those that
+    held a draft i."""
+    fig = go.Figure()
+    for label, run in reruns.items():
+        s = run.summary
         acc, held = s["num_accepted_tokens_per_pos"], s["num_drafted_per_pos"]
         if not held:
             continue
         rate = [a / h if h else None for a, h in zip(acc, held)]
-        fig.add_trace(go.Scatter(x=list(range(1, len(rate) + 1)), y=rate, mode="lines+markers", name=row["config"],
+        fig.add_trace(go.Scatter(x=list(range(1, len(rate) + 1)), y=rate, mode="lines+markers", name=label,
                                  text=[f"{h:,} verifications held this draft" for h in held]))
     fig.update_xaxes(title="draft position (1 = first draft after a verification)")
     fig.update_yaxes(title="acceptance rate", range=[0, 1.02])

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from spsim.cli_options import LIMIT, SKIP_INVALID, TRACE_FORMAT, check_out_dir, serving_options
 from spsim.cli_report import DEFAULT_TRACE, load_trace as _load, run_notes, summary_table, warn  # noqa: F401
+from spsim.policies.draftlog import DEFAULT_SAMPLE as DRAFT_SAMPLE
 from spsim.errors import SpsimError
 from spsim.spec import split_specs
 
@@ -64,14 +65,18 @@ class ProgressLines:
               file=self.stream or sys.stderr, flush=True)
 
 
-def _run(trace, cfg, label: str, quiet: bool = False, record: bool = False):
+def _run(trace, cfg, label: str, quiet: bool = False, record: bool = False, draft_sample: int = 0):
     """Simulate with progress: a live bar on a terminal, else plain lines on stderr (`quiet`: the
     caller's stdout is not a table, e.g. --json). `record`: keep each verification's outcome (the
-    step path: the same run, slower; simulator/positions.py)."""
+    step path: the same run, slower; simulator/positions.py). `draft_sample`: record that many
+    requests' draft lengths (policies/draftlog.py; the same run)."""
+    from functools import partial
+
     from .engine import simulate
 
     if record:
         from .positions import simulate_with_positions as simulate  # noqa: F811
+    simulate = partial(simulate, draft_sample=draft_sample)  # noqa: F811
 
     if not live_progress(quiet):
         lines = ProgressLines(label)
@@ -203,7 +208,8 @@ def register(app: typer.Typer) -> None:
             check_out_dir(report.parent, (report.name,), label=f"--report {report}")
         tr = _load(trace, trace_format, limit, skip_invalid)
         t0 = time.perf_counter()
-        res = _run(tr, cfg, f"replay {policy}", quiet=as_json, record=report is not None and not spec.cls.oracle)
+        res = _run(tr, cfg, f"replay {policy}", quiet=as_json, record=report is not None and not spec.cls.oracle,
+                   draft_sample=DRAFT_SAMPLE if report is not None else 0)
         wall = time.perf_counter() - t0
         if as_json:
             typer.echo(res.summary_json(), nl=False)
@@ -222,13 +228,15 @@ def register(app: typer.Typer) -> None:
             from spsim.html_report import write_run_report
 
             write_run_report(report, res.summary, res.requests, f"spsim replay: {policy} on {trace or DEFAULT_TRACE} "
-                             f"({len(tr):,} requests, {cfg.replicas} x {cfg.model} on {cfg.gpu})")
+                             f"({len(tr):,} requests, {cfg.replicas} x {cfg.model} on {cfg.gpu})",
+                             draft_lengths=res.extra.get("draft_lengths"))
             if not as_json:
                 console.print(f"wrote {report}")
 
     @app.command(epilog=_examples(
         "spsim compare mooncake --limit 1000 --replicas 4 -P ar,sync:k=4,fixed-k:k=8,aspire   # about 20 s",
-        "spsim compare mooncake --limit 300 --concurrency 16 -P ar,entropy,aspire,oracle --seeds 3 --out runs/cmp"))
+        "spsim compare mooncake --limit 300 --concurrency 16 -P ar,entropy,aspire,oracle --seeds 3 --out runs/cmp",
+        "spsim compare azure-conv --limit 1000 -P ar,fixed-k:k=4,aspire --report cmp.html   # + cmp.csv, cmp.md"))
     @serving_options(exclude=("policy", "seed"), config_cls=_LazySimConfig)
     def compare(
         trace: Optional[str] = typer.Argument(None, help=f"Trace file or shipped name (default: {DEFAULT_TRACE})."),
@@ -239,6 +247,9 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for compare.json, compare.csv and "
                                            "report.html (self-contained; checked before the runs)."),
         as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+        report: Optional[Path] = typer.Option(None, "--report", help="Write a self-contained HTML report here "
+                                              "(distributions, GPU time, acceptance by draft position, sampled "
+                                              "requests' draft lengths over time; checked before the runs)."),
         limit: Optional[int] = LIMIT, trace_format: Optional[str] = TRACE_FORMAT,
         skip_invalid: bool = SKIP_INVALID,
         serving=None,
@@ -250,18 +261,22 @@ def register(app: typer.Typer) -> None:
             raise SpsimError(f"--seeds must be >= 1 (got {seeds})")
         specs = _specs(policies)
         check_out_dir(out, ("compare.json", "compare.csv", "report.html"))
-        if out:
+        if report is not None:
+            check_out_dir(report.parent, (report.name,), label=f"--report {report}")
+        if out or report is not None:
             try:
                 import plotly  # noqa: F401
             except ImportError:
-                raise SpsimError("--out writes report.html with plotly, which is not installed (pip install plotly)") from None
+                raise SpsimError("--out and --report write HTML with plotly, which is not installed "
+                                 "(pip install plotly)") from None
         tr = _load(trace, trace_format, limit, skip_invalid)
         base = serving.with_(policy=specs[0], seed=0)
+        details = {} if report is not None else None
         if live_progress(as_json):
-            rows = compare_policies(tr, base, specs, seeds, console=console)
+            rows = compare_policies(tr, base, specs, seeds, console=console, details=details)
         else:
             lines = ProgressLines("compare")
-            rows = compare_policies(tr, base, specs, seeds, lines=lines)
+            rows = compare_policies(tr, base, specs, seeds, lines=lines, details=details)
         if as_json:
             typer.echo(json.dumps(rows, indent=2))
         else:
@@ -273,6 +288,13 @@ def register(app: typer.Typer) -> None:
                                                          "by_reason": dict(tr.skipped)})
             if not as_json:
                 console.print(f"wrote {out}/compare.json, compare.csv, report.html")
+        if report is not None:
+            from spsim.html_report import write_compare_report
+
+            write_compare_report(report, rows, details, tr, base, f"spsim compare: {trace or DEFAULT_TRACE} "
+                                 f"({len(tr):,} requests, {base.replicas} x {base.model} on {base.gpu}, {seeds} seed(s))")
+            if not as_json:
+                console.print(f"wrote {report} (and {report.with_suffix('.csv').name}, {report.with_suffix('.md').name})")
 
 
 def _warn_rows(rows: list[dict]) -> None:

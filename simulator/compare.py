@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 from rich.table import Table
 
+from spsim.policies.draftlog import DEFAULT_SAMPLE as DRAFT_SAMPLE
+
 from .engine import SimConfig, simulate
 
 # (summary key, label, higher is better)
@@ -42,10 +44,13 @@ def _count(vals):
     return float(np.mean(vals))
 
 
-def compare_policies(trace, base: SimConfig, specs: list[str], seeds: int, console=None, lines=None) -> list[dict]:
+def compare_policies(trace, base: SimConfig, specs: list[str], seeds: int, console=None, lines=None,
+                     details: dict | None = None) -> list[dict]:
     """Run every policy with seeds 0..seeds-1 (once for policies the seed cannot change) and
     give one row per policy: means, spreads and ratios against the first. Progress: a live bar
-    on `console`, or `lines(fraction, text)` (plain progress lines), or none."""
+    on `console`, or `lines(fraction, text)` (plain progress lines), or none. `details`, if given,
+    is filled per policy with its seed-0 run for a report: summary, per-request TTFT and TPOT (s),
+    and a sample of requests' draft lengths (policies/draftlog.py; recording changes no result)."""
     from rich.progress import Progress
 
     rows = []
@@ -64,8 +69,16 @@ def compare_policies(trace, base: SimConfig, specs: list[str], seeds: int, conso
                 what = f"run {i + 1}/{len(runs)} {spec} seed {seed}"
                 cb = (lambda done, total, i=i, what=what:
                       lines((i + done / total) / len(runs), f"{what}: {done:,}/{total:,} requests"))
-            res = simulate(trace, base.with_(policy=spec, seed=seed), progress=cb)
+            keep = details is not None and seed == 0
+            res = simulate(trace, base.with_(policy=spec, seed=seed), progress=cb,
+                           draft_sample=DRAFT_SAMPLE if keep else 0)
             results[spec].append(res.summary)
+            if keep:
+                from spsim.slo import Latencies
+
+                lat = Latencies.from_requests(res.requests)
+                details[spec] = {"summary": res.summary, "ttft": lat.ttft, "tpot": lat.tpot,
+                                 "draft_lengths": res.extra.get("draft_lengths")}
             if prog:
                 prog.advance(task)
     finally:
