@@ -52,23 +52,169 @@ class Stretch:
     relax: list[tuple[int, int, int, int]] = field(default_factory=list)  # (pass, rid, last look, look)
 
 
+def _pairwise(a: list[float], w: int) -> float:
+    """numpy's sum of a row of w columns holding `a` then zeros (8 accumulators from 8 columns)."""
+    a = a + [0.0] * (w - len(a))
+    if w < 8:
+        s = 0.0
+        for x in a:
+            s += x
+        return s
+    r = a[:8]
+    i = 8
+    while i < w - w % 8:
+        for k in range(8):
+            r[k] += a[i + k]
+        i += 8
+    s = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    while i < w:
+        s += a[i]
+        i += 1
+    return s
+
+
+def cycle_more(est: list[float], d0: int, G: list[float], cd: float, vc: list[float], cap: int, L: int) -> int:
+    """The drafts a cycle verifies: from d0 held, `draft_more` at each state "holding s drafts"
+    until it says verify, on Python floats with its operations in its order (IEEE arithmetic, so
+    the same bits), each state at the narrowest grid it allows (s < 8: running sums; from 8,
+    numpy's pairwise sum over 8 * (s // 8) + 7 columns). est: estimates of drafts 0..; G: the
+    running sums of prior ** m, m = 1..L."""
+    last = len(vc) - 1
+    cps = []
+    cp, e = 1.0, 0.0
+    for i in range(d0):
+        cp = est[i] if i == 0 else cp * est[i]
+        cps.append(cp)
+        e += cp
+    s = d0
+    while True:
+        if s >= cap:
+            return s
+        if s >= 8:
+            e = _pairwise(cps, s // 8 * 8 + 7)
+        sv = cp if s else 1.0
+        spent = s * cd
+        now = (e + 1.0) / (spent + vc[s if s < last else last])
+        more = False
+        for m in range(1, L + 1):
+            na = s + m
+            if na > cap:
+                break
+            if (e + sv * G[m - 1] + 1.0) / (spent + m * cd + vc[na if na < last else last]) > now:
+                more = True
+                break
+        if not more:
+            return s
+        cp = est[s] if s == 0 else cp * est[s]
+        cps.append(cp)
+        e += cp
+        s += 1
+
+
 class StretchPlanner:
     """Plans a stretch for one `Entropy` policy (reads its state, changes none of it)."""
 
     CHECK_AHEAD = 64  # passes a request shown cost-bound is checked ahead at once
+    ENT_ROWS = 48  # cycle starts whose draws (entropies, outcomes) are drawn at once per request
 
     def __init__(self, pol):
         self.pol = pol
+        # draws by request id, kept across stretches: (first start, starts, draws, context - committed)
+        self._etab: dict = {}
+        self._vtab: dict = {}
 
-    # ---------------------------------------------------------------- costs and estimates
-    def _costs(self, ctx: np.ndarray, view: DecodeView, share: float):
-        """(draft cost, verify costs by drafts held) at these contexts, plus the pass overhead's
-        share: the step path's grids and additions (`Entropy._marginal_costs`)."""
-        c = view.max_draft + 1
+    # ---------------------------------------------------------------- costs, entropies, estimates
+    def _cost_tables(self, view: DecodeView, H: int, share: float) -> None:
+        """Each request's draft cost and verify costs by drafts held at contexts context + 0..H-1
+        (a request's context grows by at most one token a pass, past the drafts it holds), plus the pass overhead's share:
+        the step path's grids and additions (`Entropy._marginal_costs`), in one call."""
+        r, c = len(view.ids), view.max_draft + 1
+        ctx = (view.context[:, None] + np.arange(H, dtype=np.int64)).ravel()
         k = len(ctx)
         dm, vm = self.pol.ctx.cost.marginal(ctx[:, None].repeat(c, 1), np.full((k, c), view.budget[0]),
                                             np.full((k, c), view.method[0]), np.arange(1, c + 1)[None, :].repeat(k, 0))
-        return dm[:, 0] + share, vm + share
+        self._cd, self._vc = (dm[:, 0] + share).reshape(r, H), (vm + share).reshape(r, H, c)
+
+    def _tables(self, J: list[int], tab: list, fill) -> None:
+        """Per-request tables of draws by (cycle start, drafts), ENT_ROWS starts from a column's
+        committed position drawn at once where its table does not reach it (a column's context is
+        its committed position plus a constant while it decodes, so a start fixes every draw)."""
+        com, ctx, rids = self._com, self._ctx, self._rids
+        miss = [j for j in J if not ((t := tab.get(rids[j])) is not None and 0 <= com[j] - t[0] < t[1]
+                                     and ctx[j] - com[j] == t[3])]
+        if not miss:
+            return
+        if len(tab) > 4 * len(rids) + 64:  # entries of finished requests
+            keep = set(rids)
+            for rid in [x for x in tab if x not in keep]:
+                del tab[rid]
+        md = self._md
+        ids, pos, dx, cx, spans = [], [], [], [], []
+        for j in miss:
+            c0, o = com[j], self._out[j]
+            rows = max(min(self.ENT_ROWS, o - c0), 1)
+            c = c0 + np.arange(rows)
+            i = np.arange(md)
+            ok = i[None, :] < np.minimum(md, o - c - 1)[:, None]  # drafts it may make from there
+            cc = np.broadcast_to(c[:, None], ok.shape)[ok]
+            ids.append(np.full(len(cc), self._rids[j], np.int64))
+            pos.append(cc)
+            dx.append(np.broadcast_to(i[None, :], ok.shape)[ok])
+            cx.append(cc + (self._ctx[j] - c0))
+            spans.append((j, c0, rows, ok, self._ctx[j] - c0))
+        vals = fill(np.concatenate(ids), np.concatenate(pos), np.concatenate(dx), np.concatenate(cx))
+        lo = 0
+        for j, c0, rows, ok, off in spans:  # (first start, starts, draws, context - committed)
+            k = int(ok.sum())
+            tab[self._rids[j]] = (c0, rows, vals(ok, lo, lo + k), off)
+            lo += k
+
+    def _ests(self, J: list[int], a: np.ndarray):
+        """(estimates (len(J), max_draft + 7), entropies) of the drafts each column would make in
+        a cycle starting at its committed position now with acceptance estimate a; NaN past what
+        it may draft, 1 past max_draft. The entropy term of `token_acceptance` is drawn with the
+        table (the same floats: its operations in its order)."""
+        pol = self.pol
+
+        def fill(ids, pos, dx, cx):
+            e = self._entropy(ids, pos, dx, cx)
+            q = pol.slope * (pol.thr - np.log(np.maximum(np.minimum(np.where(e == e, e, pol.entropy_median), _FMAX),
+                                                            1e-12)))
+
+            def vals(ok, lo, hi):
+                E, Q = np.full(ok.shape, np.nan), np.full(ok.shape, np.nan)
+                E[ok], Q[ok] = e[lo:hi], q[lo:hi]
+                return E, Q
+            return vals
+
+        tab, com, rids = self._etab, self._com, self._rids
+        self._tables(J, tab, fill)
+        rows = [tab[rids[j]][2] for j in J]
+        i = [com[j] - tab[rids[j]][0] for j in J]
+        E = np.stack([x[0][k] for x, k in zip(rows, i)])
+        Q = np.stack([x[1][k] for x, k in zip(rows, i)])
+        p = np.minimum(np.maximum(a, 1e-6), 1 - 1e-6)  # token_acceptance, with the entropy term drawn
+        est = np.ones((len(J), self._md + 7))
+        est[:, :self._md] = 1.0 / (1.0 + np.exp(-(np.log(p / (1 - p))[:, None] + Q)))
+        return est, E.tolist()
+
+    def _outcomes(self, J: list[int], x: list[int]) -> list[int]:
+        """Accepted drafts of each column's verification of x drafts at its committed position now
+        (0 for none), from per-request tables (`_tables`)."""
+        md = self._md
+
+        def fill(ids, pos, dx, cx):
+            res = self._verify(ids, pos, dx + 1, cx)
+
+            def vals(ok, lo, hi):
+                T = np.zeros((len(ok), md + 1), np.int64)
+                T[:, 1:][ok] = res[lo:hi]
+                return T.tolist()
+            return vals
+
+        tab, com, rids = self._vtab, self._com, self._rids
+        self._tables([j for j, y in zip(J, x) if y], tab, fill)
+        return [(t := tab[rids[j]])[2][com[j] - t[0]][y] if y else 0 for j, y in zip(J, x)]
 
     def _est(self, ent: np.ndarray, prior: np.ndarray) -> np.ndarray:
         pol = self.pol
@@ -85,122 +231,89 @@ class StretchPlanner:
         r = len(view.ids)
         rids = view.ids.tolist()
         com, ctx = view.committed.tolist(), view.context.tolist()
+        ctx0 = list(ctx)
         out = [c + x for c, x in zip(com, view.remaining.tolist())]
         d = view.drafted.tolist()
         md, L = view.max_draft, pol.lookahead
-        keep, strength = acc.keep, acc.strength
+        keep, pkeep, strength = acc.keep, acc.pkeep, acc.strength
         nd = max(view.num_decode, 1)
         share = pol.ctx.cost.pass_overhead(nd, prefill_tokens=view.prefill_tokens) / nd
-        self._view, self._share = view, share
+        self._cost_tables(view, n + md + 2, share)  # + the drafts held at the start (emitted once verified)
+        cdt, vct = self._cd, self._vc
+        cdl = cdt.tolist()
+        self._rids, self._com, self._ctx, self._out, self._md = rids, com, ctx, out, md
+        self._entropy, self._verify = entropy, verify
         st = Stretch(rids, n, cycles=[[] for _ in range(r)])
-        self.st = st
         hz = n
         counts = [(list(x) if (x := acc.counts.get(i)) else None) for i in rids]
         pool = list(acc.pop)
         start = [0] * r
         held = [list(pol._p.get(i, []))[:x] for i, x in zip(rids, d)]
-        # pass-0 looks: the estimate of the newest draft (if not held yet) and relaxations due
-        relax0 = [None] * r  # last look where a relaxation is due at the next look
+        # a relaxation towards the pool is due at a request's next look (the last look's position)
+        relax = [None] * r
         for j, i in enumerate(rids):
             p0 = acc.seen.get(i)
             if counts[j] is not None and p0 is not None and com[j] > p0:
-                relax0[j] = p0
-        pending = [False] * r  # first outcome made: counts from the pool as it is then
+                relax[j] = p0
+        pending = [False] * r  # first outcome made: its counts start from the pool as it is then
+        done = [False] * r
         kmax = np.zeros(n + 1, np.int64)  # most drafts held by any request, per pass
         heap: list = []  # outcomes not folded into the pool yet: (pass, column, drafts, accepted)
-        folded = 0  # passes folded
-        done = [False] * r
-        last_ent = np.where(view.drafted > 0, view.last_entropy, np.nan)
-        self.checks = []  # pure cycles' decisions, for the width check
-        self.first_spec = None
+        last = np.where(view.drafted > 0, view.last_entropy, np.nan).tolist()
+        opened: list = [None] * r  # a cycle decided pass by pass: [first pass, drafts then, entropies]
+        checks = []  # whole cycles: (column, first pass, drafts then, drafts verified, prior, cd, vc, cap, ests)
+        rec = st.cycles
+
+        def verified(j, p, x, a):
+            st.vp.append(p)
+            st.vj.append(j)
+            st.dv.append(x)
+            st.acc.append(a)
+
+        def own(j):  # its estimate is its own: whole cycles
+            return counts[j] is not None and relax[j] is None and not pending[j]
 
         def fold(P):
-            nonlocal folded
             while heap and heap[0][0] < P:
                 p, j, x, a = heapq.heappop(heap)
                 trials = a + (a < x)
-                if pending[j] and counts[j] is None:
-                    counts[j] = [pool[0] / pool[1] * strength, strength]
+                if pending[j]:  # its first outcome: counts from the pool's rate (AcceptanceEMA.update)
+                    cj = counts[j] = [pool[0] / pool[1] * strength, strength]
                     pending[j] = False
-                    cj = counts[j]
                     cj[0] = keep * cj[0] + a
                     cj[1] = keep * cj[1] + trials
-                pool[0] = acc.pkeep * pool[0] + a
-                pool[1] = acc.pkeep * pool[1] + trials
-            folded = P
+                pool[0] = pkeep * pool[0] + a
+                pool[1] = pkeep * pool[1] + trials
 
-        def pure(J):
-            """One whole cycle of each column in J (own estimate, kept through the cycle)."""
+        def whole(J):
+            """One whole cycle of each column in J: its states "holding s drafts" decided in turn
+            until it verifies (`cycle_more`), at the narrowest width each allows."""
             nonlocal hz
-            k = len(J)
-            jr = np.array(J)
             a = np.array([counts[j][0] / counts[j][1] for j in J])
-            cxa = np.array([ctx[j] for j in J], np.int64)
-            cd, vc = self._costs(cxa, view, share)
-            d0 = [d[j] for j in J]
-            cap = [min(md, out[j] - com[j] - 1) for j in J]
-            # entropies of every draft the cycle may make, drawn at once
-            m = [max(c - x, 0) for c, x in zip(cap, d0)]
-            tot = sum(m)
-            ests = []
-            if tot:
-                rep = np.repeat(np.arange(k), m)
-                first = np.repeat(np.cumsum([0] + m[:-1]), m)
-                dpos = np.arange(tot) - first + np.repeat(np.array(d0, np.int64), m)
-                ent = entropy(np.array(rids, np.int64)[jr[rep]], np.array(com, np.int64)[jr[rep]], dpos, cxa[rep])
-                est = self._est(ent, a[rep])
-                ent_l, est_l = ent.tolist(), est.tolist()
-            row = 0
+            cix = [ctx[j] - ctx0[j] for j in J]
+            est, ent = self._ests(J, a)
+            G = np.cumsum(a[:, None] ** np.arange(1, L + 1), axis=1).tolist()  # draft_more's gain factors
+            estl = est.tolist()
             for q, j in enumerate(J):
-                ests.append(held[j][:d0[q]] + (est_l[row:row + m[q]] if m[q] else []))
-                row += m[q]
-            # states n = d0..cap, by width group (n // 8): the narrowest width a state allows
-            more = [dict() for _ in J]
-            live = list(range(k))
-            g = 0
-            while live:
-                rows = [(q, s) for q in live for s in range(max(d0[q], 8 * g), min(cap[q], 8 * g + 7) + 1)]
-                if rows:
-                    qs = np.array([x[0] for x in rows])
-                    W = 8 * g + 7 if g else 7
-                    ph = np.ones((len(rows), max(W, 1)))
-                    for i, (q, s) in enumerate(rows):
-                        if s:
-                            ph[i, :s] = ests[q][:s]
-                    res = er.draft_more(ph[:, :W], np.array([x[1] for x in rows], np.int64), a[qs], cd[qs], vc[qs],
-                                        np.array(cap)[qs], L).tolist()
-                    for (q, s), y in zip(rows, res):
-                        more[q][s] = y
-                # on to the next width group while every state so far drafts on (or none was in it)
-                live = [q for q in live if cap[q] > 8 * g + 7
-                        and all(more[q][s] for s in range(max(d0[q], 8 * g), 8 * g + 8))]
-                g += 1
-            dvs = []
-            for q, j in enumerate(J):
-                s = d0[q]
-                while more[q].get(s):
-                    s += 1
-                dvs.append(s)
-            spec = [q for q in range(k) if dvs[q] > 0]
-            outc = [0] * k
-            if spec:
-                sj = [J[q] for q in spec]
-                res = verify(np.array([rids[j] for j in sj], np.int64), np.array([com[j] for j in sj], np.int64),
-                             np.array([dvs[q] for q in spec], np.int64), np.array([ctx[j] for j in sj], np.int64))
-                for q, x in zip(spec, res.tolist()):
-                    outc[q] = x
-            row = 0
-            for q, j in enumerate(J):
-                f, x, a_ = start[j], dvs[q], outc[q]
-                v = f + x - d0[q]
-                ents = ent_l[row:row + x - d0[q]] if tot else []
-                row += m[q]
-                st.cycles[j].append((f, v, d0[q], com[j], ests[q], ents))
-                self.checks.append((j, f, d0[q], x, float(a[q]), cd[q], vc[q], cap[q], ests[q], more[q]))
-                if f <= n:  # drafts held on each of its passes
-                    seg = np.arange(d0[q], d0[q] + min(v, n) - f + 1)
-                    np.maximum(kmax[f:f + len(seg)], seg, out=kmax[f:f + len(seg)])
-                self._verified(j, v, x, a_)
+                x0 = d[j]
+                el = estl[q]
+                if x0:
+                    el[:x0] = held[j][:x0]
+                cap = min(md, out[j] - com[j] - 1)
+                vcr = vct[j, cix[q]].tolist()
+                cd = cdl[j][cix[q]]
+                x = cycle_more(el, x0, G[q], cd, vcr, cap, L)
+                f = start[j]
+                v = f + x - x0
+                a_ = self._outcomes([j], [x])[0] if x else 0
+                ests = el[:x]
+                rec[j].append((f, v, x0, com[j], ests, ent[q][x0:x]))
+                if f < n:
+                    checks.append((j, f, x0, x, a[q], cd, vcr, cap, ests))
+                    for p in range(f, min(v, n) + 1):  # drafts held on each of its passes
+                        if x0 + p - f > kmax[p]:
+                            kmax[p] = x0 + p - f
+                verified(j, v, x, a_)
                 held[j] = []
                 if x > 0:
                     cj = counts[j]
@@ -211,7 +324,7 @@ class StretchPlanner:
                     if gate and v + 1 < hz:
                         hz = v + 1
                 else:
-                    relax0[j] = com[j]  # plain: the next look relaxes towards the pool
+                    relax[j] = com[j]  # plain: its next look relaxes towards the pool
                 com[j] += a_ + 1
                 ctx[j] += a_ + 1
                 d[j] = 0
@@ -220,16 +333,19 @@ class StretchPlanner:
                     done[j] = True
                     hz = min(hz, v + 1)
 
+        def whole_cycles(J):  # cycle after cycle while each keeps its own estimate
+            while J:
+                whole(J)
+                J = [j for j in J if not done[j] and start[j] < hz and own(j)]
+
         def pooled(A, P):
-            """Columns in A (no outcome yet) decided at pass P from the pool's rate."""
+            """Columns in A (no outcome yet) decided on pass P from the pool's rate."""
             nonlocal hz
             k = len(A)
-            prior_v = pool[0] / pool[1]
-            prior = np.full(k, prior_v)
-            # the newest draft's estimate, made on this pass's look
+            prior = np.full(k, pool[0] / pool[1])
             new = [q for q, j in enumerate(A) if d[j] > len(held[j])]
-            if new:
-                e = self._est(np.array([self._last[A[q]] for q in new]), prior[:len(new)])
+            if new:  # the newest draft's estimate, made on this pass's look
+                e = self._est(np.array([last[A[q]] for q in new]), prior[:len(new)])
                 for q, x in zip(new, e.tolist()):
                     held[A[q]].append(x)
             K = max(int(kmax[P]), 1)
@@ -237,39 +353,34 @@ class StretchPlanner:
             for q, j in enumerate(A):
                 if d[j]:
                     ph[q, :d[j]] = held[j][:d[j]]
-            cxa = np.array([ctx[j] for j in A], np.int64)
-            cd, vc = self._costs(cxa, view, share)
-            cap = np.array([min(md, out[j] - com[j] - 1) for j in A], np.int64)
+            Aa = np.array(A)
+            cix = np.array([ctx[j] - ctx0[j] for j in A])
             dd = np.array([d[j] for j in A], np.int64)
-            mo = er.draft_more(ph, dd, prior, cd, vc, cap, L).tolist()
-            dr = [q for q in range(k) if mo[q]]
+            cap = np.array([min(md, out[j] - com[j] - 1) for j in A], np.int64)
+            mo = er.draft_more(ph, dd, prior, cdt[Aa, cix], vct[Aa, cix], cap, L).tolist()
+            dr = [A[q] for q in range(k) if mo[q]]
             if dr:
-                ent = entropy(np.array([rids[A[q]] for q in dr], np.int64), np.array([com[A[q]] for q in dr], np.int64),
-                              dd[dr], cxa[dr])
-                for q, x in zip(dr, ent.tolist()):
-                    j = A[q]
-                    self._open[j][5].append(x)
-                    self._last[j] = x
+                self._ests(dr, np.full(len(dr), 0.5))
+                for j in dr:
+                    t = self._etab[rids[j]]
+                    x = float(t[2][0][com[j] - t[0], d[j]])
+                    opened[j][2].append(x)
+                    last[j] = x
                     d[j] += 1
                     start[j] = P + 1
             ver = [q for q in range(k) if not mo[q] and d[A[q]] > 0]
-            outc = {}
-            if ver:
-                res = verify(np.array([rids[A[q]] for q in ver], np.int64), np.array([com[A[q]] for q in ver], np.int64),
-                             dd[ver], cxa[ver])
-                outc = dict(zip(ver, res.tolist()))
-            plain = [q for q in range(k) if not mo[q] and d[A[q]] == 0]
-            runs = self._cost_bound([A[q] for q in plain], P, min(hz, n)) if plain else {}
-            for q in range(k):
+            outc = dict(zip(ver, self._outcomes([A[q] for q in ver], [d[A[q]] for q in ver]))) if ver else {}
+            plain = [A[q] for q in range(k) if not mo[q] and d[A[q]] == 0]
+            runs = self._cost_bound(plain, P, hz, ctx0) if plain else {}
+            for q, j in enumerate(A):
                 if mo[q]:
                     continue
-                j = A[q]
                 x = d[j]
-                o = self._open[j]
                 if x > 0:
                     a_ = outc[q]
-                    st.cycles[j].append((o[0], P, o[2], com[j], held[j][:x], o[5]))
-                    self._verified(j, P, x, a_)
+                    o = opened[j]
+                    rec[j].append((o[0], P, o[1], com[j], held[j][:x], o[2]))
+                    verified(j, P, x, a_)
                     heapq.heappush(heap, (P, j, x, a_))
                     pending[j] = True
                     if gate and P + 1 < hz:
@@ -279,88 +390,67 @@ class StretchPlanner:
                     h = 1
                 else:
                     h = runs[j]
-                    st.cycles[j].append((P, P + h - 1, 0, com[j], None, None))
+                    rec[j].append((P, P + h - 1, 0, com[j], None, None))
                     for p in range(P, P + h):
-                        self._verified(j, p, 0, 0)
+                        verified(j, p, 0, 0)
                     com[j] += h
                     ctx[j] += h
                 held[j] = []
                 d[j] = 0
                 start[j] = P + h
-                self._open[j] = None
+                opened[j] = None if pending[j] else [start[j], 0, []]
                 if com[j] >= out[j]:
                     done[j] = True
                     hz = min(hz, start[j])
-            for j in A:
-                if self._open[j] is None and not done[j] and start[j] < hz and counts[j] is None and not pending[j]:
-                    self._open[j] = [start[j], None, 0, com[j], None, []]
 
-        self._verified = lambda j, p, x, a_: (st.vp.append(p), st.vj.append(j), st.dv.append(x), st.acc.append(a_))
-        self._last = last_ent.tolist()
-        self._open = [None] * r
-        self._com, self._ctx, self._out = com, ctx, out
-        for j in range(r):  # columns decided pass by pass: their open cycle
-            if counts[j] is None:
-                self._open[j] = [0, None, d[j], com[j], None, []]
         for j in range(r):
-            if counts[j] is not None and relax0[j] is None and d[j] > len(held[j]):  # own estimate at pass 0
+            if counts[j] is None:
+                opened[j] = [0, d[j], []]
+            elif relax[j] is None and d[j] > len(held[j]):  # the newest draft's estimate on pass 0's look
                 x = counts[j]
-                held[j].append(float(self._est(np.array([self._last[j]]), np.array([x[0] / x[1]]))[0]))
-
+                held[j].append(float(self._est(np.array([last[j]]), np.array([x[0] / x[1]]))[0]))
+        whole_cycles([j for j in range(r) if own(j)])
         while True:
-            live = [j for j in range(r) if not done[j] and start[j] < hz]
-            if not live:
+            need = [j for j in range(r) if not done[j] and start[j] < hz]
+            if not need:
                 break
-            # pure columns whose cycle starts no later than the first pass a pooled one needs
-            while True:
-                P = min([start[j] for j in live if counts[j] is None or relax0[j] is not None or pending[j]],
-                        default=hz)
-                J = [j for j in live if counts[j] is not None and relax0[j] is None and not pending[j]
-                     and start[j] <= P and start[j] < hz and not done[j]]
-                if not J:
-                    break
-                pure(J)
-                live = [j for j in live if not done[j] and start[j] < hz]
-            if P >= hz or not live:
-                break
-            fold(P)
-            at = [j for j in live if start[j] == P]
+            P = min(start[j] for j in need)
+            fold(P)  # every outcome before P is known: the others' cycles are planned past it
+            at = [j for j in need if start[j] == P]
             B = []
             for j in at:
-                if counts[j] is not None and relax0[j] is not None:  # relaxes towards the pool, then its own
-                    p0, x = relax0[j], counts[j]
+                if counts[j] is not None and relax[j] is not None:  # relaxes towards the pool, then its own
+                    p0, x = relax[j], counts[j]
                     w = keep ** (com[j] - p0)
                     default = pool[0] / pool[1]
                     x[0] = w * x[0] + (1.0 - w) * default * strength
                     x[1] = w * x[1] + (1.0 - w) * strength
                     st.relax.append((P, rids[j], p0, com[j]))
-                    relax0[j] = None
+                    relax[j] = None
                     B.append(j)
-                elif counts[j] is not None and not pending[j]:
+                elif own(j):
                     B.append(j)
             if B:
-                pure(B)
+                whole_cycles(B)
             A = [j for j in at if counts[j] is None and not done[j] and start[j] < hz]
-            for j in A:  # this pass's drafts held, before the width is read
-                if d[j] > kmax[P]:
-                    kmax[P] = d[j]
             if A:
+                for j in A:  # this pass's drafts held, before the width is read
+                    if d[j] > kmax[P]:
+                        kmax[P] = d[j]
                 pooled(A, P)
         for j in range(r):  # cycles still drafting at the horizon, decided pass by pass
-            o = self._open[j]
+            o = opened[j]
             if o is not None and d[j] > 0:
-                st.cycles[j].append((o[0], 1 << 60, o[2], com[j], list(held[j]), o[5]))
+                rec[j].append((o[0], 1 << 60, o[1], com[j], list(held[j]), o[2]))
         st.n = min(n, hz)
-        st.n = min(st.n, self._width_check(kmax, st.n))
-        if st.n < 1:
-            return None
-        return st
+        st.n = min(st.n, self._width_check(checks, kmax, st.n))
+        return st if st.n >= 1 else None
 
-    def _cost_bound(self, J: list[int], P: int, hz: int) -> dict[int, int]:
+    def _cost_bound(self, J: list[int], P: int, hz: int, ctx0: list[int]) -> dict[int, int]:
         """For columns decoding plainly at pass P with no outcome (their answer there is 0): the
         passes from P on (at least 1) on which they are certain to answer 0 whatever the pool:
         even acceptance 1 would not pay for a first draft (the rule is monotone in the rate)."""
-        view, share, md, L = self._view, self._share, self._view.max_draft, self.pol.lookahead
+        md, L = self._md, self.pol.lookahead
         out = {}
         for j in J:
             c, cx, o = self._com[j], self._ctx[j], self._out[j]
@@ -368,25 +458,25 @@ class StretchPlanner:
             if h <= 1:
                 out[j] = 1
                 continue
-            i = np.arange(1, h, dtype=np.int64)
-            cd, vc = self._costs(cx + i, view, share)
-            cap = np.minimum(md, o - c - i - 1)
-            more = er.first_draft_more(np.ones(h - 1), cd, vc, cap, L)
+            i = cx - ctx0[j] + np.arange(1, h)
+            cap = np.minimum(md, o - c - np.arange(1, h) - 1)
+            more = er.first_draft_more(np.ones(h - 1), self._cd[j, i], self._vc[j, i], cap, L)
             out[j] = 1 + (int(np.argmax(more)) if more.any() else h - 1)
         return out
 
-    def _width_check(self, kmax: np.ndarray, n: int) -> int:
+    def _width_check(self, checks: list, kmax: np.ndarray, n: int) -> int:
         """The first pass (or n) where a whole cycle's answer, decided at its narrowest width,
         changes at the width the batch has there (8 columns or more: numpy's pairwise sum)."""
         rows = []
-        for j, f, d0, x, a, cd, vc, cap, ests, more in self.checks:
+        km = kmax.tolist()
+        for j, f, d0, x, a, cd, vc, cap, ests in checks:
             for s in range(d0, x + 1):
                 p = f + s - d0
                 if p >= n:
                     break
-                K = int(kmax[p])
+                K = km[p]
                 if K >= 8 and K // 8 > s // 8:
-                    rows.append((p, s, K // 8 * 8 + 7, a, cd, vc, cap, ests, more[s]))
+                    rows.append((p, s, K // 8 * 8 + 7, a, cd, vc, cap, ests, s < x))
         if not rows:
             return n
         bad = n
