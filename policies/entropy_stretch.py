@@ -73,12 +73,13 @@ def _pairwise(a: list[float], w: int) -> float:
     return s
 
 
-def cycle_more(est: list[float], d0: int, G: list[float], cd: float, vc: list[float], cap: int, L: int) -> int:
+def cycle_more(est: list[float] | None, d0: int, G: list[float], cd: float, vc: list[float], cap: int, L: int) -> int:
     """The drafts a cycle verifies: from d0 held, `draft_more` at each state "holding s drafts"
     until it says verify, on Python floats with its operations in its order (IEEE arithmetic, so
     the same bits), each state at the narrowest grid it allows (s < 8: running sums; from 8,
     numpy's pairwise sum over 8 * (s // 8) + 7 columns). est: estimates of drafts 0..; G: the
-    running sums of prior ** m, m = 1..L."""
+    running sums of prior ** m, m = 1..L; None with d0 = 0: only the first state is decided (1:
+    it drafts), which reads no estimate."""
     last = len(vc) - 1
     cps = []
     cp, e = 1.0, 0.0
@@ -103,8 +104,8 @@ def cycle_more(est: list[float], d0: int, G: list[float], cd: float, vc: list[fl
             if (e + sv * G[m - 1] + 1.0) / (spent + m * cd + vc[na if na < last else last]) > now:
                 more = True
                 break
-        if not more:
-            return s
+        if not more or est is None:
+            return s + more
         cp = est[s] if s == 0 else cp * est[s]
         cps.append(cp)
         e += cp
@@ -169,11 +170,11 @@ class StretchPlanner:
             tab[self._rids[j]] = (c0, rows, vals(ok, lo, lo + k), off)
             lo += k
 
-    def _ests(self, J: list[int], a: np.ndarray):
-        """(estimates (len(J), max_draft + 7), entropies) of the drafts each column would make in
-        a cycle starting at its committed position now with acceptance estimate a; NaN past what
-        it may draft, 1 past max_draft. The entropy term of `token_acceptance` is drawn with the
-        table (the same floats: its operations in its order)."""
+    def _ests(self, J: list[int], a: list[float]):
+        """(estimates, entropies) as lists per column of the drafts it would make in a cycle
+        starting at its committed position now with acceptance estimate a (NaN past what it may
+        draft). `token_acceptance`'s operations in its order, its entropy term drawn with the
+        table."""
         pol = self.pol
 
         def fill(ids, pos, dx, cx):
@@ -184,19 +185,18 @@ class StretchPlanner:
             def vals(ok, lo, hi):
                 E, Q = np.full(ok.shape, np.nan), np.full(ok.shape, np.nan)
                 E[ok], Q[ok] = e[lo:hi], q[lo:hi]
-                return E, Q
+                return E, Q, E.tolist()
             return vals
 
         tab, com, rids = self._etab, self._com, self._rids
         self._tables(J, tab, fill)
-        rows = [tab[rids[j]][2] for j in J]
-        i = [com[j] - tab[rids[j]][0] for j in J]
-        E = np.stack([x[0][k] for x, k in zip(rows, i)])
-        Q = np.stack([x[1][k] for x, k in zip(rows, i)])
-        p = np.minimum(np.maximum(a, 1e-6), 1 - 1e-6)  # token_acceptance, with the entropy term drawn
-        est = np.ones((len(J), self._md + 7))
-        est[:, :self._md] = 1.0 / (1.0 + np.exp(-(np.log(p / (1 - p))[:, None] + Q)))
-        return est, E.tolist()
+        ts = [tab[rids[j]] for j in J]
+        i = [com[j] - t[0] for j, t in zip(J, ts)]
+        Q = ts[0][2][1][i[0]][None, :] if len(J) == 1 else np.stack([t[2][1][k] for t, k in zip(ts, i)])
+        p = [min(max(x, 1e-6), 1 - 1e-6) for x in a]
+        lp = np.log(np.array([x / (1 - x) for x in p]))
+        est = 1.0 / (1.0 + np.exp(-(lp[:, None] + Q)))
+        return est.tolist(), [t[2][2][k] for t, k in zip(ts, i)]
 
     def _outcomes(self, J: list[int], x: list[int]) -> list[int]:
         """Accepted drafts of each column's verification of x drafts at its committed position now
@@ -241,6 +241,7 @@ class StretchPlanner:
         self._cost_tables(view, n + md + 2, share)  # + the drafts held at the start (emitted once verified)
         cdt, vct = self._cd, self._vc
         cdl = cdt.tolist()
+        mL = np.arange(1, L + 1)
         self._rids, self._com, self._ctx, self._out, self._md = rids, com, ctx, out, md
         self._entropy, self._verify = entropy, verify
         st = Stretch(rids, n, cycles=[[] for _ in range(r)])
@@ -289,16 +290,15 @@ class StretchPlanner:
             """One whole cycle of each column in J: its states "holding s drafts" decided in turn
             until it verifies (`cycle_more`), at the narrowest width each allows."""
             nonlocal hz
-            a = np.array([counts[j][0] / counts[j][1] for j in J])
+            a = [counts[j][0] / counts[j][1] for j in J]
             cix = [ctx[j] - ctx0[j] for j in J]
-            est, ent = self._ests(J, a)
-            G = np.cumsum(a[:, None] ** np.arange(1, L + 1), axis=1).tolist()  # draft_more's gain factors
-            estl = est.tolist()
+            estl, ent = self._ests(J, a)
+            G = np.cumsum(np.array(a)[:, None] ** mL, axis=1).tolist()  # draft_more's gain factors
             for q, j in enumerate(J):
                 x0 = d[j]
                 el = estl[q]
-                if x0:
-                    el[:x0] = held[j][:x0]
+                if held[j]:  # estimates made on earlier looks
+                    el[:len(held[j])] = held[j]
                 cap = min(md, out[j] - com[j] - 1)
                 vcr = vct[j, cix[q]].tolist()
                 cd = cdl[j][cix[q]]
@@ -309,7 +309,7 @@ class StretchPlanner:
                 ests = el[:x]
                 rec[j].append((f, v, x0, com[j], ests, ent[q][x0:x]))
                 if f < n:
-                    checks.append((j, f, x0, x, a[q], cd, vcr, cap, ests))
+                    checks.append((j, f, x0, x, a[q], cd, vcr, cap, ests, x))
                     for p in range(f, min(v, n) + 1):  # drafts held on each of its passes
                         if x0 + p - f > kmax[p]:
                             kmax[p] = x0 + p - f
@@ -339,66 +339,74 @@ class StretchPlanner:
                 J = [j for j in J if not done[j] and start[j] < hz and own(j)]
 
         def pooled(A, P):
-            """Columns in A (no outcome yet) decided on pass P from the pool's rate."""
+            """Columns in A (no outcome yet) from pass P, at the pool's rate: constant until the
+            pass after the next verification with drafts, which is known (planned cycles) or may
+            come from a column not planned past P. A cycle that verifies before then is taken
+            whole, one still drafting then up to there; a plain answer holds while the rate
+            cannot change it, or while even acceptance 1 would not."""
             nonlocal hz
-            k = len(A)
-            prior = np.full(k, pool[0] / pool[1])
-            new = [q for q, j in enumerate(A) if d[j] > len(held[j])]
-            if new:  # the newest draft's estimate, made on this pass's look
-                e = self._est(np.array([last[A[q]] for q in new]), prior[:len(new)])
-                for q, x in zip(new, e.tolist()):
-                    held[A[q]].append(x)
-            K = max(int(kmax[P]), 1)
-            ph = np.ones((k, K))
-            for q, j in enumerate(A):
-                if d[j]:
-                    ph[q, :d[j]] = held[j][:d[j]]
-            Aa = np.array(A)
-            cix = np.array([ctx[j] - ctx0[j] for j in A])
-            dd = np.array([d[j] for j in A], np.int64)
-            cap = np.array([min(md, out[j] - com[j] - 1) for j in A], np.int64)
-            mo = er.draft_more(ph, dd, prior, cdt[Aa, cix], vct[Aa, cix], cap, L).tolist()
-            dr = [A[q] for q in range(k) if mo[q]]
-            if dr:
-                self._ests(dr, np.full(len(dr), 0.5))
-                for j in dr:
-                    t = self._etab[rids[j]]
-                    x = float(t[2][0][com[j] - t[0], d[j]])
-                    opened[j][2].append(x)
-                    last[j] = x
-                    d[j] += 1
-                    start[j] = P + 1
-            ver = [q for q in range(k) if not mo[q] and d[A[q]] > 0]
-            outc = dict(zip(ver, self._outcomes([A[q] for q in ver], [d[A[q]] for q in ver]))) if ver else {}
-            plain = [A[q] for q in range(k) if not mo[q] and d[A[q]] == 0]
-            runs = self._cost_bound(plain, P, hz, ctx0) if plain else {}
-            for q, j in enumerate(A):
-                if mo[q]:
-                    continue
-                x = d[j]
-                if x > 0:
-                    a_ = outc[q]
-                    o = opened[j]
-                    rec[j].append((o[0], P, o[1], com[j], held[j][:x], o[2]))
-                    verified(j, P, x, a_)
-                    heapq.heappush(heap, (P, j, x, a_))
-                    pending[j] = True
-                    if gate and P + 1 < hz:
-                        hz = P + 1
-                    com[j] += a_ + 1
-                    ctx[j] += a_ + 1
-                    h = 1
-                else:
-                    h = runs[j]
+            pr = pool[0] / pool[1]
+            Pc = heap[0][0] + 1 if heap else hz
+            for j in range(r):
+                if not done[j] and P < start[j] < Pc and not own(j):
+                    Pc = start[j] + 1
+            G = np.cumsum(np.array([pr]) ** mL).tolist()
+            # a plain answer reads no estimate: the others' draws only (a request that never
+            # drafts never has its acceptance arrays built, as on the step path)
+            cx = {j: ctx[j] - ctx0[j] for j in A}
+            cap = {j: min(md, out[j] - com[j] - 1) for j in A}
+            B = [j for j in A if d[j] or cycle_more(None, 0, G, cdl[j][cx[j]], vct[j, cx[j]].tolist(), cap[j], L)]
+            estl, ent = self._ests(B, [pr] * len(B)) if B else ([], [])
+            est = dict(zip(B, zip(estl, ent)))
+            plan = []
+            for j in A:
+                x0, (el, en) = d[j], est.get(j, (None, None))
+                if held[j]:
+                    el[:len(held[j])] = held[j]
+                vcr = vct[j, cx[j]].tolist()
+                x = cycle_more(el, x0, G, cdl[j][cx[j]], vcr, cap[j], L) if el is not None else 0
+                plan.append((j, x0, el, x, cap[j], cdl[j][cx[j]], vcr, en))
+                if x > 0 and P + x - x0 + 1 < Pc:
+                    Pc = P + x - x0 + 1
+            for j, x0, el, x, cap_, cd, vcr, en in plan:
+                o = opened[j]
+                if x == 0:  # plain: as long as the answer holds
+                    h = self._plain_run(j, P, Pc, hz, pr, ctx0)
                     rec[j].append((P, P + h - 1, 0, com[j], None, None))
                     for p in range(P, P + h):
                         verified(j, p, 0, 0)
                     com[j] += h
                     ctx[j] += h
-                held[j] = []
-                d[j] = 0
-                start[j] = P + h
-                opened[j] = None if pending[j] else [start[j], 0, []]
+                    start[j] = P + h
+                    opened[j] = [start[j], 0, []]
+                else:
+                    v = P + x - x0
+                    top = min(v, Pc - 1)  # its last pass decided here
+                    checks.append((j, P, x0, x, pr, cd, vcr, cap_, el[:x], x0 + top - P))
+                    for p in range(P, min(top, n) + 1):
+                        if x0 + p - P > kmax[p]:
+                            kmax[p] = x0 + p - P
+                    if v < Pc:  # the whole cycle
+                        a_ = self._outcomes([j], [x])[0]
+                        o[2].extend(en[x0:x])
+                        rec[j].append((o[0], v, o[1], com[j], el[:x], o[2]))
+                        verified(j, v, x, a_)
+                        heapq.heappush(heap, (v, j, x, a_))
+                        pending[j] = True
+                        if gate and v + 1 < hz:
+                            hz = v + 1
+                        com[j] += a_ + 1
+                        ctx[j] += a_ + 1
+                        held[j] = []
+                        d[j] = 0
+                        start[j] = v + 1
+                        opened[j] = None
+                    else:  # drafting through pass Pc - 1, asked again on Pc
+                        dn = x0 + Pc - P
+                        o[2].extend(en[x0:dn])
+                        held[j] = el[:dn - 1]
+                        d[j] = dn
+                        start[j] = Pc
                 if com[j] >= out[j]:
                     done[j] = True
                     hz = min(hz, start[j])
@@ -406,9 +414,6 @@ class StretchPlanner:
         for j in range(r):
             if counts[j] is None:
                 opened[j] = [0, d[j], []]
-            elif relax[j] is None and d[j] > len(held[j]):  # the newest draft's estimate on pass 0's look
-                x = counts[j]
-                held[j].append(float(self._est(np.array([last[j]]), np.array([x[0] / x[1]]))[0]))
         whole_cycles([j for j in range(r) if own(j)])
         while True:
             need = [j for j in range(r) if not done[j] and start[j] < hz]
@@ -434,9 +439,6 @@ class StretchPlanner:
                 whole_cycles(B)
             A = [j for j in at if counts[j] is None and not done[j] and start[j] < hz]
             if A:
-                for j in A:  # this pass's drafts held, before the width is read
-                    if d[j] > kmax[P]:
-                        kmax[P] = d[j]
                 pooled(A, P)
         for j in range(r):  # cycles still drafting at the horizon, decided pass by pass
             o = opened[j]
@@ -446,31 +448,28 @@ class StretchPlanner:
         st.n = min(st.n, self._width_check(checks, kmax, st.n))
         return st if st.n >= 1 else None
 
-    def _cost_bound(self, J: list[int], P: int, hz: int, ctx0: list[int]) -> dict[int, int]:
-        """For columns decoding plainly at pass P with no outcome (their answer there is 0): the
-        passes from P on (at least 1) on which they are certain to answer 0 whatever the pool:
-        even acceptance 1 would not pay for a first draft (the rule is monotone in the rate)."""
-        md, L = self._md, self.pol.lookahead
-        out = {}
-        for j in J:
-            c, cx, o = self._com[j], self._ctx[j], self._out[j]
-            h = min(self.CHECK_AHEAD, hz - P, o - c)
-            if h <= 1:
-                out[j] = 1
-                continue
-            i = cx - ctx0[j] + np.arange(1, h)
-            cap = np.minimum(md, o - c - np.arange(1, h) - 1)
-            more = er.first_draft_more(np.ones(h - 1), self._cd[j, i], self._vc[j, i], cap, L)
-            out[j] = 1 + (int(np.argmax(more)) if more.any() else h - 1)
-        return out
+    def _plain_run(self, j: int, P: int, Pc: int, hz: int, pr: float, ctx0: list[int]) -> int:
+        """Passes from P (at least 1: its answer there is 0) on which column j, holding no drafts
+        and no outcome, answers 0: at the pool's rate pr before pass Pc, after it whatever the
+        rate (even acceptance 1 would not pay for a first draft; the rule is monotone in it)."""
+        c, cx, o = self._com[j], self._ctx[j], self._out[j]
+        h = min(self.CHECK_AHEAD, hz - P, o - c)
+        if h <= 1:
+            return 1
+        i = np.arange(1, h)
+        prior = np.where(P + i < Pc, pr, 1.0)
+        k = cx - ctx0[j] + i
+        more = er.first_draft_more(prior, self._cd[j, k], self._vc[j, k], np.minimum(self._md, o - c - i - 1),
+                                   self.pol.lookahead)
+        return 1 + (int(np.argmax(more)) if more.any() else h - 1)
 
     def _width_check(self, checks: list, kmax: np.ndarray, n: int) -> int:
         """The first pass (or n) where a whole cycle's answer, decided at its narrowest width,
         changes at the width the batch has there (8 columns or more: numpy's pairwise sum)."""
         rows = []
         km = kmax.tolist()
-        for j, f, d0, x, a, cd, vc, cap, ests in checks:
-            for s in range(d0, x + 1):
+        for j, f, d0, x, a, cd, vc, cap, ests, upto in checks:
+            for s in range(d0, upto + 1):
                 p = f + s - d0
                 if p >= n:
                     break
