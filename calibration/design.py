@@ -220,7 +220,73 @@ def default_design(window: int, kv_tokens: int) -> list[Point]:
               note="beside fixed-k"))
     add(Point("prefill", int(P.STEP_LAYER), prefill=((mid, 4096),), drafts=((mid, 2),) * 12,
               verifies=((mid, 5),) * 3, note="beside aspire"))
+    _more_points(add, C, short, mid, top)  # added for the fourth sweep (the points above keep their keys)
     return _unique(pts)
+
+
+def _fixed_k(m: DraftMethod, k: int, ctxs: list[int], nv: int | None = None) -> Point:
+    """A fixed-k / ASPIRE pass over requests of `ctxs`: `nv` (default a (k+1)-th) verify k+1
+    tokens, the others draft at positions 0..k-1 in turn (the steady state of staggered runs)."""
+    b = len(ctxs)
+    nv = max(1, b // (k + 1)) if nv is None else nv
+    nd = b - nv
+    return Point("mixed", int(m), drafts=tuple((c, i % k) for i, c in enumerate(ctxs[:nd])),
+                 verifies=tuple((c, k + 1) for c in ctxs[nd:]))
+
+
+def _more_points(add, C, short: int, mid: int, top: int) -> None:
+    """Points added for the fourth sweep (2026-12-01), where the third left groups resting on 1-2
+    held-out points (mixed passes per method) or fitted poorly (short prefill chunks, verify at the
+    attention kernel's tile-height edges). ~100 points for a 128K window."""
+    P = DraftMethod
+    V = P.VERIFY_QUEST
+    c16 = 16384 if 16384 < top else C[len(C) // 2]
+    # mixed: every method at k = 2, 3, 4, 6, 8 (the pass's tallest query sets the attention tile: 16,
+    # 32, 64 rows for Llama-3.1-8B's GQA group of 4), short / middle / long uniform contexts kept
+    # within the sweep's cache (drafts on pages of their own), mixed lengths, a verify-heavy pass
+    # (step-layer drafts take pages of their own: its long and mixed-length passes are smaller)
+    for m in P:
+        own = m == P.STEP_LAYER
+        long8 = [C[-2]] * 9 if own else [top] * 9
+        add(_fixed_k(m, 2, [c16] * 12))
+        add(_fixed_k(m, 2, _mixed_lengths(18 if own else 36, 1024, top, seed=5000 + int(m))))
+        add(_fixed_k(m, 4, [short] * 10))
+        add(_fixed_k(m, 4, [c16] * 40))
+        add(_fixed_k(m, 4, [top] * 5))
+        add(_fixed_k(m, 4, _mixed_lengths(20 if own else 40, 1024, top, seed=5100 + int(m))))
+        add(_fixed_k(m, 4, [c16] * 16, nv=8))
+        add(_fixed_k(m, 8, [short] * 18))
+        add(_fixed_k(m, 8, [c16] * 36))
+        add(_fixed_k(m, 8, long8))
+        add(_fixed_k(m, 8, _mixed_lengths(18 if own else 45, 1024, top, seed=5200 + int(m))))
+        add(_fixed_k(m, 3, [short] * 16))
+        add(_fixed_k(m, 6, [c16] * 28))
+        add(_fixed_k(m, 6, _mixed_lengths(21 if own else 28, 1024, top, seed=5300 + int(m))))
+    # short prefill chunks (eager passes: launch-bound below ~1K tokens), alone and beside decodes
+    # or a fixed-k / ASPIRE batch
+    for n in (128, 512):
+        for c in (0, c16, 65536):
+            add(Point("prefill", int(V), prefill=((c, n),)))
+    add(Point("prefill", int(V), prefill=((mid, 256),)))
+    for n in (128, 256, 512):
+        for c in (0, c16):
+            add(Point("prefill", int(P.STATIC), prefill=((c, n),), verifies=((c16, 1),) * 16, note="beside ar"))
+            add(Point("prefill", int(P.STATIC), prefill=((c, n),), verifies=((short, 1),) * 64, note="beside ar"))
+    add(Point("prefill", int(V), prefill=((0, 256),), drafts=((mid, 1),) * 24, verifies=((mid, 9),) * 3,
+              note="beside fixed-k"))
+    add(Point("prefill", int(V), prefill=((c16, 512),), drafts=tuple((c16, i % 4) for i in range(16)),
+              verifies=((c16, 5),) * 4, note="beside fixed-k"))
+    add(Point("prefill", int(P.STEP_LAYER), prefill=((0, 512),), drafts=((c16, 2),) * 12,
+              verifies=((c16, 5),) * 3, note="beside aspire"))
+    add(Point("prefill", int(P.STATIC), prefill=((0, 256),), drafts=((c16, 3),) * 24, verifies=((c16, 9),) * 3,
+              note="beside fixed-k"))
+    # verify at the tile-height edges (4 | 5, 8 | 9, 16 | 17 tokens for a group of 4) and in a
+    # run that keeps no Quest bounds (static drafts)
+    for q in (4, 8, 16):
+        add(Point("verify", int(V), verifies=((mid, q),) * 16))
+        add(Point("verify", int(V), verifies=((top, q),) * 4))
+    for q in (5, 9):
+        add(Point("verify", int(P.STATIC), verifies=((mid, q),) * 16))
 
 
 def smoke_design(window: int, kv_tokens: int) -> list[Point]:
