@@ -44,6 +44,8 @@ def _attn_fwd(Q, K, V, O, PO, PM, PL, PSCORE, WORK, ROW_START, ROW_COUNT, ROW_LA
     pid = tl.program_id(0).to(tl.int64)
     w = WORK + pid * 7
     req = tl.load(w + 0)
+    if req < 0:  # padding (`pad_plan`: a CUDA graph's work list has room for more items)
+        return
     hkv = tl.load(w + 1)
     qb = tl.load(w + 2)
     tok_lo = tl.load(w + 3)
@@ -166,6 +168,8 @@ def _attn_merge(O, PO, PM, PL, MERGE, Q_START, Q_LEN, stride_ot, stride_oh,
     pid = tl.program_id(0).to(tl.int64)
     w = MERGE + pid * 5
     req = tl.load(w + 0)
+    if req < 0:  # padding
+        return
     hkv = tl.load(w + 1)
     qb = tl.load(w + 2)
     slot0 = tl.load(w + 3).to(tl.int64)
@@ -323,6 +327,35 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
                          t(q_start), t(q_len), lists, num_q_heads, int(multi.sum()), bm, bn,
                          tokens_per_split, num_warps or cfg_nw, num_stages or cfg_st,
                          fused_merge=fused_merge, arrived=torch.zeros(max(len(mu), 1), dtype=torch.int32, device=device))
+
+
+def bucket(n: int, least: int = 16) -> int:
+    """`n` rounded up to a size of the form 2^k x {1, 1.25, 1.5, 1.75} (at least `least`): few
+    distinct sizes, at most 25 % of padding."""
+    n = max(int(n), least)
+    p = 1 << (n - 1).bit_length()  # the power of two >= n
+    for step in (p // 2 + p // 8, p // 2 + p // 4, p // 2 + 3 * p // 8):  # 1.25, 1.5, 1.75 x p / 2
+        if n <= step and step >= least:
+            return step
+    return p
+
+
+def pad_plan(plan: AttentionPlan) -> AttentionPlan:
+    """The plan with its work and merge lists and partial slots rounded up to `bucket` sizes, the
+    extra rows marked as padding (request -1, which both kernels skip): passes whose lists differ
+    only in length then share one CUDA graph (graphs.py). The same plan object, changed in place."""
+    def grow(t: torch.Tensor, n: int) -> torch.Tensor:
+        if t.shape[0] >= n:
+            return t
+        pad = torch.full((n - t.shape[0], t.shape[1]), -1, dtype=t.dtype, device=t.device)
+        return torch.cat([t, pad])
+
+    n_merge = bucket(plan.merge.shape[0], 8)
+    plan.work = grow(plan.work, bucket(plan.work.shape[0]))
+    plan.merge = grow(plan.merge, n_merge)
+    plan.num_slots = bucket(plan.num_slots, 8)
+    plan.arrived = torch.zeros(n_merge, dtype=torch.int32, device=plan.work.device)
+    return plan
 
 
 def mixed_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan: AttentionPlan,

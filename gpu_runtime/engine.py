@@ -247,7 +247,7 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
         "policy_cost_model": getattr(cost, "name", type(cost).__name__), "passes": len(passes),
         "stopped_early": bool(opts.max_passes and len(passes) >= opts.max_passes),
         "mean_host_ms": float(host.mean()), "p99_host_ms": float(np.percentile(host, 99)),
-        "cuda_graphs": None if graphs is None else {"captures": graphs.captures, "replays": graphs.replays},
+        "cuda_graphs": None if graphs is None else graphs.stats(),
         "torch": torch.__version__,
     }
     events = ex.events or []

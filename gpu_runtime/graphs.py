@@ -16,8 +16,11 @@ when it comes back (`capture_after` sightings, default 2): many shapes of drafti
 recur (Mooncake's first 50 requests under fixed-k: 293 of 999 passes captured a graph when every
 shape was captured). Measured on the H200 (16 x 32K, 128 tokens): a capturing pass ~70 ms, an eager
 drafting pass ~37 ms, a replay 12-24 ms; fixed-k:k=4 went 318 -> 380 tok/s as run (46 -> 13
-captures), aspire 255 -> 237 (76 -> 15). Padding passes to a few shapes, as serving engines do,
-is the real fix (not done).
+captures), aspire 255 -> 237 (76 -> 15). Attention work plans are padded to a few sizes
+(`attention.pad_plan`: work and merge lists, partial slots; the split size is no part of the key),
+so contexts that grow past a split boundary keep their graph. Padding the batch's composition
+(requests, drafting rows, tokens) as serving engines pad batch sizes is not done: `stats()` counts
+how many distinct values each part of the key takes in a run.
 
 `capture=False` runs the same static-buffer path eagerly (no graph): the CPU tests check the
 buffer handling against the plain path that way.
@@ -28,6 +31,8 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import torch
+
+from .attention import pad_plan
 
 
 def _copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
@@ -58,8 +63,9 @@ class _Captured:
 
 
 class GraphedPasses:
-    def __init__(self, model, cache, max_graphs: int = 48, capture: bool = True, capture_after: int = 2):
-        self.model, self.cache = model, cache
+    def __init__(self, model, cache, max_graphs: int = 48, capture: bool = True, capture_after: int = 2,
+                 pad: bool = True):
+        self.model, self.cache, self.pad = model, cache, pad
         self.max_graphs, self.capture, self.capture_after = max_graphs, capture, capture_after
         self.seen: dict[tuple, int] = {}  # shape key -> sightings before its capture
         self.graphs: OrderedDict[tuple, _Captured] = OrderedDict()
@@ -67,6 +73,26 @@ class GraphedPasses:
         self.captures = 0
         self.replays = 0
         self.eager = 0  # graphable passes run eagerly (shape not seen often enough yet)
+        # what tells shapes apart: distinct values of each part of the key over the run (stats())
+        self._parts: dict[str, set] = {}
+
+    _PART_NAMES = ("method", "prefill", "drafting", "requests", "tokens", "input shapes", "score shape",
+                   "selection widths", "store version", "layer-0 lists")
+
+    def _note_shape(self, key) -> None:
+        g, tokens, rows, caps, plans = key
+        parts = dict(zip(self._PART_NAMES, g))
+        parts.update({"logit rows": rows, "page-id capacity": caps, "work plans": plans})
+        for name, v in parts.items():
+            seen = self._parts.setdefault(name, set())
+            if len(seen) < 4096:
+                seen.add(v)
+
+    def stats(self) -> dict:
+        """Counts, and how many distinct values each part of the shape key took: where a run's
+        shapes come from (what padding would have to cover)."""
+        return {"captures": self.captures, "replays": self.replays, "eager": self.eager,
+                "distinct_by_part": {k: len(v) for k, v in self._parts.items()}}
 
     @staticmethod
     def eligible(attn) -> bool:
@@ -77,13 +103,17 @@ class GraphedPasses:
         plans = [attn._plan(L, qh) for L in attn.graph_lists()]
         if any(p is None for p in plans):  # no Triton here: nothing to capture
             return self.model(tokens, attn.positions, attn, logit_rows=logit_rows)
+        if self.pad:
+            plans = [pad_plan(p) for p in plans]  # the plans the forward uses (cached in attn)
         caps = [1 << max(10, (int(L.indices.shape[0]) - 1).bit_length()) for L in attn.graph_lists()]
-        key = (attn.graph_key(), int(tokens.shape[0]), int(logit_rows.shape[0]), tuple(caps),
-               tuple((int(p.work.shape[0]), int(p.merge.shape[0]), p.num_slots, p.block_m, p.block_n, p.num_warps,
-                      p.num_stages, p.fused_merge, p.tokens_per_split, p.merge_rows, p.merge_dims, p.merge_slots,
-                      p.num_q_heads) for p in plans))
+        # the kernels read token ranges from the work list: the split size itself is not a shape
+        plan_key = tuple((int(p.work.shape[0]), int(p.merge.shape[0]), p.num_slots, p.block_m, p.block_n,
+                          p.num_warps, p.num_stages, p.fused_merge, p.merge_rows, p.merge_dims, p.merge_slots,
+                          p.num_q_heads) for p in plans)
+        key = (attn.graph_key(), int(tokens.shape[0]), int(logit_rows.shape[0]), tuple(caps), plan_key)
         st = self.graphs.get(key)
         if st is None:
+            self._note_shape(key)
             n = self.seen[key] = self.seen.get(key, 0) + 1
             if n < self.capture_after:  # not (yet) worth a capture: run this one eagerly
                 if len(self.seen) > 64 * self.max_graphs:  # bounded memory over very long runs

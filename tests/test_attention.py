@@ -173,3 +173,39 @@ def test_fused_merge_chosen_by_split_count():
     many = A.plan_attention(b.q_len, b.lists, 8, tokens_per_split=32, block_n=32)
     assert int(few.merge[:, 4].max()) <= A.FUSED_MAX_SPLITS and few.fused_merge
     assert int(many.merge[:, 4].max()) > A.FUSED_MAX_SPLITS and not many.fused_merge
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_padded_plan_same_output_and_reusable(fused):
+    """`pad_plan` rounds the work and merge lists up with padding rows the kernels skip: the output
+    is the unpadded plan's, bit for bit, and a shorter plan's lists copied into the padded ones'
+    front (as a CUDA graph replay loads them, padding rows refilled) still compute that pass."""
+    rng = rng_for(f"padded_plan_{fused}")
+    b = make_batch([Req("decode", 720), Req("verify", 500, q=9), Req("draft", 900, budget=320)], 2, 4, 64, 16,
+                   torch.float32, "cpu", rng)
+    plain = A.plan_attention(b.q_len, b.lists, 8, tokens_per_split=64, fused_merge=fused)
+    out_plain = A.mixed_attention(b.q, b.k_cache, b.v_cache, plain)
+    padded = A.pad_plan(A.plan_attention(b.q_len, b.lists, 8, tokens_per_split=64, fused_merge=fused))
+    n_work, n_merge = plain.work.shape[0], plain.merge.shape[0]
+    assert padded.work.shape[0] == A.bucket(n_work) > n_work and padded.merge.shape[0] == A.bucket(n_merge, 8)
+    assert (padded.work[n_work:, 0] == -1).all() and (padded.merge[n_merge:, 0] == -1).all()
+    out = torch.full_like(b.q, float("nan"))
+    A.mixed_attention(b.q, b.k_cache, b.v_cache, padded, out=out)
+    assert torch.equal(out, out_plain)
+    # a pass with longer splits (fewer items) loaded into the padded plan's tensors, graph-style
+    fewer = A.pad_plan(A.plan_attention(b.q_len, b.lists, 8, tokens_per_split=128, fused_merge=fused))
+    assert fewer.work.shape[0] <= padded.work.shape[0]
+    for dst, src in ((padded.work, fewer.work), (padded.merge, fewer.merge)):
+        dst.fill_(-1)
+        dst[:src.shape[0]].copy_(src)
+    out2 = torch.full_like(b.q, float("nan"))
+    A.mixed_attention(b.q, b.k_cache, b.v_cache, padded, out=out2)
+    ref = mixed_attention_ref(b.q, b.k_cache, b.v_cache, b.q_len, b.lists)
+    assert rel_err(out2, ref) < TOL[torch.float32]
+
+
+def test_bucket_sizes():
+    sizes = [A.bucket(n) for n in range(1, 5000)]
+    assert all(s >= n for n, s in zip(range(1, 5000), sizes))
+    assert all(s <= max(16, 1.25 * n) + 1e-9 for n, s in zip(range(1, 5000), sizes))
+    assert len(set(sizes)) < 40  # few distinct sizes
