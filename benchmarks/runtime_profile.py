@@ -5,9 +5,11 @@
     python3 benchmarks/runtime_profile.py --mixed [--method verify-quest] [--out FILE.json]
 
 `--mixed`: the issue's mixed pass instead: `batch` drafting requests (first drafts of their runs
-at a 2K budget, so page selection is included) + `batch` verifying 9 tokens, `context` each (the
-drafting rows alias the verifying ones' pages); kernels grouped into attention, page selection,
-linear layers, sampling/logits and small ops, beside the host's input preparation for the pass.
+at a 2K budget, so page selection is included; `--draft-pos 1` for later drafts) + `--verifiers`
+(default `batch`) verifying 9 tokens, `context` each (the drafting rows alias the verifying ones'
+pages); kernels grouped into attention, page selection, linear layers, sampling/logits and small
+ops, beside the host's input preparation for the pass and the pass replayed from a CUDA graph.
+`--mixed --verifiers 0 --draft-pos 1` is a drafting pass of later drafts.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout without an install
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/runtime.py (graph timing)
 
 
 def main() -> None:
@@ -36,6 +39,8 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--mixed", action="store_true")
     ap.add_argument("--method", default="verify-quest")
+    ap.add_argument("--verifiers", type=int, default=None, help="--mixed: verifying requests (default: --batch)")
+    ap.add_argument("--draft-pos", type=int, default=0, help="--mixed: the drafts' position in their run (0: first)")
     a = ap.parse_args()
     if a.mixed:
         return mixed(a)
@@ -103,26 +108,32 @@ def mixed(a) -> None:
     ps, b, ctx, k = 16, a.batch, a.context, 8
     method = int(DraftMethod.parse(a.method))
     n = -(-(ctx + k + 1) // ps)
-    cache = PagedKVCache(lc, b * n + 8, ps, device=dev, dtype=torch.bfloat16)
+    m = max(b, a.batch if a.verifiers is None else a.verifiers)
+    cache = PagedKVCache(lc, m * n + 8, ps, device=dev, dtype=torch.bfloat16)
     cache.k.normal_()
     cache.v.normal_()
     meta = [PageMeta(cache.num_pages, lc.kv_heads, lc.head_dim, torch.bfloat16, dev) for _ in range(lc.layers)]
     for m_ in meta:  # bounds of random keys: any finite values time the same
         m_.kmin.normal_()
         m_.kmax.normal_()
-    perm = np.random.default_rng(0).permutation(b * n)
-    tv = [perm[i * n:(i + 1) * n].tolist() for i in range(b)]
-    drafts = DraftRows(list(range(b)), [ctx + 1] * b, [True] * b, [ctx] * b)
+    nv = b if a.verifiers is None else a.verifiers
+    pos = a.draft_pos
+    perm = np.random.default_rng(0).permutation(m * n)
+    tv = [perm[i * n:(i + 1) * n].tolist() for i in range(m)]
+    # a run's draft at position `pos` holds its context + pos drafts + itself
+    drafts = DraftRows(list(range(b)), [ctx + pos + 1] * b, [pos == 0] * b, [ctx] * b)
+    quest = method in (int(DraftMethod.VERIFY_QUEST), int(DraftMethod.STEP_QUEST))
 
     def build():
-        return PassAttention(cache, list(range(2 * b)), tv + tv, [ctx] * (2 * b), [1] * b + [k + 1] * b, 0, drafts,
-                             method, 2048, None, meta, list(range(b, 2 * b)))
+        return PassAttention(cache, list(range(b + nv)), tv[:b] + tv[:nv], [ctx + pos] * b + [ctx] * nv,
+                             [1] * b + [k + 1] * nv, 0, drafts, method, 2048, None, meta if quest else None,
+                             list(range(b, b + nv)))
 
     t0 = time.perf_counter()
     for _ in range(10):
         attn = build()
     prep_ms = (time.perf_counter() - t0) / 10 * 1e3
-    tok = torch.randint(0, lc.vocab, (b + b * (k + 1),), device=dev)
+    tok = torch.randint(0, lc.vocab, (b + nv * (k + 1),), device=dev)
     rows = torch.arange(tok.shape[0], device=dev)
     for _ in range(3):
         model(tok, attn.positions, attn, logit_rows=rows)
@@ -143,7 +154,11 @@ def mixed(a) -> None:
             kernels.append({"kernel": e.key[:90], "group": g, "us_per_pass": round(dt / 5, 1)})
     kernels.sort(key=lambda r: -r["us_per_pass"])
     total = sum(groups.values())
-    res = {"pass": f"{b} drafting ({a.method}, first drafts, 2K budget) + {b} verifying {k + 1} tokens, {ctx} context",
+    from runtime import graphed, timed  # noqa: E402  (benchmarks/runtime.py: the pass replayed from a graph)
+
+    graph_ms = timed(graphed(lambda: model(tok, attn.positions, attn, logit_rows=rows), dev), dev)
+    res = {"pass": f"{b} drafting ({a.method}, draft position {pos}, 2K budget) + {nv} verifying {k + 1} tokens, "
+                   f"{ctx} context", "graph_ms": round(graph_ms, 3),
            "model": a.model, "gpu_kernel_ms": round(total / 1e3, 3), "host_prep_ms": round(prep_ms, 3),
            "by_group_ms": {g: round(v / 1e3, 3) for g, v in sorted(groups.items(), key=lambda x: -x[1])},
            "kernels": kernels[:40],
