@@ -220,7 +220,7 @@ def default_design(window: int, kv_tokens: int) -> list[Point]:
               note="beside fixed-k"))
     add(Point("prefill", int(P.STEP_LAYER), prefill=((mid, 4096),), drafts=((mid, 2),) * 12,
               verifies=((mid, 5),) * 3, note="beside aspire"))
-    _more_points(add, C, short, mid, top)  # added for the fourth sweep (the points above keep their keys)
+    _more_points(add, C, short, mid, top, kv_tokens)  # added for the fourth sweep (the points above keep their keys)
     return _unique(pts)
 
 
@@ -234,34 +234,36 @@ def _fixed_k(m: DraftMethod, k: int, ctxs: list[int], nv: int | None = None) -> 
                  verifies=tuple((c, k + 1) for c in ctxs[nd:]))
 
 
-def _more_points(add, C, short: int, mid: int, top: int) -> None:
+def _more_points(add, C, short: int, mid: int, top: int, kv_tokens: int) -> None:
     """Points added for the fourth sweep (2026-12-01), where the third left groups resting on 1-2
     held-out points (mixed passes per method) or fitted poorly (short prefill chunks, verify at the
-    attention kernel's tile-height edges). ~100 points for a 128K window."""
+    attention kernel's tile-height edges). ~95 points for a 128K window."""
     P = DraftMethod
     V = P.VERIFY_QUEST
     c16 = 16384 if 16384 < top else C[len(C) // 2]
     # mixed: every method at k = 2, 3, 4, 6, 8 (the pass's tallest query sets the attention tile: 16,
-    # 32, 64 rows for Llama-3.1-8B's GQA group of 4), short / middle / long uniform contexts kept
-    # within the sweep's cache (drafts on pages of their own), mixed lengths, a verify-heavy pass
-    # (step-layer drafts take pages of their own: its long and mixed-length passes are smaller)
+    # 32, 64 rows for Llama-3.1-8B's GQA group of 4), short / middle / long uniform contexts, mixed
+    # lengths, a verify-heavy pass. Every request on pages of its own: a resumed sweep's cache is
+    # sized by its largest full-attention point (~520K tokens here: 16 x 32K verifying), and
+    # drafting requests that share pages read each other's from L2 (cheaper than serving, where
+    # requests never share), so each pass stays within `room` tokens.
+    room = min(480_000, int(0.6 * kv_tokens))
+    c48 = 49152 if 49152 < top else C[-2]
+    c64 = 65536 if 65536 < top else C[-2]
     for m in P:
-        own = m == P.STEP_LAYER
-        long8 = [C[-2]] * 9 if own else [top] * 9
-        add(_fixed_k(m, 2, [c16] * 12))
-        add(_fixed_k(m, 2, _mixed_lengths(18 if own else 36, 1024, top, seed=5000 + int(m))))
-        add(_fixed_k(m, 4, [short] * 10))
-        add(_fixed_k(m, 4, [c16] * 40))
-        add(_fixed_k(m, 4, [top] * 5))
-        add(_fixed_k(m, 4, _mixed_lengths(20 if own else 40, 1024, top, seed=5100 + int(m))))
+        def mix(n, seed):
+            lens = _mixed_lengths(n, 1024, top, seed=seed)
+            while sum(lens) > room:
+                lens = lens[:-1]
+            return lens
+
+        for k, ctxs in ((2, [c16] * 12), (2, mix(36, 5000 + int(m))), (3, [short] * 16), (4, [short] * 10),
+                        (4, [c16] * 28), (4, [c64] * 5), (4, mix(40, 5100 + int(m))), (6, [c16] * 28),
+                        (6, mix(28, 5300 + int(m))), (8, [short] * 18), (8, [c16] * 27), (8, [c48] * 9),
+                        (8, mix(45, 5200 + int(m)))):
+            if sum(ctxs) <= room:
+                add(_fixed_k(m, k, ctxs))
         add(_fixed_k(m, 4, [c16] * 16, nv=8))
-        add(_fixed_k(m, 8, [short] * 18))
-        add(_fixed_k(m, 8, [c16] * 36))
-        add(_fixed_k(m, 8, long8))
-        add(_fixed_k(m, 8, _mixed_lengths(18 if own else 45, 1024, top, seed=5200 + int(m))))
-        add(_fixed_k(m, 3, [short] * 16))
-        add(_fixed_k(m, 6, [c16] * 28))
-        add(_fixed_k(m, 6, _mixed_lengths(21 if own else 28, 1024, top, seed=5300 + int(m))))
     # short prefill chunks (eager passes: launch-bound below ~1K tokens), alone and beside decodes
     # or a fixed-k / ASPIRE batch
     for n in (128, 512):
@@ -272,7 +274,7 @@ def _more_points(add, C, short: int, mid: int, top: int) -> None:
         for c in (0, c16):
             add(Point("prefill", int(P.STATIC), prefill=((c, n),), verifies=((c16, 1),) * 16, note="beside ar"))
             add(Point("prefill", int(P.STATIC), prefill=((c, n),), verifies=((short, 1),) * 64, note="beside ar"))
-    add(Point("prefill", int(V), prefill=((0, 256),), drafts=((mid, 1),) * 24, verifies=((mid, 9),) * 3,
+    add(Point("prefill", int(V), prefill=((0, 256),), drafts=((c16, 1),) * 24, verifies=((c16, 9),) * 3,
               note="beside fixed-k"))
     add(Point("prefill", int(V), prefill=((c16, 512),), drafts=tuple((c16, i % 4) for i in range(16)),
               verifies=((c16, 5),) * 4, note="beside fixed-k"))
@@ -280,13 +282,17 @@ def _more_points(add, C, short: int, mid: int, top: int) -> None:
               verifies=((c16, 5),) * 3, note="beside aspire"))
     add(Point("prefill", int(P.STATIC), prefill=((0, 256),), drafts=((c16, 3),) * 24, verifies=((c16, 9),) * 3,
               note="beside fixed-k"))
-    # verify at the tile-height edges (4 | 5, 8 | 9, 16 | 17 tokens for a group of 4) and in a
-    # run that keeps no Quest bounds (static drafts)
+    # verify at the tile-height edges (4 | 5, 8 | 9, 16 | 17 tokens for a group of 4) and in runs
+    # that keep no Quest bounds (static) or keep page scores (verify-attn)
     for q in (4, 8, 16):
         add(Point("verify", int(V), verifies=((mid, q),) * 16))
         add(Point("verify", int(V), verifies=((top, q),) * 4))
     for q in (5, 9):
         add(Point("verify", int(P.STATIC), verifies=((mid, q),) * 16))
+    # verify-attn verifications write every page's attention score for the next run's selection
+    add(Point("verify", int(P.VERIFY_ATTN), verifies=((mid, 5),) * 16))
+    add(Point("verify", int(P.VERIFY_ATTN), verifies=((mid, 9),) * 16))
+    add(Point("verify", int(P.VERIFY_ATTN), verifies=((top, 9),) * 4))
 
 
 def smoke_design(window: int, kv_tokens: int) -> list[Point]:

@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from spsim.calibration.design import default_design
-from spsim.calibration.measure import SWEEP_FRAC
+from spsim.calibration.measure import SWEEP_FRAC, _pages_needed, _pages_needed_all
 from spsim.calibration.records import read_measurements
 from spsim.plan import DraftMethod
 
@@ -52,3 +52,14 @@ def test_new_points_cover_mixed_passes_and_short_chunks():
     assert len(short) >= 20
     assert sum(1 for p in short if p.verifies and not p.drafts) >= 10  # beside decodes
     assert any(p.drafts for p in short)  # beside a fixed-k / ASPIRE batch
+
+
+def test_new_points_fit_the_cache_of_the_resumed_sweep():
+    """A resumed sweep sizes its cache by the largest point it measures: the new points' requests
+    all get pages of their own there (drafts sharing pages read them from L2: not what serving
+    does)."""
+    design, recs = _design_of(MEAS)
+    measured = {m.point.key for m in recs}
+    new = [p for p in design if p.key not in measured]
+    cache = max(_pages_needed(p, 16) for p in new)
+    assert [p.key for p in new if _pages_needed_all(p, 16) > cache] == []
