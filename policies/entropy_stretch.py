@@ -116,7 +116,7 @@ class StretchPlanner:
     """Plans a stretch for one `Entropy` policy (reads its state, changes none of it)."""
 
     CHECK_AHEAD = 64  # passes a request shown cost-bound is checked ahead at once
-    ENT_ROWS = 48  # cycle starts whose draws (entropies, outcomes) are drawn at once per request
+    ENT_ROWS = 128  # cycle starts whose draws (entropies, outcomes) are drawn at once per request
 
     def __init__(self, pol):
         self.pol = pol
@@ -136,13 +136,15 @@ class StretchPlanner:
                                             np.full((k, c), view.method[0]), np.arange(1, c + 1)[None, :].repeat(k, 0))
         self._cd, self._vc = (dm[:, 0] + share).reshape(r, H), (vm + share).reshape(r, H, c)
 
-    def _tables(self, J: list[int], tab: list, fill) -> None:
+    def _tables(self, J: list[int], tab: dict, fill, reach: list[int] | None = None) -> None:
         """Per-request tables of draws by (cycle start, drafts), ENT_ROWS starts from a column's
         committed position drawn at once where its table does not reach it (a column's context is
         its committed position plus a constant while it decodes, so a start fixes every draw)."""
-        com, ctx, rids = self._com, self._ctx, self._rids
-        miss = [j for j in J if not ((t := tab.get(rids[j])) is not None and 0 <= com[j] - t[0] < t[1]
-                                     and ctx[j] - com[j] == t[3])]
+        com, ctx, rids, out = self._com, self._ctx, self._rids, self._out
+        reach = reach or [1] * len(J)  # starts needed from the committed position on (within the output)
+        miss = [j for j, h in zip(J, reach) if not ((t := tab.get(rids[j])) is not None and 0 <= com[j] - t[0]
+                                                    and min(com[j] + h, out[j]) - t[0] <= t[1]
+                                                    and ctx[j] - com[j] == t[3])]
         if not miss:
             return
         if len(tab) > 4 * len(rids) + 64:  # entries of finished requests
@@ -170,26 +172,26 @@ class StretchPlanner:
             tab[self._rids[j]] = (c0, rows, vals(ok, lo, lo + k), off)
             lo += k
 
+    def _ent_fill(self, ids, pos, dx, cx):
+        """Entropies drawn for a table, with `token_acceptance`'s entropy term of each."""
+        pol = self.pol
+        e = self._entropy(ids, pos, dx, cx)
+        q = pol.slope * (pol.thr - np.log(np.maximum(np.minimum(np.where(e == e, e, pol.entropy_median), _FMAX),
+                                                        1e-12)))
+
+        def vals(ok, lo, hi):
+            E, Q = np.full(ok.shape, np.nan), np.full(ok.shape, np.nan)
+            E[ok], Q[ok] = e[lo:hi], q[lo:hi]
+            return E, Q, E.tolist()
+        return vals
+
     def _ests(self, J: list[int], a: list[float]):
         """(estimates, entropies) as lists per column of the drafts it would make in a cycle
         starting at its committed position now with acceptance estimate a (NaN past what it may
         draft). `token_acceptance`'s operations in its order, its entropy term drawn with the
         table."""
-        pol = self.pol
-
-        def fill(ids, pos, dx, cx):
-            e = self._entropy(ids, pos, dx, cx)
-            q = pol.slope * (pol.thr - np.log(np.maximum(np.minimum(np.where(e == e, e, pol.entropy_median), _FMAX),
-                                                            1e-12)))
-
-            def vals(ok, lo, hi):
-                E, Q = np.full(ok.shape, np.nan), np.full(ok.shape, np.nan)
-                E[ok], Q[ok] = e[lo:hi], q[lo:hi]
-                return E, Q, E.tolist()
-            return vals
-
         tab, com, rids = self._etab, self._com, self._rids
-        self._tables(J, tab, fill)
+        self._tables(J, tab, self._ent_fill)
         ts = [tab[rids[j]] for j in J]
         i = [com[j] - t[0] for j, t in zip(J, ts)]
         Q = ts[0][2][1][i[0]][None, :] if len(J) == 1 else np.stack([t[2][1][k] for t, k in zip(ts, i)])
@@ -197,6 +199,28 @@ class StretchPlanner:
         lp = np.log(np.array([x / (1 - x) for x in p]))
         est = 1.0 / (1.0 + np.exp(-(lp[:, None] + Q)))
         return est.tolist(), [t[2][2][k] for t, k in zip(ts, i)]
+
+    def _ests2(self, J: list[int], caps: list[int], P: np.ndarray):
+        """`_ests` for whole(): per column, rows for a cycle from its committed position c and for
+        cycles from c + 1 .. c + cap and c + 2 .. c + cap + 1 (the next cycle after each outcome),
+        at the estimates P (flat, in that order)."""
+        pol, md = self.pol, self._md
+        tab, com, rids = self._etab, self._com, self._rids
+        self._tables(J, tab, self._ent_fill, [c + 2 for c in caps])
+        Q, E = [], []
+        for j, cap in zip(J, caps):
+            t = tab[rids[j]]
+            i = com[j] - t[0]
+            q, e = t[2][1][i:i + cap + 2], t[2][2][i:i + cap + 2]
+            if len(q) < cap + 2:  # past the request's end: never read
+                q = np.concatenate([q, np.full((cap + 2 - len(q), md), np.nan)])
+                e = e + [[np.nan] * md] * (cap + 2 - len(e))
+            Q += [q[:1], q[1:cap + 1], q[2:cap + 2]]
+            E += e[:1] + e[1:cap + 1] + e[2:cap + 2]
+        p = np.minimum(np.maximum(P, 1e-6), 1 - 1e-6)  # token_acceptance, with the entropy term drawn
+        lp = np.log(p / (1 - p))
+        est = 1.0 / (1.0 + np.exp(-(lp[:, None] + np.concatenate(Q))))
+        return est.tolist(), E
 
     def _outcomes(self, J: list[int], x: list[int]) -> list[int]:
         """Accepted drafts of each column's verification of x drafts at its committed position now
@@ -213,6 +237,9 @@ class StretchPlanner:
             return vals
 
         tab, com, rids = self._vtab, self._com, self._rids
+        if len(J) == 1 and (t := tab.get(rids[J[0]])) is not None and 0 <= com[J[0]] - t[0] < t[1] \
+                and self._ctx[J[0]] - com[J[0]] == t[3]:  # the common case: drawn already
+            return [t[2][com[J[0]] - t[0]][x[0]] if x[0] else 0]
         self._tables([j for j, y in zip(J, x) if y], tab, fill)
         return [(t := tab[rids[j]])[2][com[j] - t[0]][y] if y else 0 for j, y in zip(J, x)]
 
@@ -286,52 +313,76 @@ class StretchPlanner:
                 pool[0] = pkeep * pool[0] + a
                 pool[1] = pkeep * pool[1] + trials
 
-        def whole(J):
-            """One whole cycle of each column in J: its states "holding s drafts" decided in turn
-            until it verifies (`cycle_more`), at the narrowest width each allows."""
+        def take(j, x0, el, en, x, prior, cd, vcr, cap):
+            """Column j's cycle from its next pass: from x0 drafts held to a verification of x."""
             nonlocal hz
-            a = [counts[j][0] / counts[j][1] for j in J]
-            cix = [ctx[j] - ctx0[j] for j in J]
-            estl, ent = self._ests(J, a)
-            G = np.cumsum(np.array(a)[:, None] ** mL, axis=1).tolist()  # draft_more's gain factors
+            f = start[j]
+            v = f + x - x0
+            a_ = self._outcomes([j], [x])[0] if x else 0
+            ests = el[:x]
+            rec[j].append((f, v, x0, com[j], ests, en[x0:x]))
+            if f < n:
+                checks.append((j, f, x0, x, prior, cd, vcr, cap, ests, x))
+                for p in range(f, min(v, n) + 1):  # drafts held on each of its passes
+                    if x0 + p - f > kmax[p]:
+                        kmax[p] = x0 + p - f
+            verified(j, v, x, a_)
+            held[j] = []
+            if x > 0:
+                cj = counts[j]
+                trials = a_ + (a_ < x)
+                cj[0] = keep * cj[0] + a_
+                cj[1] = keep * cj[1] + trials
+                heapq.heappush(heap, (v, j, x, a_))
+                if gate and v + 1 < hz:
+                    hz = v + 1
+            else:
+                relax[j] = com[j]  # plain: its next look relaxes towards the pool
+            com[j] += a_ + 1
+            ctx[j] += a_ + 1
+            d[j] = 0
+            start[j] = v + 1
+            if com[j] >= out[j]:
+                done[j] = True
+                hz = min(hz, v + 1)
+            return a_
+
+        def whole(J):
+            """Whole cycles of each column in J, its states "holding s drafts" decided in turn
+            until it verifies (`cycle_more`), at the narrowest width each allows: this cycle, and
+            the next one too, whose estimate after any outcome b of this one is one of 2 * cap + 1
+            (b accepted of more drafts, or of exactly b): their estimates made in the same call."""
+            P, rows, base = [], [], []
+            for j in J:
+                c0, c1 = counts[j]
+                cap = min(md, out[j] - com[j] - 1)
+                base.append(len(P))
+                P.append(c0 / c1)
+                k0, k1 = keep * c0, keep * c1
+                P.extend([(k0 + b) / (k1 + (b + 1)) for b in range(cap)])  # b accepted of more
+                P.extend([(k0 + b) / (k1 + b) for b in range(1, cap + 1)])  # all b accepted
+                rows.append(cap)
+            Pa = np.array(P)
+            estl, ent = self._ests2(J, rows, Pa)
+            G = np.cumsum(Pa[:, None] ** mL, axis=1).tolist()  # draft_more's gain factors
             for q, j in enumerate(J):
+                r0, cap = base[q], rows[q]
                 x0 = d[j]
-                el = estl[q]
+                el = estl[r0]
                 if held[j]:  # estimates made on earlier looks
                     el[:len(held[j])] = held[j]
-                cap = min(md, out[j] - com[j] - 1)
-                vcr = vct[j, cix[q]].tolist()
-                cd = cdl[j][cix[q]]
-                x = cycle_more(el, x0, G[q], cd, vcr, cap, L)
-                f = start[j]
-                v = f + x - x0
-                a_ = self._outcomes([j], [x])[0] if x else 0
-                ests = el[:x]
-                rec[j].append((f, v, x0, com[j], ests, ent[q][x0:x]))
-                if f < n:
-                    checks.append((j, f, x0, x, a[q], cd, vcr, cap, ests, x))
-                    for p in range(f, min(v, n) + 1):  # drafts held on each of its passes
-                        if x0 + p - f > kmax[p]:
-                            kmax[p] = x0 + p - f
-                verified(j, v, x, a_)
-                held[j] = []
-                if x > 0:
-                    cj = counts[j]
-                    trials = a_ + (a_ < x)
-                    cj[0] = keep * cj[0] + a_
-                    cj[1] = keep * cj[1] + trials
-                    heapq.heappush(heap, (v, j, x, a_))
-                    if gate and v + 1 < hz:
-                        hz = v + 1
-                else:
-                    relax[j] = com[j]  # plain: its next look relaxes towards the pool
-                com[j] += a_ + 1
-                ctx[j] += a_ + 1
-                d[j] = 0
-                start[j] = v + 1
-                if com[j] >= out[j]:
-                    done[j] = True
-                    hz = min(hz, v + 1)
+                cx = ctx[j] - ctx0[j]
+                vcr, cd = vct[j, cx].tolist(), cdl[j][cx]
+                x = cycle_more(el, x0, G[r0], cd, vcr, cap, L)
+                b = take(j, x0, el, ent[r0], x, P[r0], cd, vcr, cap)
+                if x == 0 or done[j] or start[j] >= hz:
+                    continue
+                r1 = r0 + 1 + b if b < x else r0 + cap + b
+                cx = ctx[j] - ctx0[j]
+                cap1 = min(md, out[j] - com[j] - 1)
+                vcr, cd = vct[j, cx].tolist(), cdl[j][cx]
+                x = cycle_more(estl[r1], 0, G[r1], cd, vcr, cap1, L)
+                take(j, 0, estl[r1], ent[r1], x, P[r1], cd, vcr, cap1)
 
         def whole_cycles(J):  # cycle after cycle while each keeps its own estimate
             while J:
