@@ -25,31 +25,14 @@ order, each relaxation where it happened, each request's held estimates and last
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import entropy_rule as er
 from .base import DecodeView
+from .stretch import Stretch, StretchBase
 
 _FMAX = float(np.finfo(np.float64).max)
-
-
-@dataclass
-class Stretch:
-    """A planned stretch: every verification (pass, column, drafts, accepted) in plan order, each
-    request's cycles, the relaxations, and `n`, the passes it is valid for."""
-
-    ids: list[int]
-    n: int
-    vp: list[int] = field(default_factory=list)
-    vj: list[int] = field(default_factory=list)
-    dv: list[int] = field(default_factory=list)
-    acc: list[int] = field(default_factory=list)
-    # per column: cycles in pass order, (first pass, last pass, drafts held at first, committed then,
-    # estimates of drafts 0.. (None: plain run), entropies of the drafts made from the first pass)
-    cycles: list[list] = field(default_factory=list)
-    relax: list[tuple[int, int, int, int]] = field(default_factory=list)  # (pass, rid, last look, look)
 
 
 def _pairwise(a: list[float], w: int) -> float:
@@ -112,17 +95,14 @@ def cycle_more(est: list[float] | None, d0: int, G: list[float], cd: float, vc: 
         s += 1
 
 
-class StretchPlanner:
+class StretchPlanner(StretchBase):
     """Plans a stretch for one `Entropy` policy (reads its state, changes none of it)."""
 
     CHECK_AHEAD = 64  # passes a request shown cost-bound is checked ahead at once
-    ENT_ROWS = 128  # cycle starts whose draws (entropies, outcomes) are drawn at once per request
 
     def __init__(self, pol):
-        self.pol = pol
-        # draws by request id, kept across stretches: (first start, starts, draws, context - committed)
-        self._etab: dict = {}
-        self._vtab: dict = {}
+        super().__init__(pol)
+        self._etab: dict = {}  # entropies by request id, kept across stretches (`_tables`)
 
     # ---------------------------------------------------------------- costs, entropies, estimates
     def _cost_tables(self, view: DecodeView, H: int, share: float) -> None:
@@ -135,42 +115,6 @@ class StretchPlanner:
         dm, vm = self.pol.ctx.cost.marginal(ctx[:, None].repeat(c, 1), np.full((k, c), view.budget[0]),
                                             np.full((k, c), view.method[0]), np.arange(1, c + 1)[None, :].repeat(k, 0))
         self._cd, self._vc = (dm[:, 0] + share).reshape(r, H), (vm + share).reshape(r, H, c)
-
-    def _tables(self, J: list[int], tab: dict, fill, reach: list[int] | None = None) -> None:
-        """Per-request tables of draws by (cycle start, drafts), ENT_ROWS starts from a column's
-        committed position drawn at once where its table does not reach it (a column's context is
-        its committed position plus a constant while it decodes, so a start fixes every draw)."""
-        com, ctx, rids, out = self._com, self._ctx, self._rids, self._out
-        reach = reach or [1] * len(J)  # starts needed from the committed position on (within the output)
-        miss = [j for j, h in zip(J, reach) if not ((t := tab.get(rids[j])) is not None and 0 <= com[j] - t[0]
-                                                    and min(com[j] + h, out[j]) - t[0] <= t[1]
-                                                    and ctx[j] - com[j] == t[3])]
-        if not miss:
-            return
-        if len(tab) > 4 * len(rids) + 64:  # entries of finished requests
-            keep = set(rids)
-            for rid in [x for x in tab if x not in keep]:
-                del tab[rid]
-        md = self._md
-        ids, pos, dx, cx, spans = [], [], [], [], []
-        for j in miss:
-            c0, o = com[j], self._out[j]
-            rows = max(min(self.ENT_ROWS, o - c0), 1)
-            c = c0 + np.arange(rows)
-            i = np.arange(md)
-            ok = i[None, :] < np.minimum(md, o - c - 1)[:, None]  # drafts it may make from there
-            cc = np.broadcast_to(c[:, None], ok.shape)[ok]
-            ids.append(np.full(len(cc), self._rids[j], np.int64))
-            pos.append(cc)
-            dx.append(np.broadcast_to(i[None, :], ok.shape)[ok])
-            cx.append(cc + (self._ctx[j] - c0))
-            spans.append((j, c0, rows, ok, self._ctx[j] - c0))
-        vals = fill(np.concatenate(ids), np.concatenate(pos), np.concatenate(dx), np.concatenate(cx))
-        lo = 0
-        for j, c0, rows, ok, off in spans:  # (first start, starts, draws, context - committed)
-            k = int(ok.sum())
-            tab[self._rids[j]] = (c0, rows, vals(ok, lo, lo + k), off)
-            lo += k
 
     def _ent_fill(self, ids, pos, dx, cx):
         """Entropies drawn for a table, with `token_acceptance`'s entropy term of each."""
@@ -221,27 +165,6 @@ class StretchPlanner:
         lp = np.log(p / (1 - p))
         est = 1.0 / (1.0 + np.exp(-(lp[:, None] + np.concatenate(Q))))
         return est.tolist(), E
-
-    def _outcomes(self, J: list[int], x: list[int]) -> list[int]:
-        """Accepted drafts of each column's verification of x drafts at its committed position now
-        (0 for none), from per-request tables (`_tables`)."""
-        md = self._md
-
-        def fill(ids, pos, dx, cx):
-            res = self._verify(ids, pos, dx + 1, cx)
-
-            def vals(ok, lo, hi):
-                T = np.zeros((len(ok), md + 1), np.int64)
-                T[:, 1:][ok] = res[lo:hi]
-                return T.tolist()
-            return vals
-
-        tab, com, rids = self._vtab, self._com, self._rids
-        if len(J) == 1 and (t := tab.get(rids[J[0]])) is not None and 0 <= com[J[0]] - t[0] < t[1] \
-                and self._ctx[J[0]] - com[J[0]] == t[3]:  # the common case: drawn already
-            return [t[2][com[J[0]] - t[0]][x[0]] if x[0] else 0]
-        self._tables([j for j, y in zip(J, x) if y], tab, fill)
-        return [(t := tab[rids[j]])[2][com[j] - t[0]][y] if y else 0 for j, y in zip(J, x)]
 
     def _est(self, ent: np.ndarray, prior: np.ndarray) -> np.ndarray:
         pol = self.pol
@@ -551,50 +474,20 @@ class StretchPlanner:
         entropies of the drafts it holds made in the stretch, and whether it verified in it (its
         entropy sum restarts)."""
         pol = self.pol
-        acc = pol.acc
-        # outcomes pass by pass in running order, each pass's relaxations (looks) before them
-        order = sorted((p, j) for p, j, x in zip(st.vp, st.vj, st.dv) if x > 0 and p < n)
-        byp = {}
-        for p, j, x, a in zip(st.vp, st.vj, st.dv, st.acc):
-            if x > 0 and p < n:
-                byp.setdefault(p, {})[j] = (x, a)
-        rel = [x for x in st.relax if x[0] < n]
-        ri = 0
-        passes = sorted({p for p, _ in order} | {x[0] for x in rel})
-        for p in passes:
-            while ri < len(rel) and rel[ri][0] == p:
-                _, rid, p0, pos = rel[ri]
-                acc.seen[rid] = p0
-                acc.get(np.array([rid], np.int64), np.array([pos], np.int64))
-                ri += 1
-            if p in byp:
-                g = byp[p]
-                js = sorted(g)
-                pol.on_verify(np.array([st.ids[j] for j in js], np.int64), np.array([g[j][0] for j in js], np.int64),
-                              np.array([g[j][1] for j in js], np.int64))
-        m = n - 1
         r = len(st.ids)
         target, last, ents, restart = [0] * r, [np.nan] * r, [[] for _ in range(r)], [False] * r
-        for j, rid in enumerate(st.ids):
-            cyc = st.cycles[j]
-            k = len(cyc) - 1
-            while cyc[k][0] > m:
-                k -= 1
-            f, v, d0, c0, ests, en = cyc[k]
+        m = n - 1
+        for j, (k, (f, v, d0, c0, ests, en)) in enumerate(self._replay(st, n)):
+            rid = st.ids[j]
             restart[j] = k > 0  # a verification before this cycle: its entropy sum restarted
             if ests is None or v == m:  # verified on the last pass
-                x = 0 if ests is None else v - f + d0
                 pol._p[rid] = []
-                target[j] = -1 if x > 0 else 0
+                target[j] = -1 if ests is not None and v - f + d0 > 0 else 0
                 restart[j] = True
-                if x == 0:
-                    acc.seen[rid] = c0 + (m - f if ests is None else 0)
-            else:  # drafting on the last pass, holding d before it
+            else:  # drafting on the last pass, holding h before it
                 h = d0 + m - f
                 pol._p[rid] = list(ests[:h])
                 target[j] = h + 1
                 last[j] = en[h - d0]
                 ents[j] = en[:h - d0 + 1]
-                acc.seen[rid] = c0
-            # a verification with drafts on the last pass: its outcome removed the look (on_verify)
         return target, last, ents, restart

@@ -1,0 +1,142 @@
+"""What planning many passes of a policy asked every pass shares (`entropy_stretch`,
+`aspire_stretch`): the plan's record, per-request tables of keyed draws, and handing the smoothed
+acceptance estimates back as the step path leaves them.
+
+A stretch is a fixed batch of decode requests over passes with nothing else in them (the
+simulator's fast path asks for one between arrivals, finishes and prefills). The acceptance
+model's draws are keyed (a row's value depends only on its own arguments), and while a request
+decodes its context is its committed position plus a constant, so every draw a cycle starting at
+position c can need is fixed by c: tables of them are drawn many starts ahead in one call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Stretch:
+    """A planned stretch: every verification (pass, column, drafts, accepted) in plan order, each
+    request's cycles, the relaxations, and `n`, the passes it is valid for."""
+
+    ids: list[int]
+    n: int
+    vp: list[int] = field(default_factory=list)
+    vj: list[int] = field(default_factory=list)
+    dv: list[int] = field(default_factory=list)
+    acc: list[int] = field(default_factory=list)
+    # per column: cycles in pass order, (first pass, last pass, drafts held at first, committed then,
+    # the policy's record of it (None: a run of plain passes), more of it)
+    cycles: list[list] = field(default_factory=list)
+    relax: list[tuple[int, int, int, int]] = field(default_factory=list)  # (pass, rid, last look, look)
+
+
+class StretchBase:
+    """Keyed draws in tables by request id, kept across stretches, and the estimates' hand-back.
+    A subclass's plan sets `_rids`, `_com`, `_ctx`, `_out`, `_md` (its columns' live state) and
+    `_verify` (the keyed outcome draw)."""
+
+    ROWS = 128  # cycle starts whose draws are drawn at once per request
+
+    def __init__(self, pol):
+        self.pol = pol
+        # rid -> (first start, starts, draws, context - committed)
+        self._vtab: dict = {}
+
+    def _tables(self, J: list[int], tab: dict, fill, reach: list[int] | None = None) -> None:
+        """Tables of draws by (cycle start, drafts) for the columns in J whose table does not reach
+        `reach` starts from their committed position (within their output): ROWS starts from
+        there, drawn in one call. fill(ids, pos, draft index, context) -> vals(mask, lo, hi)."""
+        com, ctx, rids, out = self._com, self._ctx, self._rids, self._out
+        reach = reach or [1] * len(J)
+        miss = [j for j, h in zip(J, reach) if not ((t := tab.get(rids[j])) is not None and 0 <= com[j] - t[0]
+                                                    and min(com[j] + h, out[j]) - t[0] <= t[1]
+                                                    and ctx[j] - com[j] == t[3])]
+        if not miss:
+            return
+        if len(tab) > 4 * len(rids) + 64:  # entries of finished requests
+            keep = set(rids)
+            for rid in [x for x in tab if x not in keep]:
+                del tab[rid]
+        md = self._md
+        ids, pos, dx, cx, spans = [], [], [], [], []
+        for j in miss:
+            c0, o = com[j], out[j]
+            rows = max(min(self.ROWS, o - c0), 1)
+            c = c0 + np.arange(rows)
+            i = np.arange(md)
+            ok = i[None, :] < np.minimum(md, o - c - 1)[:, None]  # drafts it may make from there
+            cc = np.broadcast_to(c[:, None], ok.shape)[ok]
+            ids.append(np.full(len(cc), rids[j], np.int64))
+            pos.append(cc)
+            dx.append(np.broadcast_to(i[None, :], ok.shape)[ok])
+            cx.append(cc + (ctx[j] - c0))
+            spans.append((j, c0, rows, ok, ctx[j] - c0))
+        vals = fill(np.concatenate(ids), np.concatenate(pos), np.concatenate(dx), np.concatenate(cx))
+        lo = 0
+        for j, c0, rows, ok, off in spans:
+            k = int(ok.sum())
+            tab[rids[j]] = (c0, rows, vals(ok, lo, lo + k), off)
+            lo += k
+
+    def _outcome_fill(self, ids, pos, dx, cx):
+        res = self._verify(ids, pos, dx + 1, cx)
+
+        def vals(ok, lo, hi):
+            T = np.zeros((len(ok), self._md + 1), np.int64)
+            T[:, 1:][ok] = res[lo:hi]
+            return T.tolist()
+        return vals
+
+    def _outcomes(self, J: list[int], x: list[int]) -> list[int]:
+        """Accepted drafts of each column's verification of x drafts at its committed position now
+        (0 for none)."""
+        tab, com, rids = self._vtab, self._com, self._rids
+        if len(J) == 1 and (t := tab.get(rids[J[0]])) is not None and 0 <= com[J[0]] - t[0] < t[1] \
+                and self._ctx[J[0]] - com[J[0]] == t[3]:  # the common case: drawn already
+            return [t[2][com[J[0]] - t[0]][x[0]] if x[0] else 0]
+        self._tables([j for j, y in zip(J, x) if y], tab, self._outcome_fill)
+        return [(t := tab[rids[j]])[2][com[j] - t[0]][y] if y else 0 for j, y in zip(J, x)]
+
+    def _replay(self, st: Stretch, n: int) -> list[tuple]:
+        """The estimates as the first n passes leave them: each pass's relaxations (looks), then
+        its outcomes (`on_verify`, in running order); each request's last look. Returns each
+        column's cycle on the last pass (n - 1)."""
+        pol = self.pol
+        acc = pol.acc
+        byp: dict = {}
+        for p, j, x, a in zip(st.vp, st.vj, st.dv, st.acc):
+            if x > 0 and p < n:
+                byp.setdefault(p, {})[j] = (x, a)
+        rel = [x for x in st.relax if x[0] < n]
+        ri = 0
+        for p in sorted(set(byp) | {x[0] for x in rel}):
+            while ri < len(rel) and rel[ri][0] == p:
+                _, rid, p0, pos = rel[ri]
+                acc.seen[rid] = p0
+                acc.get(np.array([rid], np.int64), np.array([pos], np.int64))
+                ri += 1
+            if p in byp:
+                g = byp[p]
+                js = sorted(g)
+                pol.on_verify(np.array([st.ids[j] for j in js], np.int64), np.array([g[j][0] for j in js], np.int64),
+                              np.array([g[j][1] for j in js], np.int64))
+        m = n - 1
+        last = []
+        for j, rid in enumerate(st.ids):
+            cyc = st.cycles[j]
+            k = len(cyc) - 1
+            while cyc[k][0] > m:
+                k -= 1
+            f, v, d0, c0, rec, more = cyc[k]
+            if rec is None:  # plain passes: looked at each
+                acc.seen[rid] = c0 + m - f
+            elif v != m:  # drafting on the last pass
+                acc.seen[rid] = c0
+            elif v - f + d0 == 0:  # a plain pass
+                acc.seen[rid] = c0
+            # a verification with drafts on the last pass: its outcome removed the look (on_verify)
+            last.append((k, cyc[k]))
+        return last
