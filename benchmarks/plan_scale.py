@@ -65,7 +65,7 @@ def run(args, ray: bool, out_dir: Path) -> tuple[dict, float]:
 def profile(plan) -> dict:
     """Where the plan's time went: probes by configuration, phase (window or whole trace) and
     replicas (one, or several for the replica search), with their simulation wall time."""
-    by = defaultdict(lambda: {"probes": 0, "stopped": 0, "wall_s": 0.0})
+    by = defaultdict(lambda: {"probes": 0, "stopped": 0, "wall_s": 0.0, "cpu_s": 0.0})
     for p in plan.probes:
         for key in (f"{p['config']} | {p['kind']} | {'1 replica' if p['replicas'] == 1 else 'replica search'}",
                     f"ALL | {p['kind']} | {'1 replica' if p['replicas'] == 1 else 'replica search'}"):
@@ -73,7 +73,29 @@ def profile(plan) -> dict:
             b["probes"] += 1
             b["stopped"] += bool(p.get("stopped"))
             b["wall_s"] += p.get("wall_s") or 0.0
-    return {k: {**v, "wall_s": round(v["wall_s"], 1)} for k, v in sorted(by.items())}
+            b["cpu_s"] += p.get("cpu_s") or 0.0
+    return {k: {**v, "wall_s": round(v["wall_s"], 1), "cpu_s": round(v["cpu_s"], 1)} for k, v in sorted(by.items())}
+
+
+def cpu_makespan(plan, workers: int) -> dict:
+    """The plan's tasks' CPU times scheduled as the sweep submits them (anchors, then replica tasks,
+    then rate tasks, each to the first free worker): an estimate of the wall time on `workers`
+    cores with nothing else running (this VM is shared; the wall time measured includes waiting
+    for other agents' work)."""
+    import heapq
+
+    anchors = [r["task_cpu_s"] for r in plan.results if not isinstance(r["task_cpu_s"], list)]
+    rest = [r["task_cpu_s"] for r in plan.results if isinstance(r["task_cpu_s"], list)]
+    waves = [anchors, [c[1] for c in rest] + [c[0] for c in rest]]
+    t = 0.0
+    for wave in waves:
+        free = [t] * workers
+        for c in wave:
+            heapq.heappush(free, heapq.heappop(free) + c)
+        t = max(free)
+    return {"cpu_s_total": round(sum(anchors) + sum(sum(c) for c in rest), 1),
+            "est_wall_s_on_free_cores": round(t, 1), "workers": workers,
+            "task_cpu_s": {row["config"]: res["task_cpu_s"] for row, res in zip(plan.rows, plan.results)}}
 
 
 def main() -> None:
@@ -123,6 +145,8 @@ def main() -> None:
         doc["machine"]["loadavg_samples"] = {"every_s": 10, "columns": ["t_s", "1min", "5min", "15min"],
                                              "rows": list(loads)}
         doc["profile"] = profile(plan)
+        doc["cpu"] = cpu_makespan(plan, plan.inputs.jobs)
+        doc["under_15_min_on_free_cores_est"] = doc["cpu"]["est_wall_s_on_free_cores"] < 900
         doc["meta"] = plan.meta
         keep = ("config", "status", "max_rate", "bracket_hi", "rate_per_gpu", "output_tok_s_per_gpu", "requests_per_usd",
                 "fewest_replicas", "median_tpot_ms", "limiter", "why", "probes", "probes_simulated", "probes_full",

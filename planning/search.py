@@ -17,15 +17,17 @@ Highest rate meeting the SLO (`max_rate`), at the plan's smallest replica count,
    monotone in the rate); the window only decides where the whole-trace probes go.
 Early stop (exact): a probe stops as soon as its SLO can no longer be met (planning/stop.py),
 and fails; it would have failed run to the end, so this changes no answer, only the time.
-Reuse: the window search of a configuration starts from its anchor's window answer (grow 1.25,
-then 2); anchors start from the trace's native rate (grow 2). Anchors run first; which
+Reuse: the window search of a configuration starts from its anchor's window answer and gallops
+from it as the whole-trace phase does (neighbours on the same hardware are usually within a few
+per cent); anchors start from the trace's native rate (grow 2). Anchors run first; which
 configuration is an anchor depends on the plan only, so results are the same whatever the job
 count or engine.
 
-Fewest replicas for a target rate (`fewest_replicas`), within the plan's replica range: on the
-window, start at ceil(target / the window's rate per replica) and step down while it passes or up
-until it does; then on the whole trace, start at the window's answer and do the same. The answer
-passes on the whole trace and one replica fewer fails on it (or is below the range).
+Fewest replicas for a target rate (`fewest_replicas`), within the plan's replica range: for an
+anchor, on the window, start at ceil(target / rate per replica) and step down while it passes or
+up until it does; then on the whole trace, start at the window's answer and do the same. Its
+neighbours start on the whole trace at the anchor's answer (no window phase). The answer passes
+on the whole trace and one replica fewer fails on it (or is below the range).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ TOL = 1e-9
 class SearchSettings:
     precision: float = 0.05  # relative width of the final bracket
     grow_anchor: float = 2.0
-    grow_near: float = 1.25
+    grow_near: float | None = None  # None: gallop by (1 + precision)^(2^k) from a neighbour's answer
     early_stop: bool = True  # stop a probe once its SLO cannot be met (exact)
     window: int | None = None  # requests of the window phase; None: auto; 0: no window phase
 
@@ -90,14 +92,14 @@ class Searcher:
         anchor's whole-trace answer over its window answer (None: 1)."""
         window = None
         if self.w < self.n:
-            window = self.search(replicas, start, _steps(grow), self.w)
+            window = self.search(replicas, start, _steps(grow) if grow else _gallop(self.s.precision), self.w)
             if window["status"] == "ok":
                 start = math.sqrt(window["lo"] * window["hi"]) * (ratio or 1.0)
                 steps = _gallop(self.s.precision)
             else:  # beyond the window's range: search the whole trace as the window did
-                steps = _steps(grow)
+                steps = _steps(grow or 2.0)
         else:
-            steps = _steps(grow)
+            steps = _steps(grow) if grow else _gallop(self.s.precision)
         m = self.search(replicas, start, steps, self.n)
         m["window_lo"] = window["lo"] if window else None
         m["window_hi"] = window["hi"] if window else None
@@ -140,13 +142,16 @@ class Searcher:
                 hi, hi_p = mid, p
         return {"status": "ok", "lo": lo, "hi": hi, "lo_probe": lo_p, "hi_probe": hi_p}
 
-    def fewest_replicas(self, target: float, per_replica: float | None, rmin: int, rmax: int) -> dict:
+    def fewest_replicas(self, target: float, per_replica: float | None, rmin: int, rmax: int,
+                        start: int | None = None) -> dict:
         """The fewest replicas in [rmin, rmax] meeting the SLO at `target` req/s on the whole trace:
         first on the window (from ceil(target / per_replica)), then on the whole trace from the
-        window's answer (module docstring)."""
+        window's answer; with `start` (a neighbour's answer), on the whole trace from there."""
         guess = rmin if not per_replica else min(rmax, max(rmin, math.ceil(target / per_replica)))
         tried_w: list[int] = []
-        if self.w < self.n:
+        if start is not None:
+            guess = min(rmax, max(rmin, start))
+        elif self.w < self.n:
             fw = self._fewest(target, guess, rmin, rmax, self.w)
             tried_w = fw["tried"]
             if fw["replicas"] is not None:

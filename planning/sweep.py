@@ -4,7 +4,7 @@
 Configurations run in two waves: anchors (the first configuration on each GPU x model x TP; one
 task each: rate search, then replica search), then the rest, each starting its search from its
 anchor's answers (planning/search.py) and split in two tasks, its rate search and its replica
-search (which starts from the anchor's rate per replica), so two workers share the long ones
+search (which starts from the anchor's fewest replicas), so two workers share the long ones
 evenly; the replica tasks go first (multi-replica probes are the longest). Within a wave
 tasks are independent and each depends only on the plan's inputs, so the results are identical
 whatever the engine or the job count; the order of the results is the plan's, not the order they
@@ -73,8 +73,9 @@ def run_sweep(bench: Bench, configs: list[PlanConfig], settings: SearchSettings,
             job = Job(configs[i], s, g, rmin, rmax, target, settings, ratio=ratio,
                       part="rate" if target is not None else "both")
             if target is not None:
+                fa = (results[a].get("fewest") or {}).get("replicas")
                 rest[(i, "replicas")] = Job(configs[i], s, g, rmin, rmax, target, settings, part="replicas",
-                                            per_replica_guess=ans / rmin if ans else None)
+                                            per_replica_guess=ans / rmin if ans else None, replica_start=fa)
             rest[(i, job.part)] = job
         rest = dict(sorted(rest.items(), key=lambda kv: kv[0][1] != "replicas"))  # replica tasks first
         for key, res in runner.run(rest):

@@ -58,7 +58,7 @@ def probe_rows(results: list[dict], labels: list[str]) -> list[dict]:
             rows.append({"config": label, **r["config"], "rate": p["rate"], "replicas": p["replicas"],
                          "requests": p["requests"], "kind": p["kind"], "met": p["met"], "cached": p["cached"],
                          "stopped": p.get("stopped"), "stopped_at_s": s.get("stopped_at"),
-                         "wall_s": s.get("probe_wall_s"), "goodput": p["goodput"], "attainment": p["attainment"],
+                         "wall_s": s.get("probe_wall_s"), "cpu_s": s.get("probe_cpu_s"), "goodput": p["goodput"], "attainment": p["attainment"],
                          "output_tok_s_per_gpu": (s.get("output_throughput") or 0) / (p["replicas"] * tp),
                          "request_throughput": s.get("request_throughput"),
                          "median_tpot_ms": s.get("median_tpot_ms"), "p99_tpot_ms": s.get("p99_tpot_ms"),

@@ -18,14 +18,14 @@ KEEP = ("duration", "completed", "rejected", "request_throughput", "output_throu
         "p90_tpot_ms", "p99_tpot_ms", "mean_e2el_ms", "draft_acceptance_rate", "mean_acceptance_length",
         "tokens_per_verify", "prefill_time_share", "pass_time_s", "peak_running", "kv_peak_pages",
         "kv_capacity_pages", "preemptions", "memory_note", "overload_note", "overloaded", "requested_max_batch",
-        "num_drafts", "num_draft_tokens", "num_accepted_tokens", "stopped_at", "probe_wall_s")
+        "num_drafts", "num_draft_tokens", "num_accepted_tokens", "stopped_at", "probe_wall_s", "probe_cpu_s")
 
 
 @dataclass(frozen=True)
 class Job:
     cfg: PlanConfig
     start: float  # first rate probed (req/s, all replicas together)
-    grow: float
+    grow: float | None  # bracketing factor of the first phase (None: gallop from a neighbour's answer)
     rmin: int
     rmax: int
     target: float | None  # req/s for the replica search
@@ -33,9 +33,19 @@ class Job:
     ratio: float | None = None  # the anchor's whole-trace answer over its window answer
     part: str = "both"  # "rate", "replicas" or "both"
     per_replica_guess: float | None = None  # for part="replicas": where the replica search starts
+    replica_start: int | None = None  # a neighbour's fewest replicas: the whole-trace search starts there
 
 
 def plan_config(bench: Bench, job: Job) -> dict:
+    import time
+
+    c0 = time.process_time()
+    out = _plan_config(bench, job)
+    out["task_cpu_s"] = time.process_time() - c0  # what the task cost (for benchmarks; not a result)
+    return out
+
+
+def _plan_config(bench: Bench, job: Job) -> dict:
     if job.part == "replicas":
         return _replicas_part(bench, job)
     from spsim.policies.registry import parse_policy
@@ -65,7 +75,7 @@ def plan_config(bench: Bench, job: Job) -> dict:
 
 
 def _fewest(bench: Bench, srch: Searcher, job: Job, per: float | None) -> dict:
-    f = srch.fewest_replicas(job.target, per, job.rmin, job.rmax)
+    f = srch.fewest_replicas(job.target, per, job.rmin, job.rmax, job.replica_start)
     return {"target": job.target, "replicas": f["replicas"], "tried": f["tried"], "tried_window": f["tried_window"],
             "summary": _keep(f["probe"].summary), "eval": f["probe"].evaluate(bench.slo)}
 
@@ -79,6 +89,7 @@ def merge(rate: dict, replicas: dict) -> dict:
     """A configuration's rate part with its replica part (probes in the order rate, replicas)."""
     out = dict(rate)
     out["fewest"] = replicas["fewest"]
+    out["task_cpu_s"] = [rate.get("task_cpu_s"), replicas.get("task_cpu_s")]
     out["probes"] = rate["probes"] + replicas["probes"]
     return out
 

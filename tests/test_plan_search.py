@@ -129,10 +129,13 @@ def fake(cap_full, cap_window, n=1000, w=100, precision=0.05):
 
 @settings(max_examples=300, deadline=None)
 @given(cap=st.floats(0.05, 300), bias=st.floats(0.3, 3.0), start=st.floats(0.1, 50),
-       ratio=st.one_of(st.none(), st.floats(0.3, 3.0)), precision=st.sampled_from([0.02, 0.05, 0.2]))
-def test_window_then_whole_trace_brackets_the_whole_trace_capacity(cap, bias, start, ratio, precision):
+       ratio=st.one_of(st.none(), st.floats(0.3, 3.0)), precision=st.sampled_from([0.02, 0.05, 0.2]),
+       grow=st.sampled_from([2.0, None]), window=st.booleans())
+def test_window_then_whole_trace_brackets_the_whole_trace_capacity(cap, bias, start, ratio, precision, grow, window):
     s = fake(cap, cap * bias, precision=precision)
-    m = s.max_rate(1, start, 2.0, ratio)
+    if not window:
+        s.w = s.n
+    m = s.max_rate(1, start, grow, ratio)
     if m["status"] == "ok":
         assert m["lo"] < cap <= m["hi"]
         assert m["hi"] / m["lo"] <= (1 + precision) * (1 + 1e-9)
@@ -163,6 +166,15 @@ def test_fewest_replicas_through_the_window(cap_w, cap_f, target):
     if expect is not None:
         assert f["probe"].n == s.n  # decided on the whole trace, not the window
     assert any(c[2] == s.n for c in s.calls)
+
+
+@pytest.mark.parametrize("start", [1, 3, 4, 5, 8])
+def test_fewest_replicas_from_a_neighbours_answer(start):
+    s = fake(10.0, 14.0)
+    f = s.fewest_replicas(35.0, 10.0, 1, 8, start=start)
+    assert f["replicas"] == next(r for r in range(1, 9) if 35.0 < 10.0 * r ** 1.1)
+    assert all(c[2] == s.n for c in s.calls)  # no window phase
+    assert s.calls[0][1] == start
 
 
 def test_window_size():
