@@ -23,6 +23,7 @@ import numpy as np
 from spsim.plan import DraftMethod
 
 from .acceptance_ema import AcceptanceEMA
+from .aspire_stretch import AspireStretch
 from .base import DecodeView, Policy, ema_looks, expected_tokens
 from .registry import register
 
@@ -92,6 +93,7 @@ class Aspire(RatePlanner):
         if self.explore < 0:
             raise ValueError("explore must be >= 0")
         self.acc = AcceptanceEMA(self.ema, self.prior)
+        self._planner = None
         if self.replan == "pass":
             self.plans_ahead = False  # asked for every decode request every pass
 
@@ -120,6 +122,16 @@ class Aspire(RatePlanner):
 
     def on_finish(self, rid):
         self.acc.drop(rid)
+
+    # ---- many passes at once (replan=pass; an executor that advances a fixed batch many passes
+    # per event): what asking on each of the next n passes would answer (`aspire_stretch`)
+    def plan_stretch(self, view: DecodeView, n: int, entropy, verify, gate: bool = False):
+        if self._planner is None:
+            self._planner = AspireStretch(self)
+        return self._planner.plan(view, n, verify, gate)
+
+    def commit_stretch(self, st, n: int):
+        return self._planner.commit(st, n)
 
     def on_verify(self, ids, drafted, accepted):
         self.acc.update(ids, drafted, accepted)

@@ -176,16 +176,18 @@ class FastPath:
             asked = getattr(pol, "asked_cycle", None) if pol.synchronous and not pol.needs_entropy else None
             every = (not pol.synchronous and not pol.needs_entropy and hasattr(pol, "targets_after")
                      and (not b.waiting or len(running) >= cfg.max_batch))
-            stretch = hasattr(pol, "plan_stretch") and (not b.waiting or len(running) >= cfg.max_batch)
+            stretch = hasattr(pol, "plan_stretch")
             if (asked is None and not every) or self.zero_ok:
                 sp = self._plan_zero(max_passes)
                 if sp is not None or (asked is None and not every and not stretch):
                     return sp
                 self.zero_ok = False  # speculating again: no zero_run until a cycle of 0 drafts
-            if stretch:
-                return self._plan_stretch(max_passes)
+            if stretch and (sp := self._plan_stretch(max_passes)) is not None:
+                return sp
             if every:
                 return self._plan_every(max_passes)
+            if stretch:
+                return None
             return self._plan_asked(asked, max_passes)
         b.ask_policy(np.array(running, dtype=I64))
         if cycles_ok:
@@ -293,7 +295,10 @@ class FastPath:
         def verify(ids, pos, drafted, ctx):
             return acc.verify(ids, pos, drafted, ctx, *consts(len(ids)))
 
-        st = self.b.policy.plan_stretch(view, min(max_passes, self.STRETCH_MAX), entropy, verify)
+        # with requests waiting for pages, the stretch ends at the first verification with drafts
+        # (whose freed pages the next pass's admission may take)
+        gate = bool(self.b.waiting) and r < cfg.max_batch
+        st = self.b.policy.plan_stretch(view, min(max_passes, self.STRETCH_MAX), entropy, verify, gate)
         if st is None:
             return None
         vp, vj, dv, ac = (np.array(x, I64) for x in (st.vp, st.vj, st.dv, st.acc))
@@ -313,6 +318,7 @@ class FastPath:
             vp, vj, dv, ac = vp[:k], vj[:k], dv[:k], ac[:k]
             seg = DecodeSegment(seg.kind[:n], seg.query[:n], seg.context[:n], seg.draft_pos[:n], seg.budget, seg.method)
             need = need[:n]
+        self.zero_ok = not (dv > 0).any()  # no drafts in it: zero_run may cover what follows
         return SegmentPlan(run, n, seg, None, cycles=Cycles(vp, vj, dv, ac, -1, need), stretch=st)
 
     def _consts(self, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,265 @@
+"""`aspire:replan=pass` decided for many passes at once (`Aspire.plan_stretch`), for an executor
+that advances a fixed batch of decode requests many passes per event (the simulator's fast path).
+
+Asked every pass, ASPIRE's answer for a request is the k maximising its expected tokens per unit
+of cycle cost, from its smoothed acceptance, its context and the batch size. While a request
+drafts none of these move unless its estimate comes from the pool (no outcome yet, or a
+relaxation due after a plain pass), so a request with its own estimate keeps its answer through
+its cycle: the whole cycle is decided at once, and the next one too (its estimate after every
+outcome of this one is one of 2 cap + 1 values: all decided in the same call). A request answering
+from the pool is decided at the pool's rate while that cannot change (until the pass after the
+next verification with drafts: planned, or possible from a request not planned that far), in pass
+order (`entropy_stretch` has the same structure and the reasons). A plain answer holds while the
+rate cannot change it, or while even acceptance 1 would not pay for a draft. Exploration (answers
+that depend on how many trials the pool holds) is left to the step path.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from .base import DecodeView, expected_tokens
+from .stretch import Stretch, StretchBase
+
+
+class AspireStretch(StretchBase):
+    """Plans a stretch for one `Aspire` policy asked every pass (reads its state, changes none)."""
+
+    CHECK_AHEAD = 64  # passes a plain answer is checked ahead at once
+
+    def _cycle_table(self, view: DecodeView, H: int, k_max: int) -> None:
+        """Each request's cycle cost for k = 0..k_max drafts at contexts context + 0..H-1: the
+        step path's grid and arithmetic (`cycle_costs`), in one call."""
+        from .aspire import cycle_costs
+
+        r = len(view.ids)
+        ctx = (view.context[:, None] + np.arange(H, dtype=np.int64)).ravel()
+        k = len(ctx)
+        rows = DecodeView(ids=np.repeat(view.ids, H), context=ctx, drafted=np.zeros(k, np.int64),
+                          remaining=np.zeros(k, np.int64), committed=np.zeros(k, np.int64),
+                          budget=np.full(k, view.budget[0]), method=np.full(k, view.method[0]),
+                          last_entropy=np.full(k, np.nan), sum_entropy=np.zeros(k), num_decode=view.num_decode,
+                          prefill_tokens=view.prefill_tokens, max_draft=view.max_draft)
+        self._ks, cyc = cycle_costs(self.pol.ctx.cost, rows, k_max)
+        self._cyc = cyc.reshape(r, H, len(self._ks))
+
+    def _answers(self, prior: np.ndarray, rows: np.ndarray, cix: np.ndarray) -> list[int]:
+        """The k each (column, context offset) row is given at these estimates (`Aspire.targets`:
+        argmax of expected tokens per unit of cycle cost)."""
+        ks = self._ks
+        rate = expected_tokens(prior[:, None], ks[None, :]) / self._cyc[rows, cix]
+        return ks[np.argmax(rate, axis=1)].tolist()
+
+    def plan(self, view: DecodeView, n: int, verify, gate: bool) -> Stretch | None:
+        pol = self.pol
+        if pol.exploring:
+            return None
+        acc = pol.acc
+        r = len(view.ids)
+        rids = view.ids.tolist()
+        com, ctx = view.committed.tolist(), view.context.tolist()
+        ctx0 = list(ctx)
+        out = [c + x for c, x in zip(com, view.remaining.tolist())]
+        d = view.drafted.tolist()
+        md = view.max_draft
+        keep, pkeep, strength = acc.keep, acc.pkeep, acc.strength
+        self._cycle_table(view, n + 2 * md + 3, pol.k_max or md)  # + drafts held, + the next cycle's candidates
+        self._rids, self._com, self._ctx, self._out, self._md, self._verify = rids, com, ctx, out, md, verify
+        st = Stretch(rids, n, cycles=[[] for _ in range(r)])
+        rec = st.cycles
+        hz = n
+        counts = [(list(x) if (x := acc.counts.get(i)) else None) for i in rids]
+        pool = list(acc.pop)
+        start = [0] * r
+        relax = [None] * r  # the last look's position where a relaxation is due at the next look
+        for j, i in enumerate(rids):
+            p0 = acc.seen.get(i)
+            if counts[j] is not None and p0 is not None and com[j] > p0:
+                relax[j] = p0
+        pending = [False] * r
+        done = [False] * r
+        heap: list = []
+        # a cycle decided at the pool's rate: [first pass, drafts then, latest answer]
+        opened: list = [[0, d[j], 0] if counts[j] is None else None for j in range(r)]
+
+        def verified(j, p, x, a):
+            st.vp.append(p)
+            st.vj.append(j)
+            st.dv.append(x)
+            st.acc.append(a)
+
+        def own(j):
+            return counts[j] is not None and relax[j] is None and not pending[j]
+
+        def fold(P):
+            while heap and heap[0][0] < P:
+                p, j, x, a = heapq.heappop(heap)
+                trials = a + (a < x)
+                if pending[j]:  # its first outcome: counts from the pool's rate (AcceptanceEMA.update)
+                    cj = counts[j] = [pool[0] / pool[1] * strength, strength]
+                    pending[j] = False
+                    cj[0] = keep * cj[0] + a
+                    cj[1] = keep * cj[1] + trials
+                pool[0] = pkeep * pool[0] + a
+                pool[1] = pkeep * pool[1] + trials
+
+        def take(j, x0, k, x, first=None):
+            """Column j's cycle from its next pass (or `first`), x0 drafts held, answer k, to a
+            verification of x."""
+            nonlocal hz
+            f = start[j] if first is None else first
+            v = f + x - x0
+            a_ = self._outcomes([j], [x])[0] if x else 0
+            rec[j].append((f, v, x0, com[j], k, None))
+            verified(j, v, x, a_)
+            if x > 0:
+                if counts[j] is None:
+                    pending[j] = True
+                else:
+                    cj = counts[j]
+                    trials = a_ + (a_ < x)
+                    cj[0] = keep * cj[0] + a_
+                    cj[1] = keep * cj[1] + trials
+                heapq.heappush(heap, (v, j, x, a_))
+                if gate and v + 1 < hz:
+                    hz = v + 1
+            elif counts[j] is not None:
+                relax[j] = com[j]  # plain: its next look relaxes towards the pool
+            com[j] += a_ + 1
+            ctx[j] += a_ + 1
+            d[j] = 0
+            start[j] = v + 1
+            if com[j] >= out[j]:
+                done[j] = True
+                hz = min(hz, v + 1)
+            return a_
+
+        def whole(J):
+            """This cycle of each column in J and the next (its estimate after each outcome b of
+            this one, of more drafts or of exactly b, answered in the same call)."""
+            P, rows, cix, base = [], [], [], []
+            for j in J:
+                c0, c1 = counts[j]
+                cap = min(md, out[j] - com[j] - 1)
+                cx = ctx[j] - ctx0[j]
+                base.append(len(P))
+                P.append(c0 / c1)
+                k0, k1 = keep * c0, keep * c1
+                P.extend([(k0 + b) / (k1 + (b + 1)) for b in range(cap)])  # b accepted of more
+                P.extend([(k0 + b) / (k1 + b) for b in range(1, cap + 1)])  # all b accepted
+                rows += [j] * (2 * cap + 1)
+                cix += [cx] + list(range(cx + 1, cx + cap + 1)) + list(range(cx + 2, cx + cap + 2))
+            K = self._answers(np.array(P), np.array(rows), np.array(cix))
+            for q, j in enumerate(J):
+                r0, x0 = base[q], d[j]
+                cap = min(md, out[j] - com[j] - 1)
+                k = K[r0]
+                x = max(x0, min(k, cap))
+                b = take(j, x0, k, x)
+                if x == 0 or done[j] or start[j] >= hz:
+                    continue
+                r1 = r0 + 1 + b if b < x else r0 + cap + b
+                k = K[r1]
+                take(j, 0, k, min(k, md, out[j] - com[j] - 1))
+
+        def whole_cycles(J):
+            while J:
+                whole(J)
+                J = [j for j in J if not done[j] and start[j] < hz and own(j)]
+
+        def pooled(A, P):
+            """Columns in A (no outcome yet) from pass P at the pool's rate, while it cannot change."""
+            nonlocal hz
+            pr = pool[0] / pool[1]
+            Pc = heap[0][0] + 1 if heap else hz
+            for j in range(r):
+                if not done[j] and P < start[j] < Pc and not own(j):
+                    Pc = start[j] + 1
+            K = self._answers(np.full(len(A), pr), np.array(A), np.array([ctx[j] - ctx0[j] for j in A]))
+            plan = []
+            for j, k in zip(A, K):
+                x0 = d[j]
+                x = max(x0, min(k, md, out[j] - com[j] - 1))
+                plan.append((j, k, x0, x))
+                if x > 0 and P + x - x0 + 1 < Pc:
+                    Pc = P + x - x0 + 1
+            for j, k, x0, x in plan:
+                o = opened[j]
+                if x == 0:  # plain: as long as the answer holds
+                    h = self._plain_run(j, P, Pc, hz, pr, ctx0)
+                    rec[j].append((P, P + h - 1, 0, com[j], None, None))
+                    for p in range(P, P + h):
+                        verified(j, p, 0, 0)
+                    com[j] += h
+                    ctx[j] += h
+                    start[j] = P + h
+                    opened[j] = [start[j], 0, 0]
+                    if com[j] >= out[j]:
+                        done[j] = True
+                        hz = min(hz, start[j])
+                elif P + x - x0 < Pc:  # the whole cycle
+                    take(j, o[1], k, x, first=o[0])
+                    opened[j] = None
+                else:  # drafting through pass Pc - 1, asked again on Pc
+                    d[j] = x0 + Pc - P
+                    start[j] = Pc
+                    o[2] = k
+
+        whole_cycles([j for j in range(r) if own(j)])
+        while True:
+            need = [j for j in range(r) if not done[j] and start[j] < hz]
+            if not need:
+                break
+            P = min(start[j] for j in need)
+            fold(P)
+            at = [j for j in need if start[j] == P]
+            B = []
+            for j in at:
+                if counts[j] is not None and relax[j] is not None:  # relaxes towards the pool, then its own
+                    p0, x = relax[j], counts[j]
+                    w = keep ** (com[j] - p0)
+                    default = pool[0] / pool[1]
+                    x[0] = w * x[0] + (1.0 - w) * default * strength
+                    x[1] = w * x[1] + (1.0 - w) * strength
+                    st.relax.append((P, rids[j], p0, com[j]))
+                    relax[j] = None
+                    B.append(j)
+                elif own(j):
+                    B.append(j)
+            if B:
+                whole_cycles(B)
+            A = [j for j in at if counts[j] is None and not pending[j] and not done[j] and start[j] < hz]
+            if A:
+                pooled(A, P)
+        for j in range(r):  # cycles still drafting at the horizon, decided at the pool's rate
+            o = opened[j]
+            if o is not None and d[j] > 0:
+                rec[j].append((o[0], 1 << 60, o[1], com[j], o[2], None))
+        st.n = min(n, hz)
+        return st if st.n >= 1 else None
+
+    def _plain_run(self, j: int, P: int, Pc: int, hz: int, pr: float, ctx0: list[int]) -> int:
+        """Passes from P (at least 1: its answer there is 0) on which column j, holding no drafts
+        and no outcome, is given no draft: at the pool's rate pr before pass Pc, after it whatever
+        the rate (even acceptance 1 would give 0; expected tokens grow with the rate)."""
+        c, cx, o = self._com[j], self._ctx[j], self._out[j]
+        h = min(self.CHECK_AHEAD, hz - P, o - c)
+        if h <= 1:
+            return 1
+        i = np.arange(1, h)
+        k = np.array(self._answers(np.where(P + i < Pc, pr, 1.0), np.full(h - 1, j), cx - ctx0[j] + i))
+        eff = np.minimum(np.minimum(k, self._md), o - c - i - 1)
+        return 1 + (int(np.argmax(eff > 0)) if (eff > 0).any() else h - 1)
+
+    def commit(self, st: Stretch, n: int):
+        """Leave the estimates as the first n passes would; per column, the target it was last
+        given (`StretchPlanner.commit`'s other returns: no entropy signal)."""
+        r = len(st.ids)
+        target = [0] * r
+        m = n - 1
+        for j, (_, (f, v, d0, c0, k, _)) in enumerate(self._replay(st, n)):
+            if k is not None:
+                target[j] = -1 if v == m and v - f + d0 > 0 else k
+        return target, [np.nan] * r, [[] for _ in range(r)], [True] * r
