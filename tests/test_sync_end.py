@@ -91,3 +91,23 @@ def test_drafts_per_verification_hold_at_large_batch():
     res = run(tr, policy="sync:k=4", concurrency=64, p=0.8)
     rq = res.requests
     assert rq.drafts.sum() / rq.spec_verifies.sum() > 3.7
+
+
+def test_request_at_its_end_leaves_at_the_batch_verification():
+    # a request sitting out holds drafts, not tokens: its committed count stays put while it sits
+    # out, and it finishes (KV freed, finish time) at the end of the pass verifying them, as
+    # MagicDec, Vegas and vLLM return tokens only after verification (docs/policies.md)
+    from spsim.plan import Outcome
+    from spsim.policies.request import Phase
+
+    b = _batcher([4, 100, 100], k=4)
+    now, ends = 0.0, []
+    for _ in range(6):  # prefill, 4 draft passes (request 0 sits out the last two), verify
+        plan = b.plan(now)
+        acc = plan.verify_query - 1
+        now += 0.01
+        b.apply(plan, Outcome(0.01, np.full(len(plan.draft_ids), np.nan), acc), now)
+        ends.append((now, int(b.t.committed[0]), int(b.t.drafted[0]), b.t.phase[0] == Phase.DONE))
+    assert [e[1:] for e in ends[:5]] == [(1, 0, False), (1, 1, False), (1, 2, False), (1, 2, False), (1, 2, False)]
+    assert ends[5][1:] == (4, 0, True)
+    assert b.t.t_finish[0] == ends[5][0] and b.t.pages[0] == 0
