@@ -98,15 +98,16 @@ class Sync(Policy):
         attention at position j) and one verification (query min(k, c_i) + 1 per request)."""
         m, r = a.shape
         K = k_max + 1
-        cap = np.maximum(remaining - 1, 0)
-        eff = np.minimum(np.arange(K, dtype=np.int64), cap[:, :, None])  # (m, r, K) drafts used
+        ks, js = _aranges(K)
+        cap = np.maximum(remaining - 1, 0)[:, :, None]
+        eff = np.minimum(ks, cap)  # (m, r, K) drafts used
         tokens = expected_tokens(a[:, :, None], eff).sum(axis=1)
         draft, verify = _prices(self.ctx.cost, context, view.budget, view.method, k_max)
-        v = np.take_along_axis(verify, eff, axis=2).sum(axis=1)  # (m, K)
+        v = verify[np.arange(m)[:, None, None], np.arange(r)[None, :, None], eff].sum(axis=1)  # (m, K)
         ovh = self._overheads(r * (K + 1))
         t = ovh[r + eff.sum(axis=1)] + v  # the verification pass
         if k_max:
-            drafting = cap[:, :, None] > np.arange(k_max, dtype=np.int64)  # (m, r, k_max): pass j
+            drafting = cap > js  # (m, r, k_max): pass j
             n_j = drafting.sum(axis=1)
             p = np.where(n_j > 0, ovh[n_j], 0.0) + (draft * drafting).sum(axis=1)
             t[:, 1:] += np.cumsum(p, axis=1)
@@ -129,6 +130,17 @@ class Sync(Policy):
         if len(d) == 0 or d.max() >= self.cycle_k:
             return d.copy()  # everyone verifies
         return d + 1
+
+
+_ARANGES: dict[int, tuple] = {}
+
+
+def _aranges(K: int) -> tuple:
+    """(0..K-1, 0..K-2) as int64 arrays, made once per K."""
+    got = _ARANGES.get(K)
+    if got is None:
+        got = _ARANGES[K] = (np.arange(K, dtype=np.int64), np.arange(K - 1, dtype=np.int64))
+    return got
 
 
 def _prices(cost, context: np.ndarray, budget: np.ndarray, method: np.ndarray, k_max: int) -> tuple:
