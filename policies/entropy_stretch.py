@@ -155,16 +155,14 @@ class StretchPlanner(StretchBase):
         for j, cap in zip(J, caps):
             t = tab[rids[j]]
             i = com[j] - t[0]
-            q, e = t[2][1][i:i + cap + 2], t[2][2][i:i + cap + 2]
+            q = t[2][1][i:i + cap + 2]
             if len(q) < cap + 2:  # past the request's end: never read
                 q = np.concatenate([q, np.full((cap + 2 - len(q), md), np.nan)])
-                e = e + [[np.nan] * md] * (cap + 2 - len(e))
             Q += [q[:1], q[1:cap + 1], q[2:cap + 2]]
-            E += e[:1] + e[1:cap + 1] + e[2:cap + 2]
+            E.append((t[2][2], i))  # entropies of a cycle starting b positions on: row i + b
         p = np.minimum(np.maximum(P, 1e-6), 1 - 1e-6)  # token_acceptance, with the entropy term drawn
         lp = np.log(p / (1 - p))
-        est = 1.0 / (1.0 + np.exp(-(lp[:, None] + np.concatenate(Q))))
-        return est.tolist(), E
+        return 1.0 / (1.0 + np.exp(-(lp[:, None] + np.concatenate(Q)))), E
 
     def _est(self, ent: np.ndarray, prior: np.ndarray) -> np.ndarray:
         pol = self.pol
@@ -208,7 +206,7 @@ class StretchPlanner(StretchBase):
                 relax[j] = p0
         pending = [False] * r  # first outcome made: its counts start from the pool as it is then
         done = [False] * r
-        kmax = np.zeros(n + 1, np.int64)  # most drafts held by any request, per pass
+        kmax = np.zeros(n + 1, np.int64)  # most drafts held by any request, per pass, where 8 or more
         heap: list = []  # outcomes not folded into the pool yet: (pass, column, drafts, accepted)
         last = np.where(view.drafted > 0, view.last_entropy, np.nan).tolist()
         opened: list = [None] * r  # a cycle decided pass by pass: [first pass, drafts then, entropies]
@@ -246,7 +244,7 @@ class StretchPlanner(StretchBase):
             rec[j].append((f, v, x0, com[j], ests, en[x0:x]))
             if f < n:
                 checks.append((j, f, x0, x, prior, cd, vcr, cap, ests, x))
-                for p in range(f, min(v, n) + 1):  # drafts held on each of its passes
+                for p in range(f + max(0, 8 - x0), min(v, n) + 1):  # 8 drafts or more held (the width check's)
                     if x0 + p - f > kmax[p]:
                         kmax[p] = x0 + p - f
             verified(j, v, x, a_)
@@ -286,26 +284,28 @@ class StretchPlanner(StretchBase):
                 P.extend([(k0 + b) / (k1 + b) for b in range(1, cap + 1)])  # all b accepted
                 rows.append(cap)
             Pa = np.array(P)
-            estl, ent = self._ests2(J, rows, Pa)
-            G = np.cumsum(Pa[:, None] ** mL, axis=1).tolist()  # draft_more's gain factors
+            est, ent = self._ests2(J, rows, Pa)
+            G = np.cumsum(Pa[:, None] ** mL, axis=1)  # draft_more's gain factors
             for q, j in enumerate(J):
                 r0, cap = base[q], rows[q]
+                et, i = ent[q]
                 x0 = d[j]
-                el = estl[r0]
+                el = est[r0].tolist()
                 if held[j]:  # estimates made on earlier looks
                     el[:len(held[j])] = held[j]
                 cx = ctx[j] - ctx0[j]
                 vcr, cd = vct[j, cx].tolist(), cdl[j][cx]
-                x = cycle_more(el, x0, G[r0], cd, vcr, cap, L)
-                b = take(j, x0, el, ent[r0], x, P[r0], cd, vcr, cap)
+                x = cycle_more(el, x0, G[r0].tolist(), cd, vcr, cap, L)
+                b = take(j, x0, el, et[i], x, P[r0], cd, vcr, cap)
                 if x == 0 or done[j] or start[j] >= hz:
                     continue
                 r1 = r0 + 1 + b if b < x else r0 + cap + b
                 cx = ctx[j] - ctx0[j]
                 cap1 = min(md, out[j] - com[j] - 1)
                 vcr, cd = vct[j, cx].tolist(), cdl[j][cx]
-                x = cycle_more(estl[r1], 0, G[r1], cd, vcr, cap1, L)
-                take(j, 0, estl[r1], ent[r1], x, P[r1], cd, vcr, cap1)
+                el = est[r1].tolist()
+                x = cycle_more(el, 0, G[r1].tolist(), cd, vcr, cap1, L)
+                take(j, 0, el, et[i + b + 1], x, P[r1], cd, vcr, cap1)
 
         def whole_cycles(J):  # cycle after cycle while each keeps its own estimate
             while J:
@@ -357,7 +357,7 @@ class StretchPlanner(StretchBase):
                     v = P + x - x0
                     top = min(v, Pc - 1)  # its last pass decided here
                     checks.append((j, P, x0, x, pr, cd, vcr, cap_, el[:x], x0 + top - P))
-                    for p in range(P, min(top, n) + 1):
+                    for p in range(P + max(0, 8 - x0), min(top, n) + 1):
                         if x0 + p - P > kmax[p]:
                             kmax[p] = x0 + p - P
                     if v < Pc:  # the whole cycle
@@ -440,9 +440,14 @@ class StretchPlanner(StretchBase):
     def _width_check(self, checks: list, kmax: np.ndarray, n: int) -> int:
         """The first pass (or n) where a whole cycle's answer, decided at its narrowest width,
         changes at the width the batch has there (8 columns or more: numpy's pairwise sum)."""
+        if not kmax[:n].any():
+            return n
         rows = []
         km = kmax.tolist()
+        hot = np.concatenate(([0], np.cumsum(kmax > 0))).tolist()  # passes at 8 drafts or more, running count
         for j, f, d0, x, a, cd, vc, cap, ests, upto in checks:
+            if f >= n or hot[min(f + upto - d0 + 1, n)] == hot[f]:
+                continue
             for s in range(d0, upto + 1):
                 p = f + s - d0
                 if p >= n:
