@@ -41,6 +41,7 @@ class RuntimeOptions:
     max_passes: int | None = None  # stop after this many passes (a window of a long run)
     record_events: bool = True
     cuda_graphs: bool = True  # replay passes without prefill from CUDA graphs (GPU only)
+    pad_passes: bool | None = None  # dummy requests pad passes to a few shapes (padding.py); None: with graphs
     synthetic_prefill: bool = False  # timing: skip prefill compute, KV pages hold random values
 
 
@@ -148,17 +149,24 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
     arrivals = arrival_times(trace, cfg)
     table = RequestTable(trace.prompt_tokens, trace.output_tokens, arrivals)
     b = serving.new_batcher(table, trace.prefix_indptr, trace.prefix_ids, PagedKVPool)
-    cache = PagedKVCache(lc, pages, cfg.page_size, device=model.device, dtype=dtype)
+    graphed = opts.cuda_graphs and model.device.type == "cuda"
+    padding = None
+    if opts.pad_passes or (opts.pad_passes is None and graphed):  # scratch pages past the pool's for the dummies
+        from .padding import SCRATCH_PAGES, PassPadding
+
+        padding = PassPadding(pages, cfg.page_size)
+    cache = PagedKVCache(lc, pages + (SCRATCH_PAGES if padding else 0), cfg.page_size, device=model.device,
+                         dtype=dtype)
     ex = RuntimeExecutor(model, cache, b.pool, table, prompt_source(trace, model, tokenizer, cfg, opts),
                          method=serving.method, budget=cfg.draft_budget, temperature=opts.temperature,
                          seed=cfg.seed, acceptance=serving.acceptance, record_events=opts.record_events,
                          drafts_possible=serving.batcher_config.max_draft > 0,
-                         synthetic_prefill=opts.synthetic_prefill)
+                         synthetic_prefill=opts.synthetic_prefill, padding=padding)
     if opts.synthetic_prefill and cache.device.type == "cuda":  # finite values for attention to read
         for t in (cache.k, cache.v):
             t.normal_()
     graphs = None
-    if opts.cuda_graphs and model.device.type == "cuda":
+    if graphed:
         from .graphs import GraphedPasses
 
         graphs = ex.graphs = GraphedPasses(model, cache)
@@ -248,6 +256,7 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
         "stopped_early": bool(opts.max_passes and len(passes) >= opts.max_passes),
         "mean_host_ms": float(host.mean()), "p99_host_ms": float(np.percentile(host, 99)),
         "cuda_graphs": None if graphs is None else graphs.stats(),
+        "padding": None if padding is None else padding.stats(),
         "torch": torch.__version__,
     }
     events = ex.events or []

@@ -27,6 +27,7 @@ from spsim.plan import DraftMethod, Outcome, PassPlan
 from . import sampling as S
 from .kv_cache import PagedKVCache
 from .draft_store import DraftStore
+from .padding import PassPadding
 from .pass_attention import DraftRows, PassAttention, budget_pages
 from .selection import PageMeta
 
@@ -43,12 +44,14 @@ class RequestTokens:
 class RuntimeExecutor:
     def __init__(self, model, cache: PagedKVCache, pool, table, prompt_fn, *, method: int, budget: int,
                  temperature: float = 0.0, seed: int = 0, acceptance=None, record_events: bool = True,
-                 attention_fn=None, graphs=None, drafts_possible: bool = True, synthetic_prefill: bool = False):
+                 attention_fn=None, graphs=None, drafts_possible: bool = True, synthetic_prefill: bool = False,
+                 padding: PassPadding | None = None):
         """`pool`: the batcher's `PagedKVPool` (page tables); `table`: its request table;
         `prompt_fn(rid) -> token ids`; `acceptance`: None for real acceptance, else a preset model.
         `synthetic_prefill` (timing benchmarks): prefill chunks are not computed (the KV pages keep
         whatever values they hold) and a prompt's first output token is a keyed random one, so
-        decode at long context is timed without paying for its prefill."""
+        decode at long context is timed without paying for its prefill. `padding`: dummy requests on
+        scratch pages bring passes without prefill to a few shapes (padding.py; with CUDA graphs)."""
         self.model, self.cache, self.pool, self.t = model, cache, pool, table
         self.prompt_fn = prompt_fn
         self.method, self.budget = int(method), int(budget)
@@ -71,6 +74,7 @@ class RuntimeExecutor:
         self._tables: dict[int, tuple] = {}  # rid -> (pool stamp, page table as an array): see _table
         self.synthetic_prefill = synthetic_prefill
         self.last_prep_s = 0.0  # host time of the last pass's input preparation (part of its elapsed time)
+        self.padding = padding
 
     # ---------------------------------------------------------------- bookkeeping
     def _state(self, rid: int) -> RequestTokens:
@@ -139,6 +143,19 @@ class RuntimeExecutor:
             drafts.run_start.append(ctx)
             logit_rows.append(row)
             row += 1
+        n_pre = 0 if self.synthetic_prefill else len(plan.prefill_ids)
+        pad = self.padding if n_pre == 0 else None  # only graphable passes (no prefill) are padded
+        spare: list[int] = []  # dummies' token rows (their logits, if any, are never read)
+        if pad is not None:
+            for rid in pad.drafters(len(plan.draft_ids)):
+                toks.append(0)
+                self._add(rids, tables, start, qlen, rid, 0, 1, pad.table[:1])
+                drafts.rids.append(rid)
+                drafts.kv_len.append(1)
+                drafts.first.append(False)
+                drafts.run_start.append(0)
+                spare.append(row)
+                row += 1
         for rid, q, ctx in zip(plan.verify_ids.tolist(), plan.verify_query.tolist(), plan.verify_context.tolist()):
             st = self.req[rid]
             assert len(st.drafts) == q - 1, (rid, len(st.drafts), q)
@@ -147,7 +164,22 @@ class RuntimeExecutor:
             logit_rows += range(row, row + q)
             score_rows.append(len(rids) - 1)
             row += q
-        n_pre = 0 if self.synthetic_prefill else len(plan.prefill_ids)
+        if pad is not None and rids:
+            for rid in pad.verifiers(len(plan.verify_ids)):
+                toks.append(0)
+                self._add(rids, tables, start, qlen, rid, 0, 1, pad.table[:1])
+                if self.method == DraftMethod.VERIFY_ATTN:  # kept page scores: one row per verifier, padded too
+                    score_rows.append(len(rids) - 1)
+                spare.append(row)
+                row += 1
+            q = pad.filler_tokens(row)
+            if q:
+                toks += [0] * q
+                self._add(rids, tables, start, qlen, pad.FILLER_RID, 0, q, pad.table)
+                spare += range(row, row + q)
+                row += q
+            logit_rows = pad.logit_rows(logit_rows, spare)
+            pad.note(len(rids) - len(plan.draft_ids) - len(plan.verify_ids), q)
         if not rids:  # a synthetic prefill pass with nothing else in it
             self.last_prep_s = time.perf_counter() - t0
             entropy, accepted = self._outcomes(plan, None)
@@ -166,9 +198,9 @@ class RuntimeExecutor:
             torch.cuda.synchronize(self.dev)
         return Outcome(time.perf_counter() - t0, entropy, accepted)
 
-    def _add(self, rids, tables, start, qlen, rid, s, n) -> None:
+    def _add(self, rids, tables, start, qlen, rid, s, n, table=None) -> None:
         rids.append(rid)
-        tables.append(self._table(rid))
+        tables.append(self._table(rid) if table is None else table)
         start.append(s)
         qlen.append(n)
 

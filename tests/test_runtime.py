@@ -217,3 +217,25 @@ def test_synthetic_prefill_keeps_the_plans(tiny):
            for r in runs]
     assert pre[1] < 0.2 * pre[0]
     assert runs[1].result.summary["runtime"]["synthetic_prefill"] is True
+
+
+@pytest.mark.parametrize("policy,method", [("fixed-k:k=4", "verify-quest"), ("aspire", "verify-attn"),
+                                           ("sync:k=3", "step-layer"), ("entropy", "step-quest"),
+                                           ("fixed-k:k=2", "static")])
+def test_padded_passes_change_nothing(tiny, ar_tokens, policy, method):
+    """Dummy requests on scratch pages (padding.py, used with CUDA graphs) leave every real token,
+    plan and draft outcome as they were: the same outputs as unpadded and as `ar`, the same passes."""
+    from spsim.gpu_runtime.engine import RuntimeOptions, run_trace
+
+    cfg = ServingConfig(policy=policy, offline=True, kv_pages=120, page_size=16, draft_budget=48, max_draft=6,
+                        draft_kv=method, max_batch=8, token_budget=256, acceptance="real")
+    runs = [run_trace(mixed_trace(), cfg, RuntimeOptions(device="cpu", pad_passes=p), model=tiny, cost=CheapDrafts())
+            for p in (False, True)]
+    plain, padded = runs
+    check_lossless(padded, ar_tokens)
+    assert padded.tokens == plain.tokens
+    keys = ("passes", "drafted_tokens", "accepted_drafts", "spec_verifications")
+    assert [padded.result.summary[k] for k in keys] == [plain.result.summary[k] for k in keys]
+    pads = padded.result.summary["runtime"]["padding"]
+    assert plain.result.summary["runtime"]["padding"] is None
+    assert pads["padded_passes"] > 0 and pads["dummy_requests"] > 0 and pads["filler_tokens"] > 0

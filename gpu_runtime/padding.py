@@ -1,0 +1,75 @@
+"""A pass's composition padded to a few shapes, so CUDA graphs are replayed rather than captured.
+
+A graph fixes the shapes of a pass (graphs.py): the number of requests, of drafting rows and of
+tokens. Under speculative policies these change nearly every pass (how many requests draft and
+how many verify, how many tokens each verification brings): in a 128-token run of `fixed-k:k=4` at
+16 x 32K on the H200, 98 of 127 decode passes had a shape never seen before and ran eagerly, at
+about twice a replay's time. Serving engines pad batch sizes to a few sizes; here a pass gets
+*dummy requests* that read and write only scratch pages outside the batcher's pool:
+
+- dummy drafting rows, up to `pad_count(drafting)` (a dummy drafts at position 0 of a run that
+  starts at token 0: one token, one page, not a first draft, so it scores no pages);
+- dummy verifying rows of one token, up to `pad_count(verifying)`;
+- one filler request whose query brings the token count to `attention.bucket(tokens + 1)`;
+- logits rows rounded up to `attention.bucket(rows)` with the dummies' rows.
+
+Dummies come after the real requests of their kind and their logits rows after every real row, so
+what the executor reads back is untouched. Their KV writes and Quest bounds land on the scratch
+pages; their outputs are never read.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .attention import bucket
+
+SCRATCH_PAGES = 16  # pages kept outside the pool for dummy requests (the filler's query fits in them)
+DUMMY_RID = -1  # dummy request ids count down from here (real ids are >= 0)
+
+
+def pad_count(n: int) -> int:
+    """`n` rounded up to 0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, ... (2^k and 1.5 x 2^k)."""
+    if n <= 2:
+        return n
+    p = 1 << (n - 1).bit_length()
+    return p * 3 // 4 if n <= p * 3 // 4 else p
+
+
+class PassPadding:
+    """Dummy requests for one executor: their ids, page tables and the padded sizes."""
+
+    def __init__(self, scratch_first_page: int, page_size: int, scratch_pages: int = SCRATCH_PAGES):
+        self.first, self.ps, self.n_pages = int(scratch_first_page), int(page_size), int(scratch_pages)
+        self.table = np.arange(self.first, self.first + self.n_pages, dtype=np.int64)
+        self.passes = self.dummies = self.filler = 0  # padded passes, dummy requests, filler tokens
+
+    def note(self, dummies: int, filler: int) -> None:
+        self.passes += 1
+        self.dummies += dummies
+        self.filler += filler
+
+    def stats(self) -> dict:
+        return {"padded_passes": self.passes, "dummy_requests": self.dummies, "filler_tokens": self.filler}
+
+    def drafters(self, n: int) -> list[int]:
+        """Ids of the dummy drafting rows for `n` real ones (none when nothing drafts)."""
+        return [DUMMY_RID - i for i in range(pad_count(n) - n)] if n else []
+
+    def verifiers(self, n: int) -> list[int]:
+        return [DUMMY_RID - 1000 - i for i in range(pad_count(n) - n)]
+
+    def filler_tokens(self, tokens: int) -> int:
+        """The filler's query length (>= 1), or 0 when it would not fit the scratch pages."""
+        q = bucket(tokens + 1, 8) - tokens
+        return q if q <= self.n_pages * self.ps else 0
+
+    FILLER_RID = DUMMY_RID - 2000
+
+    @staticmethod
+    def logit_rows(rows: list[int], spare: list[int]) -> list[int]:
+        """`rows` + rows of dummies up to `bucket(len(rows))` (repeating the last spare one)."""
+        extra = bucket(len(rows), 8) - len(rows)
+        if extra <= 0 or not spare:
+            return rows
+        return rows + (spare + [spare[-1]] * extra)[:extra]
