@@ -4,7 +4,7 @@ Targets ("every policy simulated fast"): Azure conv, every policy under 20 s and
 Mooncake, every policy under 60 s; peak memory under 1 GiB; one core of a 2-core machine like CI's.
 
     python3 benchmarks/sim_speed.py [--policies ar,aspire] [--traces azure-conv] [--repeat 3]
-                                    [--slow-s 120 --slow-repeat 1] [--note "..."]
+                                    [--slow-s 120 --slow-repeat 1] [--note "..."] [--merge]
 
 Speed is also given as simulated seconds per wall second, next to Vidur's figure for the same Azure
 trace, autoregressive only (127 s on one core of this machine: quoted, not measured by us).
@@ -74,6 +74,8 @@ def main() -> None:
                     help="a run slower than this is repeated only --slow-repeat times (default: never)")
     ap.add_argument("--slow-repeat", type=int, default=1)
     ap.add_argument("--note", default="", help="what else ran on the machine")
+    ap.add_argument("--merge", action="store_true",
+                    help="replace only the runs measured now (same policy and trace) in --out, keep the others")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "sim_speed.json"))
     a = ap.parse_args()
@@ -116,6 +118,14 @@ def main() -> None:
            "vidur": {"azure-conv_ar_wall_s": VIDUR_AZURE_AR_S,
                      "source": "quoted in the issue (one core of this machine), not measured by us"},
            "runs": runs}
+    if a.merge and Path(a.out).exists():  # the other runs as they were (each records its own date)
+        old = json.loads(Path(a.out).read_text())
+        new = {(r["policy"], r["trace"]): r for r in runs}
+        for r in runs:
+            r["date"] = doc["date"]
+        kept = [new.pop((r["policy"], r["trace"]), r) for r in old["runs"]]
+        doc["runs"] = kept + list(new.values())
+        doc["machine"]["note"] = "; ".join(filter(None, [old["machine"].get("note", ""), a.note]))
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(doc, indent=2) + "\n")
     print(f"{'trace':<11} {'policy':<20} {'wall s':>8} {'sim s/wall s':>13} {'Vidur sim s/wall s':>19} {'peak MiB':>9}")
