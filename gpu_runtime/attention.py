@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from .interpret import INTERPRET as _INTERPRET  # under it, half-precision dots are unreliable: fp32
+from .buckets import bucket
 from .pages import PageLists
 
 WORK_FIELDS = 7  # req, kv_head, first query, token lo, token hi, partial slot (-1: write output), merge row
@@ -327,17 +328,6 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
                          t(q_start), t(q_len), lists, num_q_heads, int(multi.sum()), bm, bn,
                          tokens_per_split, num_warps or cfg_nw, num_stages or cfg_st,
                          fused_merge=fused_merge, arrived=torch.zeros(max(len(mu), 1), dtype=torch.int32, device=device))
-
-
-def bucket(n: int, least: int = 16) -> int:
-    """`n` rounded up to a size of the form 2^k x {1, 1.25, 1.5, 1.75} (at least `least`): few
-    distinct sizes, at most 25 % of padding."""
-    n = max(int(n), least)
-    p = 1 << (n - 1).bit_length()  # the power of two >= n
-    for step in (p // 2 + p // 8, p // 2 + p // 4, p // 2 + 3 * p // 8):  # 1.25, 1.5, 1.75 x p / 2
-        if n <= step and step >= least:
-            return step
-    return p
 
 
 def pad_plan(plan: AttentionPlan) -> AttentionPlan:

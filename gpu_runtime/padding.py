@@ -22,18 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .attention import bucket
+from .buckets import bucket, pad_count  # noqa: F401  (pad_count: re-exported for tests)
 
 SCRATCH_PAGES = 16  # pages kept outside the pool for dummy requests (the filler's query fits in them)
 DUMMY_RID = -1  # dummy request ids count down from here (real ids are >= 0)
-
-
-def pad_count(n: int) -> int:
-    """`n` rounded up to 0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, ... (2^k and 1.5 x 2^k)."""
-    if n <= 2:
-        return n
-    p = 1 << (n - 1).bit_length()
-    return p * 3 // 4 if n <= p * 3 // 4 else p
 
 
 class PassPadding:

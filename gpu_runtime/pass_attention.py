@@ -34,13 +34,14 @@ import torch
 from spsim.plan import DraftMethod
 
 from . import dispatch
+from .buckets import bucket
 from .draft_store import DraftStore
 from .kv_cache import PagedAttention, PagedKVCache
 from .pages import PageLists, concat_page_lists, full_page_lists, last_page_len, pages_for
 from .selection import PageMeta, select_static, top_pages
 
 SINK, RECENT = 1, 1  # pages always kept at the start and at the end of the context
-TABLE_COLS = 128  # draft page tables are padded to a multiple of this many pages (fewer graph shapes)
+TABLE_COLS = 128  # page-table and page-score widths: at least this, rounded up by `buckets.bucket` (fewer graph shapes)
 
 
 @dataclass
@@ -82,7 +83,7 @@ class PassAttention(PagedAttention):
         kv_len = np.asarray(start, np.int64) + np.asarray(q_len, np.int64)
         self._inputs: list[torch.Tensor] = []  # per-pass device tensors the forward reads (besides lists)
         # page-score columns, rounded up (fewer CUDA graph shapes; columns past a row's pages are masked)
-        self._score_width = _round_up(int(pages_for(kv_len, ps).max(initial=1)), TABLE_COLS)
+        self._score_width = bucket(int(pages_for(kv_len, ps).max(initial=1)), TABLE_COLS)
         self.kp = budget_pages(budget, ps)
         m = self.method
         keep = m == DraftMethod.VERIFY_ATTN and bool(score_rows)
@@ -136,7 +137,7 @@ class PassAttention(PagedAttention):
         kv = np.asarray(d.kv_len, np.int64)
         n = len(kv)
         npg = pages_for(kv, ps)
-        width = -(-int(max(len(t) for t in tables)) // TABLE_COLS) * TABLE_COLS
+        width = bucket(int(max(len(t) for t in tables)), TABLE_COLS)
         pt = np.zeros((n, width), np.int64)
         for i, t in enumerate(tables):
             pt[i, :len(t)] = t
@@ -174,7 +175,7 @@ class PassAttention(PagedAttention):
                 if m == DraftMethod.VERIFY_ATTN:
                     self._first_score_rows = T(self.store.score_rows(slots[first]))
                     scored = self.store.scored_pages[slots[first]]
-                    self._first_w = _round_up(int(npg[first].max()), TABLE_COLS)
+                    self._first_w = bucket(int(npg[first].max()), TABLE_COLS)
                     self.store.ensure_score_width(self._first_w)
                     self._first_masks = tuple(T(x) for x in self._masks(npg[first], scored, self._first_w, dev))
         else:
@@ -189,7 +190,9 @@ class PassAttention(PagedAttention):
                 self._step_masks = tuple(T(x) for x in self._masks(npg, npg, self._step_w, dev))
             self._counts_t = T(np.repeat(counts, hkv), torch.int32)
         counts = np.repeat(counts, hkv)
-        self._K = K = _round_up(int(counts.max()), 8)  # slab width (rows read only `counts`)
+        # slab width (rows read only `counts`): the budget's pages plus two for the pages a run's drafts
+        # reach, so one width serves a run's every draft (fewer graph shapes)
+        self._K = K = _round_up(max(int(counts.max()), kp + 2), 8)
         self._col = T(torch.arange(K, device=dev)[None, :])
         last = np.repeat(last_page_len(kv, ps), hkv)
         return PageLists.from_host(np.arange(rows) * K, counts, last, np.zeros(rows * K, np.int64), hkv, ps, dev)

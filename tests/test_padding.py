@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from spsim.gpu_runtime.attention import bucket
+from spsim.gpu_runtime.buckets import bucket
 from spsim.gpu_runtime.padding import PassPadding, pad_count
 
 

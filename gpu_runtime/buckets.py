@@ -1,0 +1,22 @@
+"""Sizes rounded up to a few values, so CUDA graphs (graphs.py) see few distinct shapes."""
+
+from __future__ import annotations
+
+
+def bucket(n: int, least: int = 16) -> int:
+    """`n` rounded up to a size of the form 2^k x {1, 1.25, 1.5, 1.75} (at least `least`): few
+    distinct sizes, at most 25 % of padding."""
+    n = max(int(n), least)
+    p = 1 << (n - 1).bit_length()  # the power of two >= n
+    for step in (p // 2 + p // 8, p // 2 + p // 4, p // 2 + 3 * p // 8):  # 1.25, 1.5, 1.75 x p / 2
+        if n <= step and step >= least:
+            return step
+    return p
+
+
+def pad_count(n: int) -> int:
+    """`n` rounded up to 0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, ... (2^k and 1.5 x 2^k): request counts."""
+    if n <= 2:
+        return n
+    p = 1 << (n - 1).bit_length()
+    return p * 3 // 4 if n <= p * 3 // 4 else p
