@@ -33,7 +33,7 @@ import torch
 
 from spsim.plan import DraftMethod
 
-from . import dispatch
+from . import dispatch, selection
 from .buckets import bucket
 from .draft_store import DraftStore
 from .kv_cache import PagedAttention, PagedKVCache
@@ -59,7 +59,7 @@ def _round_up(x: int, m: int) -> int:
 
 
 def budget_pages(budget: int, page_size: int) -> int:
-    return max(int(budget) // page_size, SINK + RECENT)
+    return int(selection.budget_pages(budget, page_size, SINK, RECENT))
 
 
 class PassAttention(PagedAttention):

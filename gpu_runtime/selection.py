@@ -18,12 +18,17 @@ from . import dispatch
 from .pages import pages_for
 
 
+def budget_pages(budget_tokens, page_size: int, sink: int = 1, recent: int = 1):
+    """Pages a draft keeps at most: the budget in whole pages, never fewer than sink + recent
+    (scalars or arrays)."""
+    return np.maximum(np.asarray(budget_tokens, dtype=np.int64) // page_size, sink + recent)
+
+
 def selection_counts(kv_lens, budget_tokens, page_size: int, sink: int, recent: int, num_kv_heads: int):
     """Pages each row keeps (host, per row)."""
     assert recent >= 1, "the newest page (the draft's own token) must be kept"
     n = pages_for(kv_lens, page_size)
-    bp = np.maximum(np.asarray(budget_tokens, dtype=np.int64) // page_size, sink + recent)
-    return np.repeat(np.minimum(n, bp), num_kv_heads)
+    return np.repeat(np.minimum(n, budget_pages(budget_tokens, page_size, sink, recent)), num_kv_heads)
 
 
 class PageMeta:
