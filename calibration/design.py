@@ -261,7 +261,7 @@ def _more_points(add, C, short: int, mid: int, top: int, kv_tokens: int) -> None
                         (4, [c16] * 28), (4, [c64] * 5), (4, mix(40, 5100 + int(m))), (6, [c16] * 28),
                         (6, mix(28, 5300 + int(m))), (8, [short] * 18), (8, [c16] * 27), (8, [c48] * 9),
                         (8, mix(45, 5200 + int(m)))):
-            if sum(ctxs) <= room:
+            if len(ctxs) > k // 2 + 1 and sum(ctxs) <= room:  # (a small cache: too few requests left)
                 add(_fixed_k(m, k, ctxs))
         add(_fixed_k(m, 4, [c16] * 16, nv=8))
     # short prefill chunks (eager passes: launch-bound below ~1K tokens), alone and beside decodes

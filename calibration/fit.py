@@ -43,36 +43,50 @@ class Fitter:
     two apart: methods that select at every step have no first/later difference)."""
 
     def __init__(self, labels: set[str], base: CalibratedCostModel, host_overhead_s: float = 0.0,
-                 spec_pass: bool = True, tiles: bool = True, ties: dict | None = None):
+                 spec_pass: bool = True, ties: dict | None = None):
         """`base`: the model with neutral constants (the roofline's), for starting values. `spec`,
-        `tiles`: whether the points verify drafts (a query > 1) and so show the acceptance path
-        and the taller attention tiles. `ties`: {method: like method} for draft-KV methods with
+        `spec_pass`: whether the points verify drafts (a query > 1) and so show the acceptance
+        path. `ties`: {method: like method} for draft-KV methods with
         no usable points whose draft terms are taken from a method running the same code."""
         d = RooflineParams()
+        # physical limits: nothing streams faster than the HBM's peak (the scales multiply read
+        # times at the copy bandwidth, bw_eff of the peak) or computes faster than the tensor
+        # cores' peak (the efficiencies are of the achievable GEMM rate, flops_eff of the peak)
+        g = base.gpu
+        bw_lo, fl_hi = g.bw_eff, 1.0 / g.flops_eff
         # (name, index or None, start, lower, upper, scale)
         spec = [("layer_fixed_s", None, d.layer_fixed_s, 0.0, 1e-3, 1e-5),
-                ("gemm_eff", None, d.gemm_eff, 0.05, 2.0, 0.1),
+                ("gemm_eff", None, d.gemm_eff, 0.05, fl_hi, 0.1),
                 ("smooth_p", None, d.smooth_p, 1.0, 12.0, 0.5),
-                ("weight_scale", None, 1.0, 0.3, 3.0, 0.1),
+                ("weight_scale", None, 1.0, bw_lo, 3.0, 0.1),
                 ("sample_bytes_per_logit", None, float(d.sample_bytes_per_logit), 0.0, 200.0, 5.0),
-                ("attn_bw_scale", None, 1.0, 0.2, 5.0, 0.1),
-                ("attn_flops_eff", None, d.attn_flops_eff, 0.02, 2.0, 0.1),
-                ("attn_req_s", None, d.attn_req_s, 0.0, 1e-4, 1e-6),
+                ("attn_bw_scale", None, 1.0, bw_lo, 5.0, 0.1),
+                ("attn_flops_eff", None, d.attn_flops_eff, 0.02, fl_hi, 0.1),
                 ("attn_split_s", None, d.attn_split_s, 0.0, 1e-4, 1e-6)]
-        if "prefill" in labels:
-            spec.append(("eager_pass_s", None, 1e-3, 0.0, 1.0, 1e-3))
+        if "prefill" in labels:  # eager passes: launches overlap the GPU's work (smoothmax) plus a rest
+            spec.append(("eager_pass_s", None, 1e-4, 0.0, 1.0, 1e-3))
+            spec.append(("eager_launch_s", None, 10e-3, 0.0, 1.0, 1e-3))
+            spec.append(("eager_p", None, 4.0, 1.0, 30.0, 1.0))
         if labels & {"ar", "verify"} or any(x.startswith("mixed") for x in labels):
             spec.append(("verify_req_s", None, 1e-5, 0.0, 1e-2, 1e-5))
         if spec_pass:
             spec.append(("spec_pass_s", None, 1e-3, 0.0, 0.1, 1e-3))
-        if tiles:  # per tile row per KV token per layer; the roofline's attention flops are ~1e-11
-            for i in range(3):
-                spec.append(("tile_row_s", (i,), 1e-12, 0.0, 1e-9, 1e-12))
+        if any(x.startswith("mixed") for x in labels):  # passes that draft and verify: both sampling paths
+            spec.append(("mixed_pass_s", None, 1e-4, 0.0, 0.1, 1e-3))
+        # the attention tiles' flop rates (32, 64, 128 rows; 16 rows: attn_flops_eff) and the overlap
+        # of a request's KV read with its flops; prefill chunks run 128-row tiles
+        for i in range(3):
+            spec.append(("attn_tile_eff", (i,), d.attn_flops_eff, 0.02, fl_hi, 0.1))
+        spec.append(("attn_p", None, 2.0, 1.0, 16.0, 0.5))
         self.page0 = [[float(base.score_tbl[m, j]) for j in (0, 1)] for m in range(N_METHODS)]
         for m in DraftMethod:
             if f"draft:{m.label}" not in labels and f"mixed:{m.label}" not in labels:
                 continue
             spec.append(("draft_pass_s", (int(m),), 1e-3, 0.0, 1.0, 1e-3))
+            if m != DraftMethod.STATIC:  # top-k per selecting request per padded column (static: none)
+                spec.append(("select_col_s", (int(m),), 5e-9, 0.0, 1e-6, 5e-9))
+            if m == DraftMethod.VERIFY_ATTN and (f"mixed:{m.label}" in labels or "prefill" in labels):
+                spec.append(("score_col_s", None, 5e-9, 0.0, 1e-6, 5e-9))  # its passes keep page scores
             later = (1,) if m.refresh == "verify" else ()
             if later:  # selection runs at a run's first draft only
                 spec.append(("first_pass_s", (int(m),), 1e-3, 0.0, 1.0, 1e-3))
@@ -91,7 +105,8 @@ class Fitter:
         flat = {"host_overhead_s": self.host_overhead_s}
         dpass = [0.0] * N_METHODS
         fpass = [0.0] * N_METHODS
-        tile = [0.0, 0.0, 0.0]
+        select = [0.0] * N_METHODS
+        tile = [RooflineParams().attn_flops_eff] * 3
         dreq = [[0.0, 0.0] for _ in range(N_METHODS)]
         dpage = [list(r) for r in self.page0]
         tied = {int(m) for m in DraftMethod if m.refresh != "verify"}
@@ -102,7 +117,9 @@ class Fitter:
                 dpass[idx[0]] = v
             elif name == "first_pass_s":
                 fpass[idx[0]] = v
-            elif name == "tile_row_s":
+            elif name == "select_col_s":
+                select[idx[0]] = v
+            elif name == "attn_tile_eff":
                 tile[idx[0]] = v
             else:
                 tbl = dreq if name == "draft_req_s" else dpage
@@ -111,11 +128,11 @@ class Fitter:
                 if m in tied:
                     tbl[m][1] = v
         for m, like in self.ties.items():
-            dpass[m], fpass[m] = dpass[like], fpass[like]
+            dpass[m], fpass[m], select[m] = dpass[like], fpass[like], select[like]
             dreq[m], dpage[m] = list(dreq[like]), list(dpage[like])
         return CalibratedParams(**flat, draft_pass_s=tuple(dpass), draft_req_s=tuple(map(tuple, dreq)),
                                 draft_page_s=tuple(map(tuple, dpage)), first_pass_s=tuple(fpass),
-                                tile_row_s=tuple(tile))
+                                attn_tile_eff=tuple(tile), select_col_s=tuple(select))
 
 
 def errors(pred: np.ndarray, meas: np.ndarray) -> dict:
@@ -159,7 +176,7 @@ def fit(measurements: list[Measurement], model, gpu="h200", tp: int = 1, weight_
         if like is not None and f"draft:{m.label}" not in labels and f"draft:{like.label}" in labels:
             ties[int(m)] = int(like)
     fitter = Fitter(labels, CalibratedCostModel(params=CalibratedParams(), **shape), spec_pass=spec_pass,
-                    tiles=spec_pass, ties=ties)
+                    ties=ties)
     b_train = PlanBatch.of([m.point.plan() for m in train])
     y_train = np.array([m.seconds for m in train])
     log_y = np.log(y_train)

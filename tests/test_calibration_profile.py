@@ -27,7 +27,8 @@ PARAMS = CalibratedParams(
     verify_req_s=30e-6, draft_pass_s=(2e-3, 5e-3, 3e-3, 6e-3, 7e-3),
     draft_req_s=((40e-6, 40e-6), (60e-6, 25e-6), (50e-6, 50e-6), (70e-6, 30e-6), (80e-6, 80e-6)),
     draft_page_s=((0.0, 0.0), (2e-7, 1e-8), (1e-8, 1e-8), (1e-7, 1e-8), (3e-7, 3e-7)),
-    first_pass_s=(0.0, 1.5e-3, 0.0, 1e-3, 0.0), spec_pass_s=2.5e-3, tile_row_s=(1e-11, 3e-12, 6e-12))
+    first_pass_s=(0.0, 1.5e-3, 0.0, 1e-3, 0.0), spec_pass_s=2.5e-3, attn_tile_eff=(0.12, 0.6, 0.3), attn_p=6.0,
+    eager_launch_s=14e-3, eager_p=8.0, mixed_pass_s=1.5e-3, select_col_s=(0.0, 1e-7, 2e-7, 3e-7, 4e-7))
 
 
 @pytest.fixture(scope="module")
@@ -224,17 +225,72 @@ def test_regression_fixture_stays_on_the_roofline(shipped):
 
 
 def test_pass_terms_tile_height_and_acceptance_path(cm):
-    """A draft beside a 9-token verification runs in 64-row tiles (choose_block_m); a pass verifying
-    drafts pays the acceptance path once; a run's first verify-quest draft pays its selection."""
-    bare = cm.with_params(tile_row_s=(0.0, 0.0, 0.0), spec_pass_s=0.0, first_pass_s=(0.0,) * 5)
+    """The pass's tallest query sets the attention tile (choose_block_m: 16/32/64/128 rows for 1-4/
+    5-8/9-16/17+ tokens of the 8B's GQA group of 4, 128 with a prefill chunk) and every request of
+    the pass computes whole tiles at that tile's rate; a pass verifying drafts pays the acceptance
+    path once, one that also drafts the second sampling path once; a run's first verify-quest draft
+    pays its selection."""
+    assert [cm.tile_class(q) for q in (1, 4, 5, 8, 9, 16, 17, 33, 4096)] == [0, 0, 1, 1, 2, 2, 3, 3, 3]
+    P = cm.p
     one = lambda q, pos=3, m=1: PassPlan(  # noqa: E731
         draft_ids=np.array([0]), draft_context=np.array([32768]), draft_budget=np.array([2048]),
         draft_method=np.array([m]), draft_pos=np.array([pos]), verify_ids=np.array([1]),
         verify_query=np.array([q]), verify_context=np.array([32768]))
-    assert cm.time(one(1)) == pytest.approx(bare.time(one(1)), rel=1e-12)  # 16-row tiles, no drafts verified
-    rows = (32768 + 5.0) * 64 + (2048 + 3 + 1) * 64  # 9 tokens x 4 heads: 36 rows -> one 64-row tile each
-    assert cm.time(one(9)) - bare.time(one(9)) == pytest.approx(2.5e-3 + 32 * 3e-12 * rows, rel=1e-9)
-    assert cm.time(one(1, pos=0)) - bare.time(one(1, pos=0)) == pytest.approx(1.5e-3, rel=1e-9)
-    pre = PassPlan(prefill_ids=np.array([2]), prefill_tokens=np.array([512]), prefill_context=np.array([0]),
-                   verify_ids=np.array([1]), verify_query=np.array([9]), verify_context=np.array([32768]))
-    assert cm.time(pre) - bare.time(pre) == pytest.approx(2.5e-3, rel=1e-9)  # tiles: decode passes only
+    alone = PassPlan(verify_ids=np.array([1]), verify_query=np.array([9]), verify_context=np.array([32768]))
+
+    def layer(n_kv, rows, eff):  # one request's attention in one layer, from the GPU's figures
+        mem = -(-max(n_kv, 256) // 16) * 16 * 8 * 128 * 2 * 2 / cm.gpu.bw * P.attn_bw_scale
+        cmp = rows * n_kv * 4 * 128 * 8 / (cm.gpu.flops("bf16") * eff)
+        return (mem ** P.attn_p + cmp ** P.attn_p) ** (1 / P.attn_p) + -(-n_kv // 2048) * P.attn_split_s + \
+            P.attn_req_s
+
+    # the draft (2048 + 3 + 1 KV tokens) beside a 9-token verification: one 64-row tile
+    draft = 32 * layer(2052, 64, P.attn_tile_eff[1]) + 25e-6 + 2048 * 1e-8  # + its per-request terms
+    extra = cm.time(one(9)) - cm.time(alone)
+    shared = cm.pass_overhead(10, num_logits=10) - cm.pass_overhead(9, num_logits=9)  # one more token
+    assert extra == pytest.approx(draft + shared + P.draft_pass_s[1] + P.mixed_pass_s, rel=1e-9)
+    # the same draft beside a plain decode: 16-row tiles at the 16-row rate, no acceptance path
+    d16 = 32 * layer(2052, 16, P.attn_flops_eff) + 25e-6 + 2048 * 1e-8
+    dec = PassPlan(verify_ids=np.array([1]), verify_query=np.array([1]), verify_context=np.array([32768]))
+    assert cm.time(one(1)) - cm.time(dec) == pytest.approx(
+        d16 + cm.pass_overhead(2, num_logits=2) - cm.pass_overhead(1, num_logits=1) + P.draft_pass_s[1]
+        + P.mixed_pass_s, rel=1e-9)
+    # the acceptance path: once per pass verifying drafts
+    bare = cm.with_params(spec_pass_s=0.0, first_pass_s=(0.0,) * 5, mixed_pass_s=0.0)
+    assert cm.time(one(9)) - bare.time(one(9)) == pytest.approx(2.5e-3 + 1.5e-3, rel=1e-9)
+    assert cm.time(one(1, pos=0)) - bare.time(one(1, pos=0)) == pytest.approx(1.5e-3 + 1.5e-3, rel=1e-9)
+
+
+def test_eager_passes_take_the_launch_time_at_least(cm):
+    """A pass with a prefill chunk runs eager: its GPU work overlaps the host's launches, so a short
+    chunk costs about the launch time and a long one about its GPU time."""
+    P = cm.p
+    pre = lambda n: PassPlan(prefill_ids=np.array([0]), prefill_tokens=np.array([n]),  # noqa: E731
+                             prefill_context=np.array([0]))
+    gpu = lambda n: cm.with_params(eager_launch_s=0.0).time(pre(n)) - P.host_overhead_s  # noqa: E731
+    for n in (16, 128, 8192):
+        t = cm.time(pre(n)) - P.host_overhead_s
+        assert t == pytest.approx((gpu(n) ** P.eager_p + P.eager_launch_s ** P.eager_p) ** (1 / P.eager_p))
+        assert max(gpu(n), P.eager_launch_s) < t <= max(gpu(n), P.eager_launch_s) * 2 ** (1 / P.eager_p)
+    assert cm.time(pre(16)) == pytest.approx(cm.time(pre(128)), rel=0.1)  # launch-bound: about equal
+    assert cm.time(pre(8192)) > 5 * cm.time(pre(128))
+
+
+def test_selection_pays_the_longest_page_list(cm):
+    """Top-k over [selecting requests, the longest page list rounded up to a power of two]: two
+    first verify-quest drafts at 4K and 100K pay 2 x 8192 columns; later drafts select nothing;
+    step-quest's drafts select every step."""
+    ps = 16
+    plan = lambda ctx, pos, m: PassPlan(  # noqa: E731
+        draft_ids=np.arange(len(ctx)), draft_context=np.array(ctx), draft_budget=np.full(len(ctx), 2048),
+        draft_method=np.full(len(ctx), m), draft_pos=np.array(pos))
+    off = cm.with_params(select_col_s=(0.0,) * 5)
+    sel = lambda p: cm.time(p) - off.time(p)  # noqa: E731
+    assert -(-(100_000 + 1) // ps) <= 8192
+    assert sel(plan([4096, 100_000], [0, 0], 1)) == pytest.approx(1e-7 * 2 * 8192)
+    assert sel(plan([4096, 4096], [0, 0], 1)) == pytest.approx(1e-7 * 2 * 512)  # 257 pages -> 384 -> 512
+    assert sel(plan([4096, 100_000], [0, 3], 1)) == pytest.approx(1e-7 * 1 * 8192)  # the first only
+    assert sel(plan([4096, 100_000, 5000], [0, 0, 0], 1)) == pytest.approx(1e-7 * 4 * 8192)  # 3 -> 4 rows
+    assert sel(plan([4096, 100_000], [1, 3], 1)) == 0.0
+    assert sel(plan([4096, 100_000], [1, 3], 4)) == pytest.approx(4e-7 * 2 * 8192)
+    assert sel(plan([4096, 100_000], [0, 0], 0)) == 0.0  # static

@@ -1,11 +1,11 @@
 """A cost model fitted to pass times measured on a GPU: the roofline's structure with fitted
 constants, plus the terms the real runtime pays and the analytic model leaves out.
 
-    pass = roofline pass (its formulas, its constants fitted: `RooflineParams`)
-         + weights' read time and the attention's KV read time each scaled by a fitted factor
-           (the kernels' own effective bandwidths, not the copy benchmark's)
-         + eager_pass_s               once, if it holds a prefill chunk (never replayed from a
-                                      CUDA graph: ~800 kernel launches)
+    pass = host + [smoothmax_e(the rest, eager_launch_s) if it holds a prefill chunk, else the rest]
+    the rest = per-layer fixed cost + smoothmax(weights' read, GEMM and LM-head flops) + sampling
+         (the roofline's linear part, its constants fitted, the weights' read time scaled)
+         + attention, per request and layer, in the pass's attention tile (below)
+         + eager_pass_s               once, if it holds a prefill chunk (eager: no CUDA graph)
          + draft_pass_s[method]       once, if it holds drafts (selection kernels, host work)
          + verify_req_s               per verifying request (sampling, acceptance on the host)
          + draft_req_s[method][later] per drafting request
@@ -14,24 +14,43 @@ constants, plus the terms the real runtime pays and the analytic model leaves ou
            context (measured ~2x from 32K to 128K at batch 8 on the H200)
          + first_pass_s[method]       once, if it holds a run's first draft (the verify-refreshed
                                       methods select their pages then: scoring, top-k per layer)
-         + spec_pass_s                once, if it verifies drafts (a query > 1: the acceptance
-                                      path; +2.3 ms on the H200 whatever the batch)
-         + tile_row_s[tile] x sum over its requests of (tile rows x causal KV tokens) x layers,
-           in a pass without prefill: the attention kernel runs the whole pass with one tile
-           height, fitted to the pass's tallest query (16/32/64/128 rows for 4/8/16/32+ tokens of
-           an 8B GQA group), so a draft beside a 9-token verification computes 64-row tiles;
-           each tile shape has its own speed (the runtime's SHORT/TALL/PREFILL_TILE). 16-row
-           tiles are the roofline's own attention flops (no term).
-`later`: 0 for a run's first draft (draft_pos == 0), 1 after; methods refreshed at verification
-select on the first draft only. With every extra term 0 and both scales 1 this is the roofline.
+         + spec_pass_s                once, if it verifies drafts (a query > 1: the acceptance path)
 
-It is a `RooflineCostModel`, so the policies' grids and the simulator's segment pricing use the
-roofline's lookup tables, which are built from the overridden per-request formulas; a decode
-segment's passes add their drafts' per-pass term (`segment_times`; prefill is never in one). `spsim.calibration.fit` fits the params.
+Attention tiles (`attn_tile_eff` set, as every fit sets it): the runtime's attention kernel runs a
+whole pass with one tile height, fitted to the pass's tallest query (gpu_runtime/attention.py
+`choose_block_m`: 16/32/64/128 rows for 1-4/5-8/9-16/17+ query tokens of an 8B GQA group of 4;
+a prefill chunk makes it 128), and each height has its own tile shape (SHORT/TALL/PREFILL_TILE)
+and so its own MMA throughput. A request with q query tokens in a pass of tile height bm computes
+ceil(q / (bm / group)) whole tiles, each reading the KV up to its causal bound once:
+
+    per layer = smoothmax_a(KV pages read x page time, tile rows x causal KV x flops / rate[bm])
+              + per request + per KV split
+    KV read   = n_kv + (tiles - 1) x causal KV (one tile: the request's KV; many: each its share)
+    rate[bm]  = the GPU's bf16 rate x attn_flops_eff (16 rows) or attn_tile_eff[32, 64, 128 rows]
+
+so a draft beside a 9-token verification computes 64-row tiles (hidden under its KV read when the
+64-row tile's rate is high, as measured), a decode beside a prefill chunk 128-row ones, and a
+5-token verification a 32-row tile at its own, lower rate. Without `attn_tile_eff` the attention
+is the roofline's (16-row MMA padding per request, np.hypot).
+
+Prefill passes run eager (no CUDA graph): the host launches ~30 kernels a layer while the GPU runs
+them, so a short chunk takes about the launch time whatever its size (256 and 512 tokens from an
+empty context took the same 15.4 ms on the H200) and a long one its GPU time:
+smoothmax with exponent `eager_p` of the two.
+`later`: 0 for a run's first draft (draft_pos == 0), 1 after; methods refreshed at verification
+select on the first draft only. With every extra term 0, both scales 1 and no tile rates this is
+the roofline.
+
+It is a `RooflineCostModel`, so the policies' grids use the roofline's lookup tables, built from
+the overridden per-request formulas (a request priced in its own tile: a verification of q tokens
+in the tile q needs, a draft in the smallest); the simulator's decode segments are priced here
+(`segment_times`) from tables per tile height, the pass's tile chosen from its tallest query.
+`spsim.calibration.fit` fits the params.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
@@ -52,14 +71,21 @@ _ZEROS2 = ((0.0, 0.0),) * N_METHODS
 class CalibratedParams(RooflineParams):
     weight_scale: float = 1.0  # weights' read time / the roofline's
     attn_bw_scale: float = 1.0  # attention's KV page read time / the roofline's
+    attn_tile_eff: tuple | None = None  # [32, 64, 128-row tiles]: attention flop rate / the GPU's bf16
+    #                                     rate (16 rows: attn_flops_eff); None: the roofline's attention
+    attn_p: float = 2.0  # smoothmax exponent between a request's KV read and its attention flops (tiles)
     eager_pass_s: float = 0.0  # per pass holding a prefill chunk (run eager: no CUDA graph)
+    eager_launch_s: float = 0.0  # an eager pass takes about this long at least (the host's launches)
+    eager_p: float = 4.0  # smoothmax exponent between an eager pass's GPU time and its launch time
     verify_req_s: float = 0.0  # per verifying request
     draft_pass_s: tuple = _ZEROS  # [method]: per pass holding drafts
     draft_req_s: tuple = _ZEROS2  # [method][later]: per drafting request
     draft_page_s: tuple | None = None  # [method][later]: per context page; None: the roofline's scoring
     first_pass_s: tuple = _ZEROS  # [method]: per pass holding a run's first draft (selection)
     spec_pass_s: float = 0.0  # per pass verifying drafts (a query > 1)
-    tile_row_s: tuple = (0.0, 0.0, 0.0)  # [32, 64, 128-row tiles]: per tile row per causal KV token per layer
+    mixed_pass_s: float = 0.0  # per pass holding both drafts and verifications (two sampling paths)
+    select_col_s: tuple = _ZEROS  # [method]: per selecting request per top-k column (see _select1)
+    score_col_s: float = 0.0  # per request per page-score column, verify-attn passes that keep scores
 
     @classmethod
     def from_dict(cls, d: dict) -> "CalibratedParams":
@@ -68,8 +94,8 @@ class CalibratedParams(RooflineParams):
         if unknown:
             raise ValueError(f"unknown params {sorted(unknown)}")
         kw = dict(d)
-        for k in ("draft_pass_s", "first_pass_s", "tile_row_s"):
-            if k in kw:
+        for k in ("draft_pass_s", "first_pass_s", "attn_tile_eff", "select_col_s"):
+            if kw.get(k) is not None:
                 kw[k] = tuple(float(x) for x in kw[k])
         for k in ("draft_req_s", "draft_page_s"):
             if kw.get(k) is not None:
@@ -79,10 +105,13 @@ class CalibratedParams(RooflineParams):
         return p
 
     def check(self) -> None:
-        if len(self.tile_row_s) != len(TILES) - 1:
-            raise ValueError(f"tile_row_s has one entry per tile height {TILES[1:]}")
+        if self.attn_tile_eff is not None and (len(self.attn_tile_eff) != len(TILES) - 1
+                                               or min(self.attn_tile_eff) <= 0):
+            raise ValueError(f"attn_tile_eff has one positive entry per tile height {TILES[1:]}")
+        if self.attn_p < 1 or self.eager_p < 1:
+            raise ValueError("attn_p and eager_p are smoothmax exponents >= 1")
         if len(self.draft_pass_s) != N_METHODS or len(self.draft_req_s) != N_METHODS or \
-                len(self.first_pass_s) != N_METHODS or \
+                len(self.first_pass_s) != N_METHODS or len(self.select_col_s) != N_METHODS or \
                 (self.draft_page_s is not None and len(self.draft_page_s) != N_METHODS):
             raise ValueError(f"draft terms need one entry per draft-KV method ({N_METHODS})")
         if any(len(r) != 2 for r in self.draft_req_s) or \
@@ -111,7 +140,27 @@ class CalibratedCostModel(RooflineCostModel):
         self.info = dict(info or {})
         self.weights_s *= P.weight_scale
         self.page_read_s *= P.attn_bw_scale
+        # tallest query (tokens) -> tile class, as choose_block_m: rows = min(q, 128 // group) * group
+        g = self.group
+        cap = max(1, 128 // g)
+        q = np.arange(cap + 1)
+        need = np.maximum(q, 1) * g
+        bm = np.minimum(np.maximum(16, 1 << np.ceil(np.log2(need)).astype(np.int64)),
+                        max(128, 1 << math.ceil(math.log2(g))))
+        self._tile_cls = np.minimum(np.searchsorted(np.asarray(TILES), bm), len(TILES) - 1).astype(np.int64)
+        self._tile_cls_list = self._tile_cls.tolist()
+        self._tile_cap = cap
+        self.tiles = P.attn_tile_eff is not None
+        if self.tiles:
+            self.tile_bm = np.asarray([max(t, g) for t in TILES], np.int64)  # rows of one tile
+            self._qb = (self.tile_bm // g).tolist()  # query tokens per tile
+            self._bm = self.tile_bm.tolist()
+            effs = (P.attn_flops_eff,) + tuple(P.attn_tile_eff)
+            # seconds per tile row per KV token, per tile class (the roofline's row time at each rate)
+            self.row_flop_c = [self.row_flop_s * (P.attn_flops_eff / e) for e in effs]
+            self._ap, self._iap = P.attn_p, 1.0 / P.attn_p
         self._defer_tables = False
+        self._vt_cls, self._dt_cls = {}, {}  # segment tables per tile class
         self._build_tables(min(self.model.max_context, table_q or self.model.max_context))
         if P.draft_page_s is not None:
             self.score_tbl = np.asarray(P.draft_page_s, dtype=np.float64).reshape(N_METHODS, 2)
@@ -122,41 +171,102 @@ class CalibratedCostModel(RooflineCostModel):
         self._draft_pass_list = self.draft_pass.tolist()
         self.first_pass = np.asarray(P.first_pass_s, dtype=np.float64)
         self._first_pass_list = self.first_pass.tolist()
-        # [tile class] -> seconds per tile row per causal KV token, all layers (16 rows: none)
-        self.tile = self.L * np.asarray((0.0,) + tuple(P.tile_row_s), dtype=np.float64)
-        self._tile_list = self.tile.tolist()
-        self._tiles = bool(self.tile.any())
-        # tallest query (tokens) -> tile class, as choose_block_m: rows = min(q, 128 // group) * group
-        cap = max(1, 128 // self.group)
-        q = np.arange(cap + 1)
-        need = np.maximum(q, 1) * self.group
-        bm = np.clip(1 << np.ceil(np.log2(need)).astype(np.int64), TILES[0], TILES[-1])
-        self._tile_cls = np.searchsorted(np.asarray(TILES), bm).astype(np.int64)
-        self._tile_bm = np.asarray(TILES, np.int64)[self._tile_cls]
-        self._tile_cap = cap
+        self.select_col = np.asarray(P.select_col_s, dtype=np.float64)
+        self._select_list = self.select_col.tolist()
+        self._selects = bool(self.select_col.any())
 
     def _build_tables(self, qmax: int) -> None:
-        if not self._defer_tables:
-            super()._build_tables(qmax)
+        if self._defer_tables:
+            return
+        super()._build_tables(qmax)
+        if self.tiles:  # [tile class, q] -> tiles a request of q tokens computes
+            q = np.arange(qmax + 1, dtype=np.int64)
+            qb = np.asarray(self._qb, np.int64)[:, None]
+            self.ntile_tbl = np.maximum(1, (q[None, :] + qb - 1) // qb)
+            self.rowflop_tbl = self.ntile_tbl * (self.tile_bm[:, None] * np.asarray(self.row_flop_c)[:, None])
+
+    # ---- tile classes ----
+    def tile_class(self, qmax):
+        """The attention tile class (index into TILES) of a pass whose tallest query is `qmax`
+        tokens (an int or an array; drafts count 1)."""
+        if isinstance(qmax, (int, np.integer)):
+            return self._tile_cls_list[min(max(int(qmax), 1), self._tile_cap)]
+        return self._tile_cls[np.minimum(np.maximum(qmax, 1), self._tile_cap)]
 
     # ---- per-request terms (vector formulas; the tables are built from these) ----
-    def prefill_attn(self, context, query):
-        return RooflineCostModel.full_attn(self, context, query)
+    def _attn(self, n_kv, causal, q, cls):
+        """All-layer seconds of one request's attention in tile class `cls` (tiles mode)."""
+        P = self.p
+        nt = self.ntile_tbl[cls, q]
+        kv = np.maximum(n_kv + (nt - 1) * causal, P.attn_min_kv)
+        mem = np.ceil(kv / self.page_size) * self.page_read_s
+        cmp = causal * self.rowflop_tbl[cls, q]
+        sm = (mem ** self._ap + cmp ** self._ap) ** self._iap
+        return self.L * (sm + ((n_kv + (P.split_tokens - 1)) // P.split_tokens) * P.attn_split_s + P.attn_req_s)
 
-    def full_attn(self, context, query):
-        """A verifying request: the roofline's full attention plus its per-request cost."""
-        return RooflineCostModel.full_attn(self, context, query) + self.p.verify_req_s
+    def _attn1(self, n: int, causal: float, q: int, c: int) -> float:
+        """Scalar twin of `_attn` (same operations in the same order)."""
+        P = self.p
+        qb = self._qb[c]
+        nt = (q + qb - 1) // qb if q > 1 else 1
+        kv = n + (nt - 1) * causal
+        if not kv > P.attn_min_kv:
+            kv = P.attn_min_kv
+        mem = math.ceil(kv / self.page_size) * self.page_read_s
+        cmp = causal * (nt * (self._bm[c] * self.row_flop_c[c]))
+        sm = (mem ** self._ap + cmp ** self._ap) ** self._iap
+        return self.L * (sm + ((n + P.split_tokens - 1) // P.split_tokens) * P.attn_split_s + P.attn_req_s)
 
-    def draft_attn(self, context, budget, method, pos):
-        t = RooflineCostModel.draft_attn(self, context, budget, method, pos)
+    def prefill_attn(self, context, query, cls=None):
+        if not self.tiles:
+            return RooflineCostModel.full_attn(self, context, query)
+        return self._attn(context + query, context + (query + 1) * 0.5, query, self._cls(cls, query))
+
+    def _cls(self, cls, query):
+        return self.tile_class(np.asarray(query)) if cls is None else cls
+
+    def full_attn(self, context, query, cls=None):
+        """A verifying request: its attention (in tile class `cls`, default the one its query
+        needs) plus its per-request cost."""
+        if not self.tiles:
+            return RooflineCostModel.full_attn(self, context, query) + self.p.verify_req_s
+        return self._attn(context + query, context + (query + 1) * 0.5, query, self._cls(cls, query)) + \
+            self.p.verify_req_s
+
+    def draft_attn(self, context, budget, method, pos, cls=0):
+        if not self.tiles:
+            t = RooflineCostModel.draft_attn(self, context, budget, method, pos)
+            return t + self.req_tbl[method, np.minimum(pos, 1)]
+        sparse = np.minimum(budget, context) + pos + 1
+        ts = self._attn(sparse, sparse, 1, cls)
+        t = ts + self.score_tbl[method, np.minimum(pos, 1)] * ((context + (self.page_size - 1)) // self.page_size)
+        if (method == DraftMethod.STEP_LAYER).any():  # the designated layer reads all the KV
+            full = context + pos + 1
+            t = t + np.where(method == DraftMethod.STEP_LAYER, (self._attn(full, full, 1, cls) - ts) / self.L, 0.0)
         return t + self.req_tbl[method, np.minimum(pos, 1)]
 
     # scalar twins (same operations in the same order)
-    def _verify1(self, c: int, q: int) -> float:
-        return self.L * self._layer1(c + q, c + (q + 1) * 0.5, q) + self.p.verify_req_s
+    def _verify1(self, c: int, q: int, cls: int | None = None) -> float:
+        if not self.tiles:
+            return self.L * self._layer1(c + q, c + (q + 1) * 0.5, q) + self.p.verify_req_s
+        return self._attn1(c + q, c + (q + 1) * 0.5, q, self.tile_class(q) if cls is None else cls) + \
+            self.p.verify_req_s
 
-    def _draft1(self, c: int, b: int, m: int, pos: int) -> float:
-        return RooflineCostModel._draft1(self, c, b, m, pos) + self._req_rows[m][1 if pos > 0 else 0]
+    def _prefill1(self, c: int, q: int, cls: int) -> float:
+        if not self.tiles:
+            return self.L * self._layer1(c + q, c + (q + 1) * 0.5, q)
+        return self._attn1(c + q, c + (q + 1) * 0.5, q, cls)
+
+    def _draft1(self, c: int, b: int, m: int, pos: int, cls: int = 0) -> float:
+        if not self.tiles:
+            return RooflineCostModel._draft1(self, c, b, m, pos) + self._req_rows[m][1 if pos > 0 else 0]
+        sparse = (b if b < c else c) + pos + 1
+        ts = self._attn1(sparse, sparse, 1, cls)
+        t = ts + self._score_rows[m][1 if pos > 0 else 0] * ((c + self.page_size - 1) // self.page_size)
+        if m == DraftMethod.STEP_LAYER:
+            full = c + pos + 1
+            t = t + (self._attn1(full, full, 1, cls) - ts) / self.L
+        return t + self._req_rows[m][1 if pos > 0 else 0]
 
     # ---- per-pass terms ----
     def pass_terms(self, has_prefill: bool, methods) -> float:
@@ -165,6 +275,16 @@ class CalibratedCostModel(RooflineCostModel):
         t = self.p.eager_pass_s if has_prefill else 0.0
         return t + max(self._draft_pass_list[m] for m in methods) if len(methods) else t
 
+    def _eager(self, t):
+        """An eager pass: the host's launch time and the GPU's time overlap (smoothmax)."""
+        P = self.p
+        if not P.eager_launch_s:
+            return t
+        h = P.host_overhead_s
+        e = P.eager_p
+        rest = t - h if t > h else 0.0
+        return h + (rest ** e + P.eager_launch_s ** e) ** (1.0 / e)
+
     # ---- the CostModel protocol ----
     def time(self, plan: PassPlan) -> float:
         n_pre, n_dr, n_ver = len(plan.prefill_ids), len(plan.draft_ids), len(plan.verify_ids)
@@ -172,14 +292,20 @@ class CalibratedCostModel(RooflineCostModel):
         total = 0.0
         tokens = n_dr
         logits = n_dr + n_pre
+        qmax = 1
+        if n_pre:
+            qmax = max(qmax, int(plan.prefill_tokens.max()))
+        if n_ver:
+            qmax = max(qmax, int(plan.verify_query.max()))
+        cls = self.tile_class(qmax)
         if n_pre:
             t = plan.prefill_tokens
             if scalar:
-                L, f = self.L, self._layer1
+                f = self._prefill1
                 for c, q in zip(plan.prefill_context.tolist(), t.tolist()):
-                    total += L * f(c + q, c + (q + 1) * 0.5, q)
+                    total += f(c, q, cls)
             else:
-                total += float(self.prefill_attn(plan.prefill_context, t).sum())
+                total += float(self.prefill_attn(plan.prefill_context, t, cls).sum())
             tokens += int(t.sum())
         methods = ()
         if n_dr:
@@ -188,22 +314,22 @@ class CalibratedCostModel(RooflineCostModel):
                 ml = plan.draft_method.tolist()
                 for c, b, m, pos in zip(plan.draft_context.tolist(), plan.draft_budget.tolist(), ml,
                                         plan.draft_pos.tolist()):
-                    total += f(c, b, m, pos)
+                    total += f(c, b, m, pos, cls)
                 methods = set(ml)
             else:
                 total += float(self.draft_attn(plan.draft_context, plan.draft_budget, plan.draft_method,
-                                                plan.draft_pos).sum())
+                                                plan.draft_pos, cls).sum())
                 methods = np.unique(plan.draft_method).tolist()
         if n_ver:
             if scalar:
                 f = self._verify1
                 nq = 0
                 for c, q in zip(plan.verify_context.tolist(), plan.verify_query.tolist()):
-                    total += f(c, q)
+                    total += f(c, q, cls)
                     nq += q
             else:
                 q = plan.verify_query
-                total += float(self.full_attn(plan.verify_context, q).sum())
+                total += float(self.full_attn(plan.verify_context, q, cls).sum())
                 nq = int(q.sum())
             tokens += nq
             logits += nq
@@ -216,29 +342,68 @@ class CalibratedCostModel(RooflineCostModel):
                 t += max(self._first_pass_list[m] for m in set(plan.draft_method[pos0].tolist()))
         if n_ver and int(plan.verify_query.max()) > 1:
             t += self.p.spec_pass_s
-        if self._tiles and not n_pre:
-            t += self._tile1(plan)
-        return t
+        if n_dr and n_ver:
+            t += self.p.mixed_pass_s
+        if n_dr and self._selects:
+            t += self._select1(plan, methods)
+        if n_dr and self.p.score_col_s and (n_ver or n_pre) and DraftMethod.VERIFY_ATTN in methods:
+            t += self._scores1(plan)
+        return self._eager(t) if n_pre else t
 
-    def _tile1(self, plan: PassPlan) -> float:
-        """The pass's tile-height term (see the module docstring)."""
-        g, cap = self.group, self._tile_cap
-        vq = plan.verify_query.tolist()
-        qmax = max(vq) if vq else 1
-        c = int(self._tile_cls[min(qmax, cap)])
-        bm = TILES[c]
-        qb = bm // g
-        rows = 0.0
-        for cx, q in zip(plan.verify_context.tolist(), vq):
-            rows += (cx + (q + 1) * 0.5) * (((q + qb - 1) // qb) * bm)
-        if len(plan.draft_ids):
-            sparse = np.minimum(plan.draft_budget, plan.draft_context) + plan.draft_pos + 1
-            rows += float(sparse.sum()) * bm  # one query token: one tile
-        return self._tile_list[c] * rows
+    def _scores1(self, plan: PassPlan) -> float:
+        """A verify-attn pass keeping its verifications' page scores: the attention kernel writes
+        one score per page into a [every request's rows, longest page list] buffer, reset every
+        layer, and the kept rows are copied out (pass_attention.py)."""
+        ps = self.page_size
+        w = max(int(((plan.draft_context + plan.draft_pos + ps) // ps).max(initial=0)),
+                int(((plan.verify_context + plan.verify_query + ps - 1) // ps).max(initial=0)),
+                int(((plan.prefill_context + plan.prefill_tokens + ps - 1) // ps).max(initial=0)))
+        n = len(plan.draft_ids) + len(plan.verify_ids) + len(plan.prefill_ids)
+        return self.p.score_col_s * n * (-(-w // self.SELECT_COLS) * self.SELECT_COLS)
+
+    # ---- page selection's top-k (per pass) ----
+    # The runtime selects pages with a top-k kernel over a [selecting rows, columns] grid whose
+    # columns are the longest page list among them (rounded up to 128), held in registers as the
+    # next power of two (gpu_runtime/quest.py topk_pages; pass_attention.py's tables and score
+    # widths), so a selection costs per selecting request in proportion to the padded width of
+    # the pass's longest request, not its own pages: a batch of mixed lengths pays the longest.
+    # Who selects: a run's first drafts (verify-refreshed methods; their count padded to a power
+    # of two, as the runtime pads them), every draft (step-refreshed methods). Whose pages set the
+    # width: the drafts' (verify-attn: the first drafts'; step-layer: every request's, the width
+    # of the page scores its layer 0 writes). Static drafts select nothing.
+    SELECT_COLS = 128
+
+    def _select1(self, plan: PassPlan, methods) -> float:
+        t = 0.0
+        ps, cols = self.page_size, self.SELECT_COLS
+        for m in methods:
+            c = self._select_list[m]
+            if not c:
+                continue
+            sel = plan.draft_method == m
+            pos = plan.draft_pos[sel]
+            pages = (plan.draft_context[sel] + pos + ps) // ps  # (context + pos + 1) tokens
+            if DraftMethod(m).refresh == "verify":
+                first = pos == 0
+                n = int(first.sum())
+                if not n:
+                    continue
+                n = 1 << (n - 1).bit_length()
+                w = int(pages[first].max()) if m == DraftMethod.VERIFY_ATTN else int(pages.max())
+            else:
+                n = len(pos)
+                w = int(pages.max())
+                if m == DraftMethod.STEP_LAYER:  # every request's pages
+                    w = max(int(((plan.draft_context + plan.draft_pos + ps) // ps).max()),
+                            int(((plan.verify_context + plan.verify_query + ps - 1) // ps).max(initial=0)),
+                            int(((plan.prefill_context + plan.prefill_tokens + ps - 1) // ps).max(initial=0)))
+            w = -(-w // cols) * cols
+            t += c * n * (1 << (w - 1).bit_length())
+        return t
 
     def pass_overhead(self, num_tokens: int, prefill_tokens: int = 0, *, num_logits: int | None = None) -> float:
         t = super().pass_overhead(num_tokens, prefill_tokens, num_logits=num_logits)
-        return t + self.p.eager_pass_s if prefill_tokens > 0 else t
+        return self._eager(t + self.p.eager_pass_s) if prefill_tokens > 0 else t
 
     def marginal(self, context, budget, method, query, draft_pos=None):
         context, budget, method, query = (np.asarray(a, dtype=np.int64) for a in (context, budget, method, query))
@@ -250,70 +415,209 @@ class CalibratedCostModel(RooflineCostModel):
             return np.array(d), np.array([v(c, q) for c, q in zip(cl, query.tolist())])
         return super().marginal(context, budget, method, query, draft_pos)  # tables / vector formulas
 
+    # ---- tables per tile class (the simulator's segments) ----
+    def tables_fit(self, width: int, rows: int) -> bool:
+        old = self._tbl_rows
+        ok = super().tables_fit(width, rows)
+        if self._tbl_rows != old:  # more columns: the class tables are rebuilt on next use
+            self._vt_cls, self._dt_cls = {}, {}
+        return ok
+
+    def verify_table_cls(self, cls: int) -> np.ndarray:
+        """[context, q] -> full_attn(context, q) in tile class `cls`; q = 0 is 0."""
+        def block(c):
+            out = np.zeros((len(c), self._tbl_rows))
+            for q in range(1, self._tbl_rows):
+                out[:, q] = self.full_attn(c, np.full_like(c, q), cls)
+            return out
+
+        tbl = self._vt_cls[cls] = self._extended(self._vt_cls.get(cls), block)
+        return tbl
+
+    def draft_table_cls(self, budget: int, method: int, cls: int) -> np.ndarray:
+        """[context, draft_pos] -> draft_attn(context, budget, method, draft_pos) in tile class `cls`."""
+        def block(c):
+            b, m = np.full_like(c, budget), np.full_like(c, method)
+            out = np.empty((len(c), self._tbl_rows))
+            for pos in range(self._tbl_rows):
+                out[:, pos] = self.draft_attn(c, b, m, np.full_like(c, pos), cls)
+            return out
+
+        key = (budget, method, cls)
+        tbl = self._dt_cls[key] = self._extended(self._dt_cls.get(key), block)
+        return tbl
+
     # ---- many passes at once (the simulator's segments; the fit's design matrix) ----
     def segment_times(self, seg) -> np.ndarray:
-        """The roofline's table pricing (from this model's per-request formulas) plus the per-pass
-        terms of passes holding drafts. Simulator only: imports it."""
-        from spsim.simulator.segment_cost import RooflineSegments
-
-        t = RooflineSegments(self).segment_times(seg)
-        draft = seg.kind == type(seg).DRAFT
-        verify = seg.kind == type(seg).VERIFY
-        if draft.any():  # no prefill here
-            t = t + np.where(draft, self.draft_pass[seg.method][None, :], 0.0).max(axis=1)
-            t = t + np.where(draft & (seg.draft_pos == 0), self.first_pass[seg.method][None, :], 0.0).max(axis=1)
+        """Each pass's requests priced in the pass's tile class (from tables where they fit),
+        the linear part from the roofline's table, plus the per-pass terms of passes holding
+        drafts and verifying drafts. Simulator only: imports it."""
+        kind, ctx = seg.kind, seg.context
+        draft, verify = kind == type(seg).DRAFT, kind == type(seg).VERIFY
         q = np.where(verify, seg.query, 0)
         qmax = q.max(axis=1)
+        cls = self.tile_class(qmax) if self.tiles else np.zeros(len(qmax), np.int64)
+        has_draft = draft.any()
+        budget = method = 0
+        if has_draft:  # one (budget, method) for all requests: the batcher's configuration
+            budget, method = int(seg.budget[0]), int(seg.method[0])
+            uniform = (seg.budget == budget).all() and (seg.method == method).all()
+            rows = max(int(q.max()), int(seg.draft_pos.max())) + 1
+        else:
+            uniform, rows = True, int(q.max()) + 1
+        if uniform and self.tables_fit(int(ctx.max()) + 1, rows):
+            att = np.empty(kind.shape)
+            for c in np.unique(cls).tolist():
+                sel = cls == c
+                cc, qq = ctx[sel], q[sel]
+                a = (self.verify_table_cls(c) if self.tiles else self.verify_table())[cc, qq]
+                if has_draft:
+                    dt = self.draft_table_cls(budget, method, c) if self.tiles else self.draft_table(budget, method)
+                    a = np.where(draft[sel], dt[cc, seg.draft_pos[sel]], a)
+                att[sel] = a
+        else:  # the formulas (the definition the tables reproduce)
+            shape = kind.shape
+            cb = np.broadcast_to(cls[:, None], shape)
+            att = np.where(verify, self.full_attn(ctx, np.maximum(q, 1), cb) if self.tiles
+                           else self.full_attn(ctx, q), 0.0)
+            if has_draft:
+                b, m = np.broadcast_to(seg.budget, shape), np.broadcast_to(seg.method, shape)
+                d = self.draft_attn(ctx, b, m, seg.draft_pos, cb) if self.tiles else \
+                    self.draft_attn(ctx, b, m, seg.draft_pos)
+                att = att + np.where(draft, d, 0.0)
+        tokens = q.sum(axis=1) + draft.sum(axis=1)
+        t = self.overhead_table(int(tokens.max()))[tokens] + att.sum(axis=1)
+        if has_draft:  # no prefill here
+            t = t + np.where(draft, self.draft_pass[seg.method][None, :], 0.0).max(axis=1)
+            t = t + np.where(draft & (seg.draft_pos == 0), self.first_pass[seg.method][None, :], 0.0).max(axis=1)
         if self.p.spec_pass_s:
             t = t + np.where(qmax > 1, self.p.spec_pass_s, 0.0)
-        if self._tiles:
-            cls = self._tile_cls[np.minimum(np.maximum(qmax, 1), self._tile_cap)]
-            bm = self._tile_bm[np.minimum(np.maximum(qmax, 1), self._tile_cap)][:, None]
-            qb = bm // self.group
-            rows = np.where(verify, (seg.context + (q + 1) * 0.5) * (((q + qb - 1) // qb) * bm), 0.0)
-            if draft.any():
-                sparse = np.minimum(seg.budget[None, :], seg.context) + seg.draft_pos + 1
-                rows = rows + np.where(draft, sparse * bm, 0)
-            t = t + self.tile[cls] * rows.sum(axis=1)
+        if has_draft and self.p.mixed_pass_s:
+            t = t + np.where(draft.any(axis=1) & verify.any(axis=1), self.p.mixed_pass_s, 0.0)
+        if has_draft and self._selects:
+            ps = self.page_size
+            for m in np.unique(seg.method).tolist():
+                c = self._select_list[m]
+                if not c:
+                    continue
+                dm = draft & (seg.method == m)[None, :]
+                pages = (ctx + seg.draft_pos + ps) // ps
+                if DraftMethod(m).refresh == "verify":
+                    who = dm & (seg.draft_pos == 0)
+                    n = who.sum(axis=1)
+                    n = np.where(n > 0, _pow2(np.maximum(n, 1)), 0)
+                    w = np.where(who if m == DraftMethod.VERIFY_ATTN else dm, pages, 0).max(axis=1)
+                else:
+                    n = dm.sum(axis=1)
+                    w = np.where(dm, pages, 0).max(axis=1)
+                    if m == DraftMethod.STEP_LAYER:  # every request's pages
+                        w = np.maximum(np.where(draft, pages, 0).max(axis=1),
+                                       np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1))
+                w = -(-np.maximum(w, 1) // self.SELECT_COLS) * self.SELECT_COLS
+                t = t + c * n * _pow2(w)
+        if has_draft and self.p.score_col_s:
+            ps = self.page_size
+            va = draft & (seg.method == DraftMethod.VERIFY_ATTN)[None, :]
+            keep = va.any(axis=1) & verify.any(axis=1)
+            if keep.any():
+                w = np.maximum(np.where(draft, (ctx + seg.draft_pos + ps) // ps, 0).max(axis=1),
+                               np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1))
+                w = -(-w // self.SELECT_COLS) * self.SELECT_COLS
+                nreq = (draft | verify).sum(axis=1)
+                t = t + np.where(keep, self.p.score_col_s * nreq * w, 0.0)
         return t
 
     def decode_times(self, context: list[int], n: int) -> np.ndarray:
         from spsim.simulator.segment_cost import RooflineSegments
 
-        return RooflineSegments(self).decode_times(context, n)  # no drafts, no prefill: no pass terms
+        return RooflineSegments(self).decode_times(context, n)  # q = 1: the smallest tile, no pass terms
 
     def times(self, batch: "PlanBatch") -> np.ndarray:
         """`time(plan)` of many plans at once (vector formulas; the fit calls this per step)."""
         n = batch.n
+        qmax = np.ones(n, np.int64)
+        np.maximum.at(qmax, batch.ver_of, batch.ver_q)
+        np.maximum.at(qmax, batch.pre_of, batch.pre_q)
+        cls = self.tile_class(qmax)
         att = np.zeros(n)
         if len(batch.pre_of):
-            att += np.bincount(batch.pre_of, self.prefill_attn(batch.pre_ctx, batch.pre_q), n)
+            att += np.bincount(batch.pre_of, self.prefill_attn(batch.pre_ctx, batch.pre_q, cls[batch.pre_of]), n)
         if len(batch.dr_of):
-            att += np.bincount(batch.dr_of, self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method,
-                                                             batch.dr_pos), n)
+            d = self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method, batch.dr_pos, cls[batch.dr_of]) \
+                if self.tiles else self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method, batch.dr_pos)
+            att += np.bincount(batch.dr_of, d, n)
         if len(batch.ver_of):
-            att += np.bincount(batch.ver_of, self.full_attn(batch.ver_ctx, batch.ver_q), n)
+            v = self.full_attn(batch.ver_ctx, batch.ver_q, cls[batch.ver_of]) if self.tiles else \
+                self.full_attn(batch.ver_ctx, batch.ver_q)
+            att += np.bincount(batch.ver_of, v, n)
         lin = self.overhead_vec(batch.tokens, batch.logits)
         per = np.zeros(n)
         np.maximum.at(per, batch.dr_of, self.draft_pass[batch.dr_method])  # the largest method's (as time())
         first = np.zeros(n)
         f0 = batch.dr_pos == 0
         np.maximum.at(first, batch.dr_of[f0], self.first_pass[batch.dr_method[f0]])
-        qmax = np.ones(n, np.int64)
-        np.maximum.at(qmax, batch.ver_of, batch.ver_q)
+        vmax = np.ones(n, np.int64)
+        np.maximum.at(vmax, batch.ver_of, batch.ver_q)
         per = per + first + np.where(batch.has_prefill, self.p.eager_pass_s, 0.0) + \
-            np.where(qmax > 1, self.p.spec_pass_s, 0.0)
-        if self._tiles:
-            qc = np.minimum(qmax, self._tile_cap)
-            cls, bm = self._tile_cls[qc], self._tile_bm[qc]
-            qb = bm // self.group
-            vb, vq = bm[batch.ver_of], batch.ver_q
-            rows = np.bincount(batch.ver_of, (batch.ver_ctx + (vq + 1) * 0.5) * (((vq + qb[batch.ver_of] - 1)
-                                                                                // qb[batch.ver_of]) * vb), n)
-            sparse = np.minimum(batch.dr_budget, batch.dr_ctx) + batch.dr_pos + 1
-            rows = rows + np.bincount(batch.dr_of, sparse * bm[batch.dr_of], n)
-            per = per + np.where(batch.has_prefill, 0.0, self.tile[cls] * rows)
-        return lin + att + per
+            np.where(vmax > 1, self.p.spec_pass_s, 0.0)
+        if len(batch.dr_of):
+            has_v = np.bincount(batch.ver_of, minlength=n) > 0
+            per = per + np.where(batch.has_draft & has_v, self.p.mixed_pass_s, 0.0)
+            if self._selects:
+                per = per + self._select_batch(batch)
+            if self.p.score_col_s:
+                per = per + self._scores_batch(batch)
+        t = lin + att + per
+        if self.p.eager_launch_s and batch.has_prefill.any():
+            P = self.p
+            h, e = P.host_overhead_s, P.eager_p
+            rest = np.maximum(t - h, 0.0)
+            t = np.where(batch.has_prefill, h + (rest ** e + P.eager_launch_s ** e) ** (1.0 / e), t)
+        return t
+
+    def _select_batch(self, batch: "PlanBatch") -> np.ndarray:
+        """`_select1` of many plans (vector)."""
+        n, ps = batch.n, self.page_size
+        out = np.zeros(n)
+        pages = (batch.dr_ctx + batch.dr_pos + ps) // ps
+        allw = np.zeros(n, np.int64)  # every request's pages (step-layer's score width)
+        np.maximum.at(allw, batch.dr_of, pages)
+        np.maximum.at(allw, batch.ver_of, (batch.ver_ctx + batch.ver_q + ps - 1) // ps)
+        np.maximum.at(allw, batch.pre_of, (batch.pre_ctx + batch.pre_q + ps - 1) // ps)
+        for m in np.unique(batch.dr_method).tolist():
+            c = self._select_list[m]
+            if not c:
+                continue
+            dm = batch.dr_method == m
+            if DraftMethod(m).refresh == "verify":
+                who = dm & (batch.dr_pos == 0)
+                cnt = np.bincount(batch.dr_of[who], minlength=n)
+                cnt = np.where(cnt > 0, _pow2(np.maximum(cnt, 1)), 0)
+                src = who if m == DraftMethod.VERIFY_ATTN else dm
+            else:
+                cnt = np.bincount(batch.dr_of[dm], minlength=n)
+                src = dm
+            w = np.zeros(n, np.int64)
+            np.maximum.at(w, batch.dr_of[src], pages[src])
+            if m == DraftMethod.STEP_LAYER:
+                w = np.where(cnt > 0, allw, w)
+            w = -(-np.maximum(w, 1) // self.SELECT_COLS) * self.SELECT_COLS
+            out += c * cnt * _pow2(w)
+        return out
+
+    def _scores_batch(self, batch: "PlanBatch") -> np.ndarray:
+        """`_scores1` of many plans (vector)."""
+        n, ps = batch.n, self.page_size
+        va = np.bincount(batch.dr_of[batch.dr_method == DraftMethod.VERIFY_ATTN], minlength=n) > 0
+        keep = va & ((np.bincount(batch.ver_of, minlength=n) > 0) | batch.has_prefill)
+        w = np.zeros(n, np.int64)
+        np.maximum.at(w, batch.dr_of, (batch.dr_ctx + batch.dr_pos + ps) // ps)
+        np.maximum.at(w, batch.ver_of, (batch.ver_ctx + batch.ver_q + ps - 1) // ps)
+        np.maximum.at(w, batch.pre_of, (batch.pre_ctx + batch.pre_q + ps - 1) // ps)
+        w = -(-w // self.SELECT_COLS) * self.SELECT_COLS
+        nreq = np.bincount(batch.dr_of, minlength=n) + np.bincount(batch.ver_of, minlength=n) + \
+            np.bincount(batch.pre_of, minlength=n)
+        return np.where(keep, self.p.score_col_s * nreq * w, 0.0)
 
     def kv_capacity_pages(self, reserve_frac: float | None = None, selection_metadata: bool = True) -> int:
         """The KV pages the runtime could allocate on the measured GPU, where the profile says so."""
@@ -345,6 +649,11 @@ class CalibratedCostModel(RooflineCostModel):
     def with_params(self, **kw) -> "CalibratedCostModel":
         return CalibratedCostModel(self.model, self.gpu, self.tp, self.weight_dtype, self.kv_dtype, self.page_size,
                                    replace(self.p, **kw), check_memory=False, info=self.info)
+
+
+def _pow2(x: np.ndarray) -> np.ndarray:
+    """The next power of two of each positive integer (exact: powers of two have exact logs)."""
+    return np.left_shift(1, np.ceil(np.log2(x)).astype(np.int64))
 
 
 @dataclass
