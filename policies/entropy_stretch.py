@@ -6,17 +6,23 @@ verification's outcome are keyed draws (functions of a request's position, never
 asked: the executor passes them in as functions), costs follow from contexts and the batch size.
 Two things couple requests:
 - the pooled rate of the acceptance estimates: a request with no outcome yet answers from it, and
-  one that decoded plainly relaxes towards it at its next look. Such a request is decided pass by
-  pass, in pass order, against the pool as the step path would see it then (every verification
-  before that pass folded in, in pass and running order); a request whose estimate is its own
-  (an outcome, no relaxation due) keeps it through its cycle, so its whole cycle is decided at
-  once: every state "holding n drafts" evaluated in one call, many requests per call;
+  one that decoded plainly relaxes towards it at its next look. Such a request is decided in pass
+  order against the pool as the step path would see it then (every verification before that pass
+  folded in, in pass and running order), a cycle at a time while the rate cannot change (until the
+  pass after the next verification with drafts, planned or possible). A request whose estimate is
+  its own (an outcome, no relaxation due) keeps it through its cycle, so its whole cycle is decided
+  at once, and its next one too: its estimate after each outcome of this one is one of 2 cap + 1
+  values, whose draft estimates are made in the same numpy call;
 - the estimate grid's width (the batch's most drafts held): numpy sums a row in order below 8
   columns and pairwise from 8, so the sum at n drafts depends on the width's eighth. A cycle is
-  decided at the narrowest width its states allow; afterwards the passes whose real width is wider
-  are decided again at it, and the stretch ends at the first pass whose answer changes.
-A request shown to decode plainly whatever the pool (even perfect acceptance would not pay for a
-draft at its context) skips its passes at once.
+  decided at the narrowest width its states allow; afterwards the passes where the batch holds 8 or
+  more are decided again at their width with `draft_more`, and the stretch ends at the first pass
+  whose answer changes.
+The rule's arithmetic runs on Python floats in `draft_more`'s order (`cycle_more`: IEEE operations,
+the same bits); its transcendental parts (`token_acceptance`, the prior's powers) are numpy calls
+on the same elementwise operations. A request shown to decode plainly whatever the pool (even
+perfect acceptance would not pay for a draft at its context) skips its passes at once, drawing
+nothing (the step path builds no acceptance arrays for a request that never drafts).
 
 `commit` leaves the policy as asking it pass by pass on the first n passes would: the outcomes in
 order, each relaxation where it happened, each request's held estimates and last look.
@@ -148,7 +154,7 @@ class StretchPlanner(StretchBase):
         """`_ests` for whole(): per column, rows for a cycle from its committed position c and for
         cycles from c + 1 .. c + cap and c + 2 .. c + cap + 1 (the next cycle after each outcome),
         at the estimates P (flat, in that order)."""
-        pol, md = self.pol, self._md
+        md = self._md
         tab, com, rids = self._etab, self._com, self._rids
         self._tables(J, tab, self._ent_fill, [c + 2 for c in caps])
         Q, E = [], []
@@ -163,11 +169,6 @@ class StretchPlanner(StretchBase):
         p = np.minimum(np.maximum(P, 1e-6), 1 - 1e-6)  # token_acceptance, with the entropy term drawn
         lp = np.log(p / (1 - p))
         return 1.0 / (1.0 + np.exp(-(lp[:, None] + np.concatenate(Q)))), E
-
-    def _est(self, ent: np.ndarray, prior: np.ndarray) -> np.ndarray:
-        pol = self.pol
-        return er.token_acceptance(np.minimum(np.where(ent == ent, ent, pol.entropy_median), _FMAX), prior,
-                                   pol.slope, pol.thr)
 
     # ---------------------------------------------------------------- the plan
     def plan(self, view: DecodeView, n: int, entropy, verify, gate: bool) -> Stretch | None:
@@ -208,7 +209,6 @@ class StretchPlanner(StretchBase):
         done = [False] * r
         kmax = np.zeros(n + 1, np.int64)  # most drafts held by any request, per pass, where 8 or more
         heap: list = []  # outcomes not folded into the pool yet: (pass, column, drafts, accepted)
-        last = np.where(view.drafted > 0, view.last_entropy, np.nan).tolist()
         opened: list = [None] * r  # a cycle decided pass by pass: [first pass, drafts then, entropies]
         checks = []  # whole cycles: (column, first pass, drafts then, drafts verified, prior, cd, vc, cap, ests)
         rec = st.cycles
