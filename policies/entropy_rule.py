@@ -112,30 +112,3 @@ def plan_length(prior, draft_cost, verify_cost, max_drafts: int) -> np.ndarray:
     cost = k * cd[:, None] + _verify_cost_at(verify_cost, np.broadcast_to(k, (len(prior), len(k))))
     return ((gain + 1.0) / cost).argmax(axis=1)
 
-
-def cycle_states(est: np.ndarray, prior, draft_cost, verify_cost: np.ndarray, max_drafts, lookahead: int = 8
-                 ) -> np.ndarray:
-    """`draft_more` at every state "holding s drafts", s = 0..7, of requests whose estimates of
-    drafts 0..6 are `est` (k, 7) and whose prior, costs and cap hold through the cycle: (k, 8)
-    booleans, the same floats as one `draft_more` call per state on a grid narrower than 8
-    columns (whose row sums numpy adds in order: here running sums). Rows whose est is NaN at or
-    past a state's drafts are not read for that state."""
-    k = len(est)
-    vc = np.asarray(verify_cost, float)
-    cap = np.asarray(max_drafts)
-    cd = np.asarray(draft_cost, float)
-    cp = np.cumprod(est, axis=1)
-    e = np.zeros((k, 8))
-    np.cumsum(cp, axis=1, out=e[:, 1:])
-    s = np.ones((k, 8))
-    s[:, 1:] = cp
-    n = np.arange(8)
-    spent = n * cd[:, None]
-    last = vc.shape[1] - 1
-    now = (e + 1.0) / (spent + vc[:, np.minimum(n, last)])
-    m = np.arange(1, lookahead + 1)
-    gain = s[:, :, None] * np.cumsum(np.asarray(prior, float)[:, None] ** m, axis=1)[:, None, :]
-    n_after = n[:, None] + m
-    cost = spent[:, :, None] + (m * cd[:, None])[:, None, :] + vc[:, np.minimum(n_after, last)]
-    later = np.where(n_after <= cap[:, None, None], (e[:, :, None] + gain + 1.0) / cost, -np.inf)
-    return (later.max(axis=2) > now) & (n < cap[:, None])

@@ -101,19 +101,3 @@ def test_cycle_more_is_draft_more(seed, d0, cap, L, cols, prior):
             break
         s += 1
     assert got == s
-
-
-@settings(max_examples=200, deadline=None)
-@given(seed=st.integers(0, 2 ** 32 - 1), k=st.integers(1, 6), cols=st.integers(2, 21), L=st.integers(1, 10))
-def test_cycle_states_is_draft_more(seed, k, cols, L):
-    from spsim.policies import entropy_rule as er
-
-    rng = np.random.default_rng(seed)
-    est = rng.uniform(0.01, 1.0, (k, 7))
-    prior = rng.uniform(0.0, 1.0, k)
-    cd = rng.uniform(1e-4, 5e-3, k)
-    vc = np.sort(rng.uniform(1e-3, 1e-2, (k, cols)), axis=1)
-    cap = rng.integers(0, 20, k)
-    got = er.cycle_states(est, prior, cd, vc, cap, L)
-    for s in range(8):
-        assert np.array_equal(got[:, s], er.draft_more(est, np.full(k, s), prior, cd, vc, cap, L))
