@@ -200,6 +200,7 @@ def test_ray_gives_the_same_numbers(trace_file, tmp_path):
     (["--slo", "ttft_p90=2s", "--replicas", "3..1"], "--replicas: empty range"),
     (["--slo", "ttft_p90=2s", "--policies", "ar,nope"], "nope"),
     (["--slo", "ttft_p90=2s", "--ray-address", "x:1"], "--ray-address needs --ray"),
+    (["--slo", "ttft_p90=2s", "--window", "-5"], "--window must be >= 0"),
     (["--slo", "ttft_p90=2s", "--models", "llama-3.1-70b", "--gpus", "h100-sxm"], "configuration"),
 ])
 def test_cli_errors(trace_file, args, words):
