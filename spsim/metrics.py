@@ -233,6 +233,7 @@ def summarize_run(table, batchers, cat_ns: list[dict], cat_passes: list[dict], c
 
 OVERLOAD_GOODPUT_FRACTION = 0.05  # goodput below this share of throughput: "near zero"
 OVERLOAD_WAIT_RATIO = 10.0  # last arrivals' mean TTFT this many times the first arrivals'
+KV_NEAR_FULL = 0.9  # KV pages at this share of capacity: memory can be what holds requests back
 MEMORY_HELD_BACK = 0.5  # requests held back by KV memory, time-averaged per replica
 
 
@@ -297,7 +298,10 @@ def load_diagnostics(table, batchers, cfg, trace, s: dict) -> dict:
     d["kv_peak_fraction"] = s["kv_peak_pages"] / cap if cap else None
     limited_by, note = None, None
     capped = [i for i in range(n_rep) if peaks[i] < min(max_batch, demands[i])]
-    if capped and (d["held_back_by_memory_mean"] >= MEMORY_HELD_BACK or s["preemptions"]):
+    # held back while pages ran short: requests can also wait for prefill's token budget, which is
+    # not memory (a plan run at 30 % of its pages was called memory-bound before this check)
+    near_full = cap and s["kv_peak_pages"] >= KV_NEAR_FULL * cap
+    if capped and ((d["held_back_by_memory_mean"] >= MEMORY_HELD_BACK and near_full) or s["preemptions"]):
         limited_by = "kv_memory"
         peak = d["peak_running"]
         bound = f" (an upper bound: {s['preemptions']:,} preemptions)" if s["preemptions"] else ""

@@ -115,3 +115,15 @@ def test_prefix_cache_note(tmp_path):
     r = runner.invoke(app, ["replay", "mooncake", "-p", "ar", "--limit", "50"])
     assert "of blocks repeat" in r.stdout and "Cached blocks live in the KV memory" in " ".join(r.stdout.split())
 
+
+
+def test_a_plan_far_from_full_pages_is_not_memory_bound(tmp_path):
+    """A plan's failing probe whose requests waited while KV pages stayed at ~30 % of capacity was
+    said to be limited by KV memory; memory is named only where the pages ran near full."""
+    r = runner.invoke(app, ["plan", "azure-conv", "--limit", "400", "--slo", "ttft_p90=2s,tpot_p99=60ms",
+                            "--policies", "ar", "--gpus", "h200", "--replicas", "1", "--out", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.output
+    import csv
+
+    rows = list(csv.DictReader(open(tmp_path / "p" / "results.csv")))
+    assert rows and all(row["limiter"] != "kv_memory" for row in rows), rows
