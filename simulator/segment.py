@@ -467,7 +467,7 @@ class FastPath:
             if sync:  # one reaches the target: all verify (after the fewest passes of drafting); a
                 # request that drafted all its output can use sits the rest out (Batcher._sync_verify)
                 # (one reaches it only if its output lets it draft that far)
-                w0 = wc = max([out[j] - com[j] - 1 - d[j] for j in live])  # all capped after wc passes
+                w0 = max([out[j] - com[j] - 1 - d[j] for j in live])  # every request capped after w0 passes
                 for j in live:
                     w = min(tg[j], md) - d[j]
                     if w < w0 and (w <= 0 or out[j] - com[j] - 1 - d[j] >= w):
