@@ -8,6 +8,16 @@ Efficiency factors come from measurements on this project's H200 (docs/anchors.m
 copy bandwidth 4.27 TB/s of 4.8 (0.89) and about 790 TFLOP/s bf16 GEMM of 989 (0.80); our own probe
 measured 4.24 TB/s and 794 TFLOP/s. We apply the same fractions to the other GPUs (an assumption:
 they are the same generation of HBM controllers and tensor cores, except the A100).
+
+Tensor-parallel all-reduce (`GPU.allreduce_latency`): the latency of one small-message all-reduce
+over `tp` GPUs is `allreduce_latency_s + 2 (tp - 2) * allreduce_step_s`: the latency measured on
+2 GPUs plus one fixed cost per extra step of NCCL's ring (2 (tp - 1) steps per all-reduce; NCCL's
+own tuner prices small all-reduces the same way, `baseLat + 2 (nRanks - 1) * hwLat`,
+src/graph/tuning.cc). `ALLREDUCE_STEP_S` is fitted by benchmarks/allreduce_tp_fit.py to our 2-GPU
+measurement (H200, NCCL in CUDA graphs, 10.9 us; benchmarks/results/allreduce_h200x2.json) and
+three published 8 x H100 NCCL bf16 tables (8 B .. 512 KiB: 19.2-25.2 us, intercept 22.3 us; the
+sources are listed in benchmarks/results/allreduce_tp_fit.json): 0.95 us per step, so 22.3 us at
+TP 8 on H100/H200 and 19.4 us on the A100 (its 2-GPU latency is still the 8 us assumption).
 """
 
 from __future__ import annotations
@@ -19,6 +29,14 @@ from .errors import SpsimError
 MiB = 1 << 20
 H200_BW_EFF = 4.27 / 4.8  # measured copy bandwidth / datasheet
 H200_FLOPS_EFF = 790 / 989  # measured bf16 GEMM / datasheet
+# Seconds per extra ring step of a small all-reduce beyond 2 GPUs (module docstring; fitted by
+# benchmarks/allreduce_tp_fit.py, results in benchmarks/results/allreduce_tp_fit.json).
+ALLREDUCE_STEP_S = 0.953e-6
+# All-reduce constants measured on 2 H200s (NCCL in CUDA graphs, 8 KiB .. 512 MiB, fitted;
+# benchmarks/results/allreduce_h200x2.json). The H100 SXM shares them: the same NVLink 4 (18 links,
+# 450 GB/s per direction) and HGX NVSwitch baseboard, and the 8-GPU figures the step is fitted to
+# are H100's.
+HOPPER_SXM_ALLREDUCE = dict(nvlink_eff=0.63, allreduce_latency_s=10.9e-6)
 
 
 @dataclass(frozen=True)
@@ -33,7 +51,8 @@ class GPU:
     bw_eff: float = H200_BW_EFF
     flops_eff: float = H200_FLOPS_EFF
     nvlink_eff: float = 0.8  # NCCL bus bandwidth reaches ~80% of the link (assumption)
-    allreduce_latency_s: float = 8e-6  # small-message all-reduce on NVLink, CUDA graphs (assumption)
+    allreduce_latency_s: float = 8e-6  # small-message all-reduce over 2 GPUs on NVLink, CUDA graphs (assumption)
+    allreduce_step_s: float = ALLREDUCE_STEP_S  # per extra ring step beyond 2 GPUs (fitted; module docstring)
 
     @property
     def bw(self) -> float:
@@ -44,6 +63,14 @@ class GPU:
         """Achievable dense tensor-core FLOP/s for GEMMs with weights in `dtype`."""
         peak = self.fp8_flops if (dtype == "fp8" and self.fp8_flops) else self.bf16_flops
         return peak * self.flops_eff
+
+    def allreduce_latency(self, tp: int) -> float:
+        """Seconds of the latency term of one all-reduce over `tp` GPUs: none at tp <= 1, the
+        2-GPU latency at tp = 2, plus `allreduce_step_s` per extra ring step (2 (tp - 1) steps in
+        all) above that."""
+        if tp <= 1:
+            return 0.0
+        return self.allreduce_latency_s + 2 * (tp - 2) * self.allreduce_step_s
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -57,14 +84,13 @@ GPUS: dict[str, GPU] = {
     g.name: g
     for g in [
         GPU("h100-sxm", mem_bytes=81559 * MiB, hbm_bw=3.35e12, bf16_flops=989e12, fp8_flops=1979e12,
-            nvlink_bw=450e9, sm_count=132),
+            nvlink_bw=450e9, sm_count=132, **HOPPER_SXM_ALLREDUCE),
         GPU("h100-nvl", mem_bytes=95830 * MiB, hbm_bw=3.9e12, bf16_flops=835e12, fp8_flops=1671e12,
             nvlink_bw=300e9, sm_count=132),  # NVLink bridge: 600 GB/s both directions
-        # The all-reduce constants measured on 2 H200s (NCCL in CUDA graphs, 8 KiB .. 512 MiB, fitted;
-        # benchmarks/results/allreduce_h200x2.json): 10.9 us and 63 % of the link, where the other
-        # GPUs keep the assumed 8 us and 80 %.
+        # 2-GPU all-reduce constants measured here (HOPPER_SXM_ALLREDUCE): 10.9 us and 63 % of the
+        # link, shared with the H100 SXM; the H100 NVL and A100 keep the assumed 8 us and 80 %.
         GPU("h200", mem_bytes=150_109_880_320, hbm_bw=4.8e12, bf16_flops=989e12, fp8_flops=1979e12,
-            nvlink_bw=450e9, sm_count=132, nvlink_eff=0.63, allreduce_latency_s=10.9e-6),
+            nvlink_bw=450e9, sm_count=132, **HOPPER_SXM_ALLREDUCE),
         GPU("a100-80gb", mem_bytes=81920 * MiB, hbm_bw=2.039e12, bf16_flops=312e12, fp8_flops=None,
             nvlink_bw=300e9, sm_count=108),
     ]

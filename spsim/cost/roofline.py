@@ -2,7 +2,8 @@
 
 pass = host overhead + per-layer fixed cost (launches, norms, rope)
      + smoothmax(weights / bandwidth, GEMM and LM-head flops / flop rate)      (read once per pass)
-     + sampling (one vocab-sized read per logits row) + TP all-reduces (2 per layer)
+     + sampling (one vocab-sized read per logits row) + TP all-reduces (2 per layer; latency
+       grows with the TP degree: GPU.allreduce_latency)
      + sum over requests of its attention, priced from its own KV length:
          per layer: hypot(KV pages read / bandwidth, attention flops / flop rate)
                     + a fixed cost per request and per KV split (page tables, split merge).
@@ -98,8 +99,10 @@ class RooflineCostModel:
         self.sample_s = m.vocab * P.sample_bytes_per_logit / bw  # per logits row
         self.fixed_s = m.layers * P.layer_fixed_s
         if tp > 1:  # ring all-reduce of the hidden state, twice per layer
+            # latency: measured at 2 GPUs, plus a fitted cost per extra ring step (GPU.allreduce_latency;
+            # sources in spsim/hardware.py's docstring and benchmarks/results/allreduce_tp_fit.json)
             link = g.nvlink_bw * g.nvlink_eff
-            self.comm_fixed_s = 2 * m.layers * g.allreduce_latency_s
+            self.comm_fixed_s = 2 * m.layers * g.allreduce_latency(tp)
             self.comm_token_s = 2 * m.layers * 2 * (tp - 1) / tp * m.hidden * 2 / link
         else:
             self.comm_fixed_s = self.comm_token_s = 0.0
