@@ -10,12 +10,12 @@ measured 4.24 TB/s and 794 TFLOP/s. We apply the same fractions to the other GPU
 they are the same generation of HBM controllers and tensor cores, except the A100).
 
 Tensor-parallel all-reduce (`GPU.allreduce_latency`): the latency of one small-message all-reduce
-over `tp` GPUs is `allreduce_latency_s + 2 (tp - 2) * allreduce_step_s`: the latency measured on
-2 GPUs plus one fixed cost per extra step of NCCL's ring (2 (tp - 1) steps per all-reduce; NCCL's
-own tuner prices small all-reduces the same way, `baseLat + 2 (nRanks - 1) * hwLat`,
-src/graph/tuning.cc). `ALLREDUCE_STEP_S` is fitted by benchmarks/allreduce_tp_fit.py to our 2-GPU
+over `tp` GPUs is `allreduce_latency_s + 2 (tp - allreduce_ranks) * allreduce_step_s`: the latency
+measured on `allreduce_ranks` = 2 GPUs plus one fixed cost per extra step of NCCL's ring (2 (tp - 1)
+steps per all-reduce; NCCL's own tuner prices small all-reduces the same way, `baseLat + 2 (nRanks
+- 1) * hwLat`, src/graph/tuning.cc). `ALLREDUCE_STEP_S` is fitted by benchmarks/allreduce_tp_fit.py to our 2-GPU
 measurement (H200, NCCL in CUDA graphs, 10.9 us; benchmarks/results/allreduce_h200x2.json) and
-three published 8 x H100 NCCL bf16 tables (8 B .. 512 KiB: 19.2-25.2 us, intercept 22.3 us; the
+three published 8 x H100 NCCL bf16 tables (128 B .. 512 KiB: 19.2-25.2 us, intercept 22.3 us; the
 sources are listed in benchmarks/results/allreduce_tp_fit.json): 0.95 us per step, so 22.3 us at
 TP 8 on H100/H200 and 19.4 us on the A100 (its 2-GPU latency is still the 8 us assumption).
 """
@@ -51,8 +51,9 @@ class GPU:
     bw_eff: float = H200_BW_EFF
     flops_eff: float = H200_FLOPS_EFF
     nvlink_eff: float = 0.8  # NCCL bus bandwidth reaches ~80% of the link (assumption)
-    allreduce_latency_s: float = 8e-6  # small-message all-reduce over 2 GPUs on NVLink, CUDA graphs (assumption)
-    allreduce_step_s: float = ALLREDUCE_STEP_S  # per extra ring step beyond 2 GPUs (fitted; module docstring)
+    allreduce_latency_s: float = 8e-6  # small-message all-reduce over `allreduce_ranks` GPUs on NVLink, CUDA graphs (assumption)
+    allreduce_ranks: int = 2  # the number of GPUs `allreduce_latency_s` holds for (measured or assumed)
+    allreduce_step_s: float = ALLREDUCE_STEP_S  # per ring step beyond `allreduce_ranks` GPUs (fitted; module docstring)
 
     @property
     def bw(self) -> float:
@@ -65,12 +66,12 @@ class GPU:
         return peak * self.flops_eff
 
     def allreduce_latency(self, tp: int) -> float:
-        """Seconds of the latency term of one all-reduce over `tp` GPUs: none at tp <= 1, the
-        2-GPU latency at tp = 2, plus `allreduce_step_s` per extra ring step (2 (tp - 1) steps in
-        all) above that."""
+        """Seconds of the latency term of one all-reduce over `tp` GPUs: none at tp <= 1,
+        `allreduce_latency_s` at tp = `allreduce_ranks` (2 in the catalog), and `allreduce_step_s`
+        per ring step more or fewer (a ring all-reduce takes 2 (tp - 1) steps)."""
         if tp <= 1:
             return 0.0
-        return self.allreduce_latency_s + 2 * (tp - 2) * self.allreduce_step_s
+        return self.allreduce_latency_s + 2 * (tp - self.allreduce_ranks) * self.allreduce_step_s
 
     def to_dict(self) -> dict:
         return asdict(self)

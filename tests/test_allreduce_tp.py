@@ -28,6 +28,17 @@ def test_latency_by_tp():
     assert a100.allreduce_latency(4) < a100.allreduce_latency(8)
 
 
+def test_a_latency_measured_at_more_ranks():
+    """A latency measured over 8 GPUs (allreduce_ranks = 8) is the TP 8 latency, and TP 2 is 12
+    ring steps less."""
+    import dataclasses
+
+    g = dataclasses.replace(get_gpu("h200"), allreduce_latency_s=22.3e-6, allreduce_ranks=8)
+    assert g.allreduce_latency(8) == pytest.approx(22.3e-6)
+    assert g.allreduce_latency(2) == pytest.approx(22.3e-6 - 12 * ALLREDUCE_STEP_S)
+    assert get_gpu(g).allreduce_latency(1) == 0.0
+
+
 def test_roofline_charges_the_tp_latency():
     m1 = RooflineCostModel("llama-3.1-8b", "h200", tp=1)
     assert m1.comm_fixed_s == 0.0 and m1.comm_token_s == 0.0
