@@ -1,4 +1,5 @@
-"""Fused small ops of a decoder layer: RMSNorm, residual add + RMSNorm, RoPE on q and k, SiLU-gate.
+"""Fused small ops of a decoder layer: RMSNorm, residual add + RMSNorm, RoPE on q and k (one
+launch for both), SiLU-gate.
 
 In a decode pass these are hundreds of tiny kernels (an 8B model at 16 x 32K spent 2.8 ms of a
 24 ms pass in them on an H200, `benchmarks/results/runtime_profile_h200_b16x32k.json`); one
@@ -82,6 +83,39 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         _rope[(t, h)](x, cos.contiguous(), sin.contiguous(), out, h, x.stride(0), x.stride(1), HALF=d // 2,
                       num_warps=1)
     return out
+
+
+@triton.jit
+def _rope_qk(QKV, COS, SIN, Q, K, q_heads, kv_heads, stride_t, HALF: tl.constexpr):
+    """One program per (token, head) of q and k: rotated q into Q, rotated k into K."""
+    t = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    i = tl.arange(0, HALF)
+    x1 = tl.load(QKV + t * stride_t + h * 2 * HALF + i).to(tl.float32)  # q heads then k heads: adjacent
+    x2 = tl.load(QKV + t * stride_t + h * 2 * HALF + HALF + i).to(tl.float32)
+    c = tl.load(COS + t * HALF + i)
+    s = tl.load(SIN + t * HALF + i)
+    is_q = h < q_heads
+    o = tl.where(is_q, t * q_heads + h, t * kv_heads + (h - q_heads)) * (2 * HALF)
+    if is_q:
+        tl.store(Q + o + i, (x1 * c - x2 * s).to(Q.dtype.element_ty))
+        tl.store(Q + o + HALF + i, (x2 * c + x1 * s).to(Q.dtype.element_ty))
+    else:
+        tl.store(K + o + i, (x1 * c - x2 * s).to(K.dtype.element_ty))
+        tl.store(K + o + HALF + i, (x2 * c + x1 * s).to(K.dtype.element_ty))
+
+
+def rope_qk(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, q_heads: int, kv_heads: int, d: int):
+    """RoPE on the q and k heads of the fused QKV output `[T, (q_heads + 2 kv_heads) d]` in one
+    launch (two `rope` calls are two): `(q [T, q_heads, d], k [T, kv_heads, d])`."""
+    t = qkv.shape[0]
+    assert qkv.stride(1) == 1 and cos.dtype == torch.float32
+    q = torch.empty((t, q_heads, d), dtype=qkv.dtype, device=qkv.device)
+    k = torch.empty((t, kv_heads, d), dtype=qkv.dtype, device=qkv.device)
+    if t:
+        _rope_qk[(t, q_heads + kv_heads)](qkv, cos.contiguous(), sin.contiguous(), q, k, q_heads, kv_heads,
+                                          qkv.stride(0), HALF=d // 2, num_warps=1)
+    return q, k
 
 
 @triton.jit

@@ -108,23 +108,31 @@ class Block(nn.Module):
         self.w_gate_up = nn.Linear(cfg.hidden, 2 * cfg.intermediate, bias=False)  # gate | up rows
         self.w_down = nn.Linear(cfg.intermediate, cfg.hidden, bias=False)
 
-    def forward(self, layer: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                attention: Attention) -> torch.Tensor:
+    def forward(self, layer: int, x: torch.Tensor, delta: torch.Tensor | None, cos: torch.Tensor,
+                sin: torch.Tensor, attention: Attention) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(residual, delta)`: the layer's output is `residual + delta`, left unsummed so the next
+        layer's norm adds it (one kernel fewer per layer). `delta` None: `x` is the input itself."""
         c = self.cfg
         t = x.shape[0]
-        q, k, v = self.wqkv(self.attn_norm(x)).split(
-            [c.q_heads * c.head_dim, c.kv_heads * c.head_dim, c.kv_heads * c.head_dim], dim=-1)
-        f = _fused(x)
-        rope = f.rope if f is not None else apply_rope
-        q = rope(q.view(t, c.q_heads, c.head_dim), cos, sin)
-        k = rope(k.view(t, c.kv_heads, c.head_dim), cos, sin)
+        if delta is None:
+            h = self.attn_norm(x)
+        else:
+            x, h = self.attn_norm.add_forward(x, delta)
+        qkv = self.wqkv(h)
+        if (f := _fused(x)) is not None:  # RoPE on q and k in one launch
+            q, k = f.rope_qk(qkv, cos, sin, c.q_heads, c.kv_heads, c.head_dim)
+        else:
+            q, k = qkv[:, :c.q_heads * c.head_dim], qkv[:, c.q_heads * c.head_dim:(c.q_heads + c.kv_heads) * c.head_dim]
+            q = apply_rope(q.view(t, c.q_heads, c.head_dim), cos, sin)
+            k = apply_rope(k.view(t, c.kv_heads, c.head_dim), cos, sin)
+        v = qkv[:, (c.q_heads + c.kv_heads) * c.head_dim:]
         o = attention(layer, q, k, v.view(t, c.kv_heads, c.head_dim))
         x, h = self.mlp_norm.add_forward(x, self.wo(o.reshape(t, c.q_heads * c.head_dim)))
         gate_up = self.w_gate_up(h)
         if f is not None:
-            return x + self.w_down(f.silu_mul(gate_up))
+            return x, self.w_down(f.silu_mul(gate_up))
         gate, up = gate_up.chunk(2, dim=-1)
-        return x + self.w_down(F.silu(gate) * up)
+        return x, self.w_down(F.silu(gate) * up)
 
 
 class Transformer(nn.Module):
@@ -205,8 +213,11 @@ class Transformer(nn.Module):
         """
         x = self.embed(tokens)
         cos, sin = self.rope(positions)
+        delta = None
         for i, layer in enumerate(self.layers):
-            x = layer(i, x, cos, sin, attention)
+            x, delta = layer(i, x, delta, cos, sin, attention)
+        if delta is not None:
+            x = x + delta
         if logit_rows is not None:
             x = x[logit_rows]
         return self.logits(self.norm(x))

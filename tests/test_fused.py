@@ -28,6 +28,10 @@ def test_fused_ops_match_torch():
     ang = torch.randn(t, d // 2, generator=g)
     torch.testing.assert_close(fused.rope(q, ang.cos(), ang.sin()), apply_rope(q, ang.cos(), ang.sin()),
                                rtol=1e-5, atol=1e-5)
+    qk, kk = fused.rope_qk(qkv, ang.cos(), ang.sin(), heads, 1, d)  # q and k heads in one launch
+    k = qkv[:, heads * d:(heads + 1) * d].view(t, 1, d)
+    torch.testing.assert_close(qk, apply_rope(q, ang.cos(), ang.sin()), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(kk, apply_rope(k, ang.cos(), ang.sin()), rtol=1e-5, atol=1e-5)
     gu = torch.randn(t, 2 * 70, generator=g)
     gate, up = gu.chunk(2, dim=-1)
     torch.testing.assert_close(fused.silu_mul(gu), F.silu(gate) * up, rtol=1e-5, atol=1e-5)
