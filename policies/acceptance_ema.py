@@ -63,6 +63,17 @@ class AcceptanceEMA:
             pop[1] = pkeep * pop[1] + trials
             self.trials += trials
 
+    def copy_for(self, ids: list[int]) -> "AcceptanceEMA":
+        """A copy whose `get` and `update` on these requests give what this one's would (their
+        counts and last looks, the pool's counts and trials), sharing no state with it."""
+        new = object.__new__(AcceptanceEMA)
+        new.__dict__.update(self.__dict__)
+        c, seen = self.counts, self.seen
+        new.counts = {i: list(x) for i in ids if (x := c.get(i)) is not None}
+        new.seen = {i: p for i in ids if (p := seen.get(i)) is not None}
+        new.pop = list(self.pop)
+        return new
+
     def drop(self, rid: int) -> None:
         self.counts.pop(rid, None)
         self.seen.pop(rid, None)

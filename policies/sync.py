@@ -80,10 +80,11 @@ class Sync(Policy):
             ema_looks(self.acc, view.ids, view.committed, n, commit=True)
             self.cycle_k = 0
 
-    def _choose(self, view: DecodeView) -> int:
-        """k in 0..k_max with the best expected goodput (once per cycle: the policy's hot spot)."""
+    def _choose(self, view: DecodeView, acc: AcceptanceEMA | None = None) -> int:
+        """k in 0..k_max with the best expected goodput (once per cycle: the policy's hot spot).
+        `acc`: another estimator to look with (`choose_ahead`), else the policy's own."""
         k_max = min(self.k_max, view.max_draft)
-        a = self.acc.get(view.ids, view.committed)
+        a = (self.acc if acc is None else acc).get(view.ids, view.committed)
         rate = self._rates(a[None, :], view.context[None, :], view.remaining[None, :], view, k_max)[0]
         return int(np.argmax(rate))  # the first best: the smallest k among equals
 
@@ -122,6 +123,24 @@ class Sync(Policy):
             tbl = np.array([cost.pass_overhead(t) for t in range(size)])
             self._ovh = (cost, tbl)
         return tbl
+
+    # ---- cycles planned ahead (an executor that advances a fixed batch through many cycles at
+    # once): the choice at each later cycle's start made on a copy of the estimator, then replayed
+    def shadow(self, ids: list[int]) -> AcceptanceEMA:
+        """A copy of the estimator for asking ahead about these requests (`choose_ahead`, then its
+        `update` with their outcomes): the policy's state is not touched."""
+        return self.acc.copy_for(ids)
+
+    def choose_ahead(self, view: DecodeView, shadow: AcceptanceEMA) -> int:
+        """The k `targets` would choose at a cycle's start on `view`, with `shadow`'s estimates
+        (which it moves as the policy's own look would)."""
+        return self._choose(view, shadow)
+
+    def look(self, ids: np.ndarray, committed: np.ndarray, k: int) -> None:
+        """Leave the state as asking at a cycle's start did: the look (`AcceptanceEMA.get`) and the
+        cycle's k (which `choose_ahead` gave for the same state)."""
+        self.acc.get(ids, committed)
+        self.cycle_k = k
 
     def targets(self, view: DecodeView) -> np.ndarray:
         d = view.drafted

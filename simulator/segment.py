@@ -83,6 +83,7 @@ class SegmentPlan:
     cycles: "Cycles | None" = None  # verifications with known outcomes inside the segment
     zero: DecodeView | None = None  # plain passes of a policy asked every pass (`Policy.zero_run`)
     stretch: object | None = None  # a policy's own plan of these passes (`plan_stretch`: `entropy`)
+    looks: list | None = None  # (pass, committed, k) of each later cycle's start (`_plan_sync`)
 
 
 @dataclass(slots=True)
@@ -355,11 +356,124 @@ class FastPath:
         need = -(-(t.ctx[run] + t.drafted[run] + 1 - t.shared_tokens[run]) // self.cfg.page_size)
         if sum((need - t.pages[run]).tolist()) > self.pool.free():
             return None
-        self.b.ask_policy(run)
+        b = self.b
+        b.ask_policy(run)
         K = asked()
         if K == 0:
             self.zero_ok = True
+        elif hasattr(b.policy, "choose_ahead") and (not b.waiting or len(run) >= self.cfg.max_batch):
+            return self._plan_sync(K, max_passes)
+        # (requests waiting for pages: a verification's freed pages may admit one, so one cycle)
         return self._plan_cycles(K, True, max_passes, rounds=1)
+
+    # cycles a synchronous policy choosing each cycle's k is planned ahead for per segment
+    SYNC_ROUNDS = 16
+
+    def _plan_sync(self, K: int, max_passes: int) -> SegmentPlan | None:
+        """`_plan_cycles`' synchronous cycles of a policy choosing the batch's k at each cycle's
+        start (`choose_ahead`: `sync` with auto k), many per segment: the first cycle's k as
+        asked, each later one's asked of the policy on a copy of its estimator moved by the
+        cycles before it (their keyed outcomes), as the step path would ask on the cycle's first
+        pass; `apply` replays those looks (`looks`) between the outcomes. Ends before a cycle of
+        0 drafts (asked again then: its plain passes are `zero_run`'s), at the first finish, or
+        after SYNC_ROUNDS cycles."""
+        t, cfg, b = self.t, self.cfg, self.b
+        pol = b.policy
+        run = np.array(self.running, dtype=I64)
+        r = len(run)
+        runl = run.tolist()
+        ctx0, d0 = t.ctx[run], t.drafted[run]
+        out, com, ctx, d = t.output[run].tolist(), t.committed[run].tolist(), ctx0.tolist(), d0.tolist()
+        md, n = cfg.max_draft, max_passes
+        budget, method, verify = self._budget[:r], self._method[:r], self.acc.verify
+        vps, vjs, dvs, accs = [], [], [], []
+        idle, looks = [], []
+        cols = list(range(r))
+        shadow = None
+        s = 0  # the cycle's first pass (every request's)
+        for rnd in range(self.SYNC_ROUNDS):
+            # one reaches the target: all verify (after the fewest passes of drafting); a request
+            # that drafted all its output can use sits the rest out (Batcher._sync_verify)
+            caps = [o - c - 1 - x for o, c, x in zip(out, com, d)]
+            w0 = max(caps)  # every request capped after w0 passes
+            kk = min(K, md)
+            for x, cap in zip(d, caps):
+                w = kk - x
+                if w < w0 and (w <= 0 or cap >= w):
+                    w0 = w
+            if w0 < 0:
+                w0 = 0
+            v = s + w0  # the batch's verification
+            xs = []
+            for j, cap in enumerate(caps):
+                if cap < w0:  # drafts cap passes, then sits out until the batch verifies
+                    if s + cap < n:
+                        idle.append((j, s + cap, v, d[j] + cap))
+                    xs.append(d[j] + cap)
+                else:
+                    xs.append(d[j] + w0)
+            if v >= n:  # drafting through the last pass
+                break
+            spec = [j for j in cols if xs[j] > 0]
+            a = [0] * r
+            if spec:
+                res = verify(run[spec] if len(spec) < r else run, np.array([com[j] for j in spec], I64),
+                             np.array([xs[j] for j in spec], I64), np.array([ctx[j] for j in spec], I64),
+                             budget[:len(spec)], method[:len(spec)]).tolist()
+                for j, y in zip(spec, res):
+                    a[j] = y
+            fin = False
+            for j in cols:
+                vps.append(v)
+                vjs.append(j)
+                dvs.append(xs[j])
+                accs.append(a[j])
+                com[j] += a[j] + 1
+                ctx[j] += a[j] + 1
+                if com[j] >= out[j]:
+                    fin = True
+            n = v + 1
+            if fin or rnd + 1 == self.SYNC_ROUNDS or not spec:
+                break
+            # the next cycle's k, asked as on its first pass (after this cycle's outcomes)
+            if shadow is None:
+                shadow = pol.shadow(runl)
+            sj = run[spec] if len(spec) < r else run
+            shadow.update(sj, np.array([xs[j] for j in spec], I64), np.array([a[j] for j in spec], I64))
+            committed = np.array(com, I64)
+            view = DecodeView(ids=run, context=np.array(ctx, I64), drafted=np.zeros(r, I64),
+                              remaining=np.array(out, I64) - committed, budget=budget, method=method,
+                              last_entropy=t.last_entropy[run], sum_entropy=t.sum_entropy[run], num_decode=r,
+                              prefill_tokens=0, max_draft=md, committed=committed)
+            K = pol.choose_ahead(view, shadow)
+            if K == 0:  # asked again there (zero_run's plain passes follow)
+                break
+            looks.append((n, committed, K))
+            s = n
+            n = max_passes
+            d = [0] * r
+        if not vps:
+            return None
+        vp, vj, dv, acc = (np.array(x, I64) for x in (vps, vjs, dvs, accs))  # pass-major already
+        k = int(np.searchsorted(vp, n))
+        vp, vj, dv, acc = vp[:k], vj[:k], dv[:k], acc[:k]
+        idle = [x for x in idle if x[1] < n] or None
+        seg, need = self._cycle_arrays(n, r, ctx0, d0, vp, vj, dv, acc, run, idle)
+        # pages: stop before the first pass whose reservation does not fit in free pages
+        other = self.pool.used - sum(t.pages[run].tolist())
+        over = other + need.sum(axis=1) > self.pool.capacity
+        if over.any():
+            n = int(np.argmax(over))
+            if n < 1:
+                return None
+            k = int(np.searchsorted(vp, n))
+            vp, vj, dv, acc = vp[:k], vj[:k], dv[:k], acc[:k]
+            seg = DecodeSegment(seg.kind[:n], seg.query[:n], seg.context[:n], seg.draft_pos[:n], seg.budget, seg.method)
+            need = need[:n]
+            if idle is not None:
+                idle = [x for x in idle if x[1] < n] or None
+        looks = [x for x in looks if x[0] < n] or None
+        return SegmentPlan(run, n, seg, None, cycles=Cycles(vp, vj, dv, acc, K, need, None, idle), looks=looks)
 
     def _plan_every(self, max_passes: int) -> SegmentPlan | None:
         """Cycles of a policy asked every pass whose answer for a request holding drafts stays
@@ -870,12 +984,8 @@ class FastPath:
         # outcomes to the policy pass by pass, in order; then the last pass's finishes
         if sp.stretch is not None:
             self._apply_stretch(sp, n)
-        elif len(sv):
-            svp, sd, sa = vp[spec], dv[spec], acc[spec]
-            rs = run[sv]
-            cuts = np.flatnonzero(svp[1:] != svp[:-1]) + 1
-            for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(sv)]):
-                b.policy.on_verify(rs[lo:hi], sd[lo:hi], sa[lo:hi])
+        elif len(sv) or sp.looks:
+            self._tell(sp, n, run[sv], vp[spec], dv[spec], acc[spec])
         if cy.asks is not None:
             self._commit_asks(run, cy.asks, n, vp[spec], vj[spec])
         done = last_v & (t.committed[run] >= t.output[run])
@@ -883,6 +993,24 @@ class FastPath:
             end = float(ends[n - 1])
             for rid in run[done].tolist():
                 b.finish(rid, end)
+
+    def _tell(self, sp: SegmentPlan, n: int, rs: np.ndarray, svp: np.ndarray, sd: np.ndarray, sa: np.ndarray) -> None:
+        """The outcomes of verifications with drafts (requests rs at passes svp, pass-major) to
+        the policy pass by pass, in order, with the looks of cycles planned ahead (`looks`:
+        before the pass they start on, after the outcomes before it) on the first n passes."""
+        pol = self.b.policy
+        looks = sp.looks or ()
+        li = 0
+        cuts = np.flatnonzero(svp[1:] != svp[:-1]).tolist() if len(svp) else None
+        for lo, hi in zip([0, *(c + 1 for c in cuts)], [*(c + 1 for c in cuts), len(svp)]) if cuts is not None else ():
+            p = svp.item(lo)
+            while li < len(looks) and looks[li][0] <= p:
+                pol.look(sp.rids, looks[li][1], looks[li][2])
+                li += 1
+            pol.on_verify(rs[lo:hi], sd[lo:hi], sa[lo:hi])
+        for p, committed, k in looks[li:]:
+            if p < n:
+                pol.look(sp.rids, committed, k)
 
     def _apply_asks(self, run: np.ndarray, asks: tuple, n: int) -> None:
         """Targets and recheck positions of the re-asks on the first n passes (the latest wins)."""
@@ -1001,12 +1129,8 @@ class FastPath:
         spec = dv > 0
         if sp.stretch is not None:
             self._apply_stretch(sp, n)
-        elif any(ns):
-            svp, sd, sa = vp[spec], dv[spec], acc[spec]
-            rs = run[vj[spec]]
-            cuts = np.flatnonzero(svp[1:] != svp[:-1]) + 1
-            for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(svp)]):
-                pol.on_verify(rs[lo:hi], sd[lo:hi], sa[lo:hi])
+        elif any(ns) or sp.looks:
+            self._tell(sp, n, run[vj[spec]], vp[spec], dv[spec], acc[spec])
         if cy.asks is not None:
             self._commit_asks(run, cy.asks, n, vp[spec], vj[spec])
         for rid in done:

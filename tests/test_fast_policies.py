@@ -184,10 +184,47 @@ def test_sync_auto_k_counts_requests_at_their_end():
 
 
 def test_sync_auto_cycles_take_segments():
-    # long contexts: `sync` (auto k) speculates, and each cycle is one segment (asked once)
+    # long contexts: `sync` (auto k) speculates, its cycles run in segments of many cycles (each
+    # later cycle's k asked ahead on a copy of the estimator), not pass by pass
     tr = make_trace(30, seed=5, span=2.0, prompt=(8000, 30000), output=(50, 150))
     res = same(tr, "sync", offline=True)
-    assert res.summary["sim_events"]["segments"] > 20
+    ev, passes = res.summary["sim_events"]["segments"], sum(res.summary["passes"].values())
+    assert 20 < ev and passes > 10 * ev
+
+
+@pytest.mark.parametrize("max_segment", [7, 23])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sync_auto_segment_ends_mid_cycle(seed, max_segment, monkeypatch):
+    # segments cut at a pass limit end inside a later cycle planned ahead: its look (estimates,
+    # the cycle's k) is replayed though its verification is not in the segment
+    from spsim.simulator.replica import Replica
+
+    monkeypatch.setattr(Replica.__init__, "__defaults__", (True, max_segment))
+    tr = make_trace(16, seed=seed, span=10.0, prompt=(2000, 30000), output=(100, 600))
+    same(tr, "sync", p=0.8, seed=seed, offline=True)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 25),
+       load=st.sampled_from(["trace", "offline", "tight", "full", "concurrency"]),
+       p=st.sampled_from([0.3, 0.8, 0.95]), latent=st.booleans(), k_max=st.sampled_from([12, 3]))
+def test_sync_auto_cycles_planned_ahead_equal_step(seed, n, load, p, latent, k_max):
+    # `sync` (auto k) plans up to SYNC_ROUNDS cycles per segment, each later cycle's k chosen on a
+    # copy of the estimator and its look replayed on apply: long outputs (many cycles), arrivals
+    # cutting segments mid-cycle, pages running short, a full batch with requests waiting
+    from spsim.simulator.engine import SimConfig, simulate
+
+    tr = make_trace(n, seed=seed, span=2.0, prompt=(4000, 40000), output=(20, 400))
+    kw = {"trace": {}, "offline": dict(offline=True), "concurrency": dict(concurrency=6),
+          "tight": dict(offline=True, kv_pages=2500), "full": dict(offline=True, max_batch=3)}[load]
+    policy = f"sync:k_max={k_max}"
+    if latent:
+        fast, step = (simulate(tr, SimConfig(seed=seed % 3, policy=policy, cost="roofline", fast=f, **kw))
+                      for f in (True, False))
+        assert strip(fast.summary) == strip(step.summary)
+        assert fast.requests.equals(step.requests)
+    else:
+        same(tr, policy, p=p, seed=seed % 3, **kw)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
