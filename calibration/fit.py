@@ -37,6 +37,8 @@ from .records import Measurement
 PRIOR_WEIGHT = 0.001  # per constant, in units of its scale: ~0.1 % of one point's log error
 LOSS_SCALE = 0.03  # soft-L1 knee: residuals beyond ~3 % count linearly
 WEIGHT_SCALE_MAX = 1.2  # see Fitter: the weights' read time at most 1.2x the copy bandwidth's
+ATTN_SMS = 132  # SMs the runtime's attention plans its work items for (plan_attention's num_sms: the
+#                 H200's 132; spsim/cost/calibrated.py work_ratio). Assumed, not fitted
 
 
 class Fitter:
@@ -107,7 +109,7 @@ class Fitter:
         self.scale = np.array([s[5] for s in spec])
 
     def params(self, x) -> CalibratedParams:
-        flat = {"host_overhead_s": self.host_overhead_s}
+        flat = {"host_overhead_s": self.host_overhead_s, "attn_sms": ATTN_SMS}
         dpass = [0.0] * N_METHODS
         fpass = [0.0] * N_METHODS
         select = [0.0] * N_METHODS

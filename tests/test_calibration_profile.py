@@ -31,9 +31,36 @@ PARAMS = CalibratedParams(
     eager_launch_s=14e-3, eager_p=8.0, mixed_pass_s=1.5e-3, select_col_s=(0.0, 1e-7, 2e-7, 3e-7, 4e-7))
 
 
-@pytest.fixture(scope="module")
-def cm():
-    return CalibratedCostModel("llama-3.1-8b", "h200", params=PARAMS, info={"kv_pages_allocatable": 54321})
+@pytest.fixture(scope="module", params=[0, 132], ids=["no-tail", "work-item-tail"])
+def cm(request):
+    """The test profile, without and with the attention's work-item tail (`attn_sms`)."""
+    from dataclasses import replace
+
+    return CalibratedCostModel("llama-3.1-8b", "h200", params=replace(PARAMS, attn_sms=request.param),
+                               info={"kv_pages_allocatable": 54321})
+
+
+def test_work_item_tail_is_the_greedy_makespan_of_the_runtime_plan():
+    """Two rounds on 132 SMs: 16 drafts (8 heads, one 2K item each) then 2 verifications of 9 tokens
+    at 4K (8 heads, a 4096-token item and a 64-token one each): 160 items; the verification items
+    start when the first round's drafts end. One round (8 drafts + 1 verification): the longest item."""
+    from dataclasses import replace
+
+    cm = CalibratedCostModel("llama-3.1-8b", "h200", params=replace(PARAMS, attn_sms=132, attn_item_tokens=0.0))
+    q = np.array([1] * 16 + [9, 9])
+    kv = np.array([2049] * 16 + [4105, 4105])  # a 2048-token selection + the draft; 4096 + 9
+    items = [2112] * 128 + [4096, 64] * 16  # 64-token blocks of the 64-row tile
+    import heapq
+
+    free = [0.0] * 132
+    for t in items:
+        heapq.heapreplace(free, free[0] + t)
+    assert cm.work_ratio(q, kv) == pytest.approx(max(free) / (sum(items) / 132))
+    assert max(free) == 2112 + 4096
+    q1, kv1 = np.array([1] * 8 + [9]), np.array([2049] * 8 + [32777])
+    r1 = cm.work_ratio(q1, kv1)  # 64 draft items + 8 heads x 9 splits of 4096 (the last 64): 136 items
+    assert r1 > 1.0
+    assert cm.with_params(attn_sms=0).work_ratio(q, kv) == 1.0
 
 
 def random_plans(seed: int, n_plans: int = 40, big: bool = False):
@@ -230,6 +257,8 @@ def test_pass_terms_tile_height_and_acceptance_path(cm):
     the pass computes whole tiles at that tile's rate; a pass verifying drafts pays the acceptance
     path once, one that also drafts the second sampling path once; a run's first verify-quest draft
     pays its selection."""
+    if cm.p.attn_sms:
+        pytest.skip("direct formulas of the per-request terms: checked without the work-item tail")
     assert [cm.tile_class(q) for q in (1, 4, 5, 8, 9, 16, 17, 33, 4096)] == [0, 0, 1, 1, 2, 2, 3, 3, 3]
     P = cm.p
     one = lambda q, pos=3, m=1: PassPlan(  # noqa: E731

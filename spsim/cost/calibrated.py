@@ -33,6 +33,17 @@ so a draft beside a 9-token verification computes 64-row tiles (hidden under its
 5-token verification a 32-row tile at its own, lower rate. Without `attn_tile_eff` the attention
 is the roofline's (16-row MMA padding per request, np.hypot).
 
+Work-item tail (`attn_sms` > 0): the attention launch is a list of work items (request, KV
+head, query block, token range of at most one split), one CTA per SM (every tile's shared memory
+is over half an SM's), handed to the SMs in list order as they free up: prefill, then drafts, then
+verifications. The launch lasts the greedy schedule's makespan, not the total work over the SMs:
+a pass of 160 items on 132 SMs runs two rounds, and the long verification items at the end of the
+list start late. `work_ratio` rebuilds the runtime's work list (gpu_runtime/attention.py
+`plan_attention`: units, split size, items) from the pass's query and KV lengths and returns
+makespan / (total work / SMs), each item `attn_item_tokens` longer than its tokens; the pass's
+attention kernel time (the per-request attention above, without the draft and verify terms) is
+multiplied by it. Nothing is fitted: SMs and the item cost are the runtime's and assumed.
+
 Prefill passes run eager (no CUDA graph): the host launches ~30 kernels a layer while the GPU runs
 them, so a short chunk takes about the launch time whatever its size (256 and 512 tokens from an
 empty context took the same 15.4 ms on the H200) and a long one its GPU time:
@@ -86,6 +97,8 @@ class CalibratedParams(RooflineParams):
     mixed_pass_s: float = 0.0  # per pass holding both drafts and verifications (two sampling paths)
     select_col_s: tuple = _ZEROS  # [method]: per selecting request per top-k column (see _select1)
     score_col_s: float = 0.0  # per request per page-score column, verify-attn passes that keep scores
+    attn_sms: int = 0  # SMs the attention's work items are scheduled on (see work_ratio); 0: no tail term
+    attn_item_tokens: float = 128.0  # an item's fixed cost (prologue, partial store), in KV tokens of streaming
 
     @classmethod
     def from_dict(cls, d: dict) -> "CalibratedParams":
@@ -245,6 +258,72 @@ class CalibratedCostModel(RooflineCostModel):
             t = t + np.where(method == DraftMethod.STEP_LAYER, (self._attn(full, full, 1, cls) - ts) / self.L, 0.0)
         return t + self.req_tbl[method, np.minimum(pos, 1)]
 
+    def draft_extra(self, context, budget, method, pos):
+        """The part of `draft_attn` that is not the attention kernel: page scoring, per request."""
+        if not self.tiles:
+            return self.req_tbl[method, np.minimum(pos, 1)]
+        return self.score_tbl[method, np.minimum(pos, 1)] * ((context + (self.page_size - 1)) // self.page_size) + \
+            self.req_tbl[method, np.minimum(pos, 1)]
+
+    # ---- the attention's work items (tail term) ----
+    ATTN_WAVES = 8.0  # plan_attention's defaults: work items per SM aimed at, and the split floor
+    ATTN_MIN_SPLIT = 4096
+
+    def work_ratio(self, q, kv, qmax: int | None = None) -> float:
+        """Makespan of the pass's attention work items, greedily scheduled on `attn_sms` SMs in
+        list order, over their total / SMs (>= 1). `q`, `kv`: per request in pass order (prefill,
+        drafts, verifications), query tokens and KV tokens read (a draft: its sparse selection).
+        Replicates gpu_runtime/attention.py plan_attention's host plan (one KV head's units; every
+        head has the same)."""
+        P = self.p
+        S = int(P.attn_sms)
+        q = np.asarray(q, np.int64)
+        kv = np.asarray(kv, np.int64)
+        if not S or not len(q):
+            return 1.0
+        g, hkv = self.group, max(1, self.model.kv_heads // self.tp)
+        cls = self.tile_class(int(q.max()) if qmax is None else qmax)
+        bm = max(TILES[cls], g)
+        bn = max(self.page_size, 128 if bm <= 32 else 64)
+        qb = max(1, bm // g)
+        nqb = np.maximum(1, -(-q // qb))
+        u_req = np.repeat(np.arange(len(q)), nqb)
+        u_qb = np.arange(len(u_req)) - np.repeat(np.cumsum(nqb) - nqb, nqb)
+        q_last = np.minimum(u_qb * qb + qb, q[u_req])
+        u_end = np.clip(kv[u_req] - q[u_req] + q_last, 0, kv[u_req])
+        u_blocks = np.repeat(-(-u_end // bn), hkv)  # units in request order, heads inner (as the plan)
+        total = int(u_blocks.sum())
+        lo, hi = 1, max(1, int(u_blocks.max()))
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if int(np.maximum(1, -(-u_blocks // mid)).sum()) <= S:
+                hi = mid
+            else:
+                lo = mid + 1
+        split = max(1, min(-(-self.ATTN_MIN_SPLIT // bn), lo), -(-total // max(1, int(S * self.ATTN_WAVES))))
+        n = np.maximum(1, -(-u_blocks // split))
+        full = np.repeat(u_blocks, n)
+        k = np.arange(len(full)) - np.repeat(np.cumsum(n) - n, n)
+        items = (np.minimum(full - k * split, split) * bn).astype(np.float64) + P.attn_item_tokens
+        ideal = float(items.sum()) / S
+        if len(items) <= S:
+            return max(1.0, float(items.max()) / ideal)
+        import heapq
+
+        free = [0.0] * S
+        for t in items.tolist():
+            heapq.heapreplace(free, free[0] + t)
+        return max(1.0, max(free) / ideal)
+
+    def plan_work_ratio(self, plan: PassPlan) -> float:
+        """`work_ratio` of a plan."""
+        if not self.p.attn_sms:
+            return 1.0
+        sparse = np.minimum(plan.draft_budget, plan.draft_context) + plan.draft_pos + 1
+        q = np.concatenate([plan.prefill_tokens, np.ones(len(plan.draft_ids), np.int64), plan.verify_query])
+        kv = np.concatenate([plan.prefill_context + plan.prefill_tokens, sparse, plan.verify_context + plan.verify_query])
+        return self.work_ratio(q, kv)
+
     # scalar twins (same operations in the same order)
     def _verify1(self, c: int, q: int, cls: int | None = None) -> float:
         if not self.tiles:
@@ -335,6 +414,12 @@ class CalibratedCostModel(RooflineCostModel):
             logits += nq
         if tokens == 0:
             return 0.0
+        if self.p.attn_sms:  # the attention kernel's tail: total less the per-request extras
+            kern = total - n_ver * self.p.verify_req_s
+            if n_dr:
+                kern -= float(self.draft_extra(plan.draft_context, plan.draft_budget, plan.draft_method,
+                                               plan.draft_pos).sum())
+            total += kern * (self.plan_work_ratio(plan) - 1.0)
         t = self.pass_overhead(tokens, num_logits=logits) + total + self.pass_terms(n_pre > 0, methods)
         if n_dr:
             pos0 = plan.draft_pos == 0
@@ -486,6 +571,18 @@ class CalibratedCostModel(RooflineCostModel):
                     self.draft_attn(ctx, b, m, seg.draft_pos)
                 att = att + np.where(draft, d, 0.0)
         tokens = q.sum(axis=1) + draft.sum(axis=1)
+        if self.p.attn_sms:  # the attention kernel's tail (see work_ratio), pass by pass
+            kern = att - np.where(verify, self.p.verify_req_s, 0.0)
+            if has_draft:
+                b, m = np.broadcast_to(seg.budget, kind.shape), np.broadcast_to(seg.method, kind.shape)
+                kern = kern - np.where(draft, self.draft_extra(ctx, b, m, seg.draft_pos), 0.0)
+            sparse = np.minimum(np.broadcast_to(seg.budget, kind.shape), ctx) + seg.draft_pos + 1
+            r = np.ones(len(qmax))
+            for i in range(len(qmax)):
+                d, v = draft[i], verify[i]  # pass order: drafts, then verifications (slot order within)
+                r[i] = self.work_ratio(np.concatenate([np.ones(int(d.sum()), np.int64), q[i][v]]),
+                                       np.concatenate([sparse[i][d], (ctx[i] + q[i])[v]]))
+            att = att + kern * (r - 1.0)[:, None]
         t = self.overhead_table(int(tokens.max()))[tokens] + att.sum(axis=1)
         if has_draft:  # no prefill here
             t = t + np.where(draft, self.draft_pass[seg.method][None, :], 0.0).max(axis=1)
@@ -528,6 +625,10 @@ class CalibratedCostModel(RooflineCostModel):
         return t
 
     def decode_times(self, context: list[int], n: int) -> np.ndarray:
+        if self.p.attn_sms:  # the work-item tail is per pass: priced as a segment
+            from spsim.simulator.segment import DecodeSegment
+
+            return self.segment_times(DecodeSegment.plain(context, n))
         from spsim.simulator.segment_cost import RooflineSegments
 
         return RooflineSegments(self).decode_times(context, n)  # q = 1: the smallest tile, no pass terms
@@ -550,6 +651,12 @@ class CalibratedCostModel(RooflineCostModel):
             v = self.full_attn(batch.ver_ctx, batch.ver_q, cls[batch.ver_of]) if self.tiles else \
                 self.full_attn(batch.ver_ctx, batch.ver_q)
             att += np.bincount(batch.ver_of, v, n)
+        if self.p.attn_sms:  # the attention kernel's tail (see work_ratio)
+            kern = att - np.bincount(batch.ver_of, minlength=n) * self.p.verify_req_s
+            if len(batch.dr_of):
+                kern = kern - np.bincount(batch.dr_of, self.draft_extra(batch.dr_ctx, batch.dr_budget, batch.dr_method,
+                                                                         batch.dr_pos), n)
+            att = att + kern * (batch.work_ratios(self) - 1.0)
         lin = self.overhead_vec(batch.tokens, batch.logits)
         per = np.zeros(n)
         np.maximum.at(per, batch.dr_of, self.draft_pass[batch.dr_method])  # the largest method's (as time())
@@ -677,6 +784,19 @@ class PlanBatch:
     logits: np.ndarray
     has_prefill: np.ndarray
     has_draft: np.ndarray
+    plans: list | None = None
+    _ratios: dict | None = None
+
+    def work_ratios(self, model: CalibratedCostModel) -> np.ndarray:
+        """`plan_work_ratio` of every plan (cached: they depend on no fitted constant)."""
+        P = model.p
+        key = (model.group, model.model.kv_heads // model.tp, model.page_size, P.attn_sms, P.attn_item_tokens)
+        if self._ratios is None:
+            self._ratios = {}
+        r = self._ratios.get(key)
+        if r is None:
+            r = self._ratios[key] = np.array([model.plan_work_ratio(p) for p in self.plans])
+        return r
 
     @classmethod
     def of(cls, plans: list[PassPlan]) -> "PlanBatch":
@@ -693,7 +813,7 @@ class PlanBatch:
             cat([p.draft_method for p in plans]), cat([p.draft_pos for p in plans]),
             idx(lambda p: p.verify_ids), cat([p.verify_context for p in plans]), cat([p.verify_query for p in plans]),
             tokens=pre_tok + n_dr + ver_tok, logits=n_pre + n_dr + ver_tok, has_prefill=n_pre > 0,
-            has_draft=n_dr > 0)
+            has_draft=n_dr > 0, plans=list(plans))
 
 
 def _load(prof: dict) -> CalibratedCostModel:
