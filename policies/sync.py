@@ -85,8 +85,63 @@ class Sync(Policy):
         `acc`: another estimator to look with (`choose_ahead`), else the policy's own."""
         k_max = min(self.k_max, view.max_draft)
         a = (self.acc if acc is None else acc).get(view.ids, view.committed)
+        if len(a) < 8 and k_max:
+            k = self._choose_small(a, view, k_max)
+            if k is not None:
+                return k
         rate = self._rates(a[None, :], view.context[None, :], view.remaining[None, :], view, k_max)[0]
         return int(np.argmax(rate))  # the first best: the smallest k among equals
+
+    def _choose_small(self, a: np.ndarray, view: DecodeView, k_max: int) -> int | None:
+        """`argmax(_rates(...))` for fewer than 8 requests on Python floats: the sums over requests
+        as numpy's reductions do them then (a left fold: its pairwise sum starts at 8 terms; the
+        zeros of requests not drafting add nothing), the transcendental part (`expected_tokens`)
+        by the same numpy call. The roofline's tables only (None: `_rates` prices it)."""
+        cost = self.ctx.cost
+        b, m = view.budget.tolist(), view.method.tolist()
+        context = view.context
+        K = k_max + 1
+        if not (hasattr(cost, "verify_table") and b.count(b[0]) == len(b) and m.count(m[0]) == len(m)
+                and cost.tables_fit(int(context.max()) + 1, K + 1)):
+            return None
+        r = len(a)
+        ks, _ = _aranges(K)
+        caps = np.maximum(view.remaining - 1, 0)
+        eff = np.minimum(ks, caps[None, :, None])  # (1, r, K), as `_rates`
+        tok = expected_tokens(a[None, :, None], eff)[0].tolist()
+        draft = cost.draft_table(b[0], m[0])[context, :k_max].tolist()
+        verify = cost.verify_table()[context, 1:K + 1].tolist()
+        tbl = self._overheads(r * (K + 1))
+        got = getattr(self, "_ovh_list", None)
+        if got is None or got[0] is not tbl:
+            got = self._ovh_list = (tbl, tbl.tolist())  # the same floats, read as Python floats
+        ovh = got[1]
+        cl = caps.tolist()
+        best, best_k = None, 0
+        cum = 0.0  # the draft passes' cumulative time (np.cumsum's running sum)
+        for k in range(K):
+            tk = vk = 0.0
+            ne = r
+            for i in range(r):
+                e = k if k < cl[i] else cl[i]
+                tk = tok[i][k] if i == 0 else tk + tok[i][k]
+                vk = verify[i][e] if i == 0 else vk + verify[i][e]
+                ne += e
+            t = ovh[ne] + vk
+            if k:
+                j = k - 1  # draft pass j: the requests with cap > j
+                nj, pd = 0, 0.0
+                for i in range(r):
+                    if cl[i] > j:
+                        pd = draft[i][j] if nj == 0 else pd + draft[i][j]
+                        nj += 1
+                pj = (ovh[nj] if nj else 0.0) + pd
+                cum = pj if k == 1 else cum + pj
+                t = t + cum
+            rate = tk / t
+            if best is None or rate > best:
+                best, best_k = rate, k
+        return best_k
 
     def _rates(self, a, context, remaining, view: DecodeView, k_max: int) -> np.ndarray:
         """(m, k_max + 1) expected tokens per second of a cycle of k = 0..k_max drafts, for m

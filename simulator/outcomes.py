@@ -9,6 +9,11 @@ every position a request's next cycles can start from, and a segment's chain of 
 needs no further call: position p -> p + accepted(p) + 1. A cycle that checks another count
 (the first after admission, a synchronous batch cut short by another request's end) is drawn on
 its own, as before.
+
+Where the model's draws are prefix draws (`prefix_draws`: each draft's acceptance is fixed by its
+position, and a verification of x drafts accepts the longest accepted prefix, so min(x, the first
+rejected draft's index)), a table with K = max_draft serves every count (`run`): `sync` with auto
+k, whose counts change from cycle to cycle.
 """
 
 from __future__ import annotations
@@ -35,6 +40,18 @@ class OutcomeTable:
             return None
         i = c - t[0]
         if 0 <= i < len(t[2]) and cx - c == t[1] and x == min(self.K, out - c - 1, self.md):
+            return t[2][i]
+        return None
+
+    def run(self, rid: int, c: int, cx: int) -> int | None:
+        """The drawn outcome at committed c (context cx) whatever its draft count, if drawn
+        already: with K = max_draft and a model of prefix draws (`prefix_draws`), a verification
+        of x drafts there accepts min(x, this)."""
+        t = self.tab.get(rid)
+        if t is None:
+            return None
+        i = c - t[0]
+        if 0 <= i < len(t[2]) and cx - c == t[1]:
             return t[2][i]
         return None
 

@@ -143,6 +143,7 @@ class FastPath:
         # while it speculates the check fails, and cost as much as the cycle's own decision
         self.zero_ok = True
         self.outcomes: OutcomeTable | None = None  # a cycle-target policy's outcomes drawn ahead
+        self.runs: OutcomeTable | None = None  # ... and any draft count's (`_plan_sync`; prefix draws)
 
     def one_pass(self, plan: PassPlan) -> DecodeSegment:
         """A decode-only plan as a one-pass segment with its requests in running order, the same
@@ -386,6 +387,13 @@ class FastPath:
         out, com, ctx, d = t.output[run].tolist(), t.committed[run].tolist(), ctx0.tolist(), d0.tolist()
         md, n = cfg.max_draft, max_passes
         budget, method, verify = self._budget[:r], self._method[:r], self.acc.verify
+        runs = None  # outcomes for any draft count, drawn ahead by position (prefix draws)
+        if getattr(self.acc, "prefix_draws", False):
+            runs = self.runs
+            if runs is None or runs.K != md:
+                runs = self.runs = OutcomeTable(md, md, self.TABLE_ROWS)
+            elif len(runs.tab) > 4 * r + 64:  # entries of finished requests
+                runs.forget(set(runl))
         vps, vjs, dvs, accs = [], [], [], []
         idle, looks = [], []
         cols = list(range(r))
@@ -416,7 +424,18 @@ class FastPath:
                 break
             spec = [j for j in cols if xs[j] > 0]
             a = [0] * r
-            if spec:
+            if spec and runs is not None:
+                got = [runs.run(runl[j], com[j], ctx[j]) for j in spec]
+                for j, g in zip(spec, got):
+                    if g is None:
+                        runs.want(runl[j], com[j], ctx[j], out[j])
+                if runs.pending:
+                    ids, cs, xs_, cxs = runs.rows_wanted()
+                    runs.store(verify(ids, cs, xs_, cxs, *self._consts(len(ids))).tolist())
+                    got = [runs.run(runl[j], com[j], ctx[j]) for j in spec]
+                for j, g in zip(spec, got):
+                    a[j] = xs[j] if xs[j] < g else g
+            elif spec:
                 res = verify(run[spec] if len(spec) < r else run, np.array([com[j] for j in spec], I64),
                              np.array([xs[j] for j in spec], I64), np.array([ctx[j] for j in spec], I64),
                              budget[:len(spec)], method[:len(spec)]).tolist()

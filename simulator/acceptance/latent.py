@@ -116,6 +116,10 @@ class LatentAcceptance:
     margin + method/context/staleness offset > 0, one add and one compare per drafted token.
     """
 
+    # each draft's acceptance depends on its position alone (not on how many are verified): a
+    # verification of x drafts accepts min(x, the first rejected one's index) (outcomes.OutcomeTable.run)
+    prefix_draws = True
+
     def __init__(self, params: LatentParams, seed: int = 0, name: str = "latent"):
         self.params, self.seed, self.name = params, int(seed), name
         self._toff, self._tcs, self._tst, self._tsc, self._tknee = params.method_terms()  # by method code

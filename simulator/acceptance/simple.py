@@ -22,6 +22,8 @@ class _Independent:
     """Independent Bernoulli draws keyed by (seed, request, output position), stored per position
     as logit(U) so a call is one gather and one compare against logit(p_j)."""
 
+    prefix_draws = True  # as LatentAcceptance's: p_j by draft index, not by the count verified
+
     auc: float
     entropy_median: float
     entropy_sigma: float
