@@ -24,7 +24,7 @@ WINDOW, KV = 131072, 850_000  # Llama-3.1-8B on an H200: ~900K tokens of KV besi
 TRUE = CalibratedParams(
     layer_fixed_s=20e-6, gemm_eff=0.8, smooth_p=2.5, weight_scale=1.1, sample_bytes_per_logit=20,
     attn_bw_scale=1.2, attn_flops_eff=0.15, attn_req_s=0.2e-6, attn_split_s=0.3e-6, eager_pass_s=4e-3,
-    verify_req_s=30e-6, host_overhead_s=0.0, draft_pass_s=(2e-3, 5e-3, 3e-3, 6e-3, 7e-3),
+    verify_req_s=30e-6, host_overhead_s=0.0, attn_sms=132, draft_pass_s=(2e-3, 5e-3, 3e-3, 6e-3, 7e-3),
     draft_req_s=((40e-6, 40e-6), (60e-6, 25e-6), (50e-6, 50e-6), (70e-6, 30e-6), (80e-6, 80e-6)),
     draft_page_s=((0.0, 0.0), (2e-7, 1e-8), (1e-8, 1e-8), (1e-7, 1e-8), (3e-7, 3e-7)),
     first_pass_s=(0.0, 1e-3, 0.0, 1.5e-3, 0.0), spec_pass_s=0.5e-3, attn_tile_eff=(0.2, 0.55, 0.45), attn_p=3.0,
