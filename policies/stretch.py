@@ -82,7 +82,19 @@ class StretchBase:
             lo += k
 
     def _outcome_fill(self, ids, pos, dx, cx):
-        res = self._verify(ids, pos, dx + 1, cx)
+        if getattr(self._verify, "prefix_draws", False):
+            # prefix draws (`outcomes.OutcomeTable.run`): the most drafts from each start (its row's
+            # last entry) drawn, a verification of fewer accepts min(drafts, that)
+            start = np.empty(len(dx), bool)
+            start[:1] = True
+            start[1:] = dx[1:] == 0  # a start's entries are its draft counts 1, 2, ... in order
+            last = np.empty(len(dx), bool)
+            last[:-1] = start[1:]
+            last[-1:] = True
+            run = self._verify(ids[last], pos[last], dx[last] + 1, cx[last])
+            res = np.minimum(dx + 1, run[np.cumsum(start) - 1])
+        else:
+            res = self._verify(ids, pos, dx + 1, cx)
 
         def vals(ok, lo, hi):
             T = np.zeros((len(ok), self._md + 1), np.int64)

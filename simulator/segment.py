@@ -297,6 +297,7 @@ class FastPath:
         def verify(ids, pos, drafted, ctx):
             return acc.verify(ids, pos, drafted, ctx, *consts(len(ids)))
 
+        verify.prefix_draws = getattr(acc, "prefix_draws", False)  # (outcomes.OutcomeTable.run)
         # with requests waiting for pages, the stretch ends at the first verification with drafts
         # (whose freed pages the next pass's admission may take)
         gate = bool(self.b.waiting) and r < cfg.max_batch
