@@ -18,9 +18,11 @@ shape was captured). Measured on the H200 (16 x 32K, 128 tokens): a capturing pa
 drafting pass ~37 ms, a replay 12-24 ms; fixed-k:k=4 went 318 -> 380 tok/s as run (46 -> 13
 captures), aspire 255 -> 237 (76 -> 15). Attention work plans are padded to a few sizes
 (`attention.pad_plan`: work and merge lists, partial slots; the split size is no part of the key),
-so contexts that grow past a split boundary keep their graph. Padding the batch's composition
-(requests, drafting rows, tokens) as serving engines pad batch sizes is not done: `stats()` counts
-how many distinct values each part of the key takes in a run.
+so contexts that grow past a split boundary keep their graph, and a pass's composition is padded
+with dummy requests to a few sizes (`padding.py`: drafting and verifying rows, tokens, logits rows),
+as serving engines pad batch sizes. `stats()` counts how many distinct values each part of the key
+takes in a run: where the shapes that still differ come from (16 x 32K, 128 tokens, fixed-k:k=4 on
+the H200: the drafting rows' input shapes, 70 values over 127 passes).
 
 `capture=False` runs the same static-buffer path eagerly (no graph): the CPU tests check the
 buffer handling against the plain path that way.
