@@ -63,6 +63,57 @@ def test_work_item_tail_is_the_greedy_makespan_of_the_runtime_plan():
     assert cm.with_params(attn_sms=0).work_ratio(q, kv) == 1.0
 
 
+def _heap_ratio(cm, q, kv):
+    """The work-item tail by its definition: the runtime's item list, item by item on a heap."""
+    import heapq
+
+    from spsim.cost.calibrated import TILES
+
+    S, g, hkv = cm.p.attn_sms, cm.group, cm.model.kv_heads // cm.tp
+    bm = max(TILES[cm.tile_class(int(q.max()))], g)
+    bn, qb = max(cm.page_size, 128 if bm <= 32 else 64), max(1, bm // g)
+    units = []
+    for qi, ki in zip(q.tolist(), kv.tolist()):
+        for j in range(-(-qi // qb)):
+            units += [-(-min(ki, max(0, ki - qi + min((j + 1) * qb, qi))) // bn)] * hkv
+    lo, hi = 1, max(1, max(units))  # the smallest split giving <= S items (plan_attention's search)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if sum(max(1, -(-u // mid)) for u in units) <= S else (mid + 1, hi)
+    split = max(1, min(-(-4096 // bn), lo), -(-sum(units) // (S * 8)))
+    items = [min(u - k * split, split) * bn + cm.p.attn_item_tokens for u in units
+             for k in range(max(1, -(-u // split)))]
+    free = [0.0] * S
+    for t in items:
+        heapq.heapreplace(free, free[0] + t)
+    return max(1.0, max(free) / (sum(items) / S))
+
+
+@pytest.mark.parametrize("item", [128.0, 77.3])
+def test_work_ratio_is_the_heap_schedule(item):
+    """The fast schedule (one round closed-form, steps and whole rounds beyond, the cache) is the
+    item-by-item heap's, on passes of one round to ~40 (prefill chunks), either model's grouping;
+    many passes at once (rows in any order, by rank) are each one's."""
+    from dataclasses import replace
+
+    rng = np.random.default_rng(11)
+    for name in ("llama-3.1-8b", "llama-3.2-3b"):
+        cm = CalibratedCostModel(name, "h200", params=replace(PARAMS, attn_sms=132, attn_item_tokens=item))
+        for _ in range(40):
+            n = int(rng.integers(1, 20))
+            q = rng.integers(1, int(rng.choice([2, 10, 40, 3000])), n)
+            kv = q + rng.integers(0, int(rng.choice([100, 5000, 130000])), n)
+            assert cm.work_ratio(q, kv) == pytest.approx(_heap_ratio(cm, q, kv), rel=1e-12, abs=0)
+        q = rng.integers(1, 12, (40, 9))
+        kv = q + rng.integers(0, 60000, (40, 9))
+        live, rank = rng.random((40, 9)) < 0.8, rng.integers(0, 2, (40, 9))
+        got = cm.work_ratios(q, kv, live, rank=rank)
+        for i in range(40):
+            o = np.argsort(rank[i], kind="stable")
+            o = o[live[i][o]]
+            assert got[i] == (cm.work_ratio(q[i][o], kv[i][o]) if len(o) else 1.0)
+
+
 def random_plans(seed: int, n_plans: int = 40, big: bool = False):
     rng = np.random.default_rng(seed)
     out = []

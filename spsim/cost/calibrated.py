@@ -43,6 +43,10 @@ list start late. `work_ratio` rebuilds the runtime's work list (gpu_runtime/atte
 makespan / (total work / SMs), each item `attn_item_tokens` longer than its tokens; the pass's
 attention kernel time (the per-request attention above, without the draft and verify terms) is
 multiplied by it. Nothing is fitted: SMs and the item cost are the runtime's and assumed.
+Computed exactly (no rounding), fast: a plan of at most `attn_sms` items runs one round, so its
+makespan is its longest item and the ratio a closed form, for all passes of a segment at once
+(`work_ratios`); longer plans are scheduled in steps of up to a round (`_makespan`) and cached by
+their units (KV blocks), which change only every 64-128 tokens of a request.
 
 Prefill passes run eager (no CUDA graph): the host launches ~30 kernels a layer while the GPU runs
 them, so a short chunk takes about the launch time whatever its size (256 and 512 tokens from an
@@ -174,6 +178,12 @@ class CalibratedCostModel(RooflineCostModel):
             self._ap, self._iap = P.attn_p, 1.0 / P.attn_p
         self._defer_tables = False
         self._vt_cls, self._dt_cls = {}, {}  # segment tables per tile class
+        self._work_cache = {}  # work_ratios: makespans of passes of more items than SMs
+        # per tile class: the attention plan's KV block (tokens), query tokens per block, split cap
+        bmt = np.maximum(np.asarray(TILES, np.int64), self.group)
+        self._wi_bn = np.maximum(self.page_size, np.where(bmt <= 32, 128, 64))
+        self._wi_qb = np.maximum(1, bmt // self.group)
+        self._wi_cap = -(-self.ATTN_MIN_SPLIT // self._wi_bn)
         self._build_tables(min(self.model.max_context, table_q or self.model.max_context))
         if P.draft_page_s is not None:
             self.score_tbl = np.asarray(P.draft_page_s, dtype=np.float64).reshape(N_METHODS, 2)
@@ -268,52 +278,141 @@ class CalibratedCostModel(RooflineCostModel):
     # ---- the attention's work items (tail term) ----
     ATTN_WAVES = 8.0  # plan_attention's defaults: work items per SM aimed at, and the split floor
     ATTN_MIN_SPLIT = 4096
+    WORK_CACHE_MAX = 1 << 18  # makespans kept (per model) of passes of more items than SMs
 
     def work_ratio(self, q, kv, qmax: int | None = None) -> float:
         """Makespan of the pass's attention work items, greedily scheduled on `attn_sms` SMs in
         list order, over their total / SMs (>= 1). `q`, `kv`: per request in pass order (prefill,
         drafts, verifications), query tokens and KV tokens read (a draft: its sparse selection).
         Replicates gpu_runtime/attention.py plan_attention's host plan (one KV head's units; every
-        head has the same)."""
+        head has the same). One pass of `work_ratios`."""
+        q = np.asarray(q, np.int64)
+        if not self.p.attn_sms or not len(q):
+            return 1.0
+        return float(self.work_ratios(q[None, :], np.asarray(kv, np.int64)[None, :], np.ones((1, len(q)), bool),
+                                      None if qmax is None else np.array([qmax]))[0])
+
+    def work_ratios(self, q, kv, live, qmax=None, rank=None) -> np.ndarray:
+        """`work_ratio` of many passes: row i holds pass i's requests where `live` (other entries
+        are ignored), in pass order, or in the order of `rank` (a stable sort of row i's rank).
+        Exact, with no per-pass Python where the plan has at most `attn_sms` items (one round: the
+        makespan is the longest item, the ratio closed-form; the order does not matter); the rest
+        are scheduled (`_makespan`), cached by the plan's units in order."""
         P = self.p
         S = int(P.attn_sms)
-        q = np.asarray(q, np.int64)
-        kv = np.asarray(kv, np.int64)
-        if not S or not len(q):
-            return 1.0
-        g, hkv = self.group, max(1, self.model.kv_heads // self.tp)
-        cls = self.tile_class(int(q.max()) if qmax is None else qmax)
-        bm = max(TILES[cls], g)
-        bn = max(self.page_size, 128 if bm <= 32 else 64)
-        qb = max(1, bm // g)
-        nqb = np.maximum(1, -(-q // qb))
-        u_req = np.repeat(np.arange(len(q)), nqb)
-        u_qb = np.arange(len(u_req)) - np.repeat(np.cumsum(nqb) - nqb, nqb)
-        q_last = np.minimum(u_qb * qb + qb, q[u_req])
-        u_end = np.clip(kv[u_req] - q[u_req] + q_last, 0, kv[u_req])
-        u_blocks = np.repeat(-(-u_end // bn), hkv)  # units in request order, heads inner (as the plan)
-        total = int(u_blocks.sum())
-        lo, hi = 1, max(1, int(u_blocks.max()))
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if int(np.maximum(1, -(-u_blocks // mid)).sum()) <= S:
-                hi = mid
-            else:
-                lo = mid + 1
-        split = max(1, min(-(-self.ATTN_MIN_SPLIT // bn), lo), -(-total // max(1, int(S * self.ATTN_WAVES))))
-        n = np.maximum(1, -(-u_blocks // split))
-        full = np.repeat(u_blocks, n)
-        k = np.arange(len(full)) - np.repeat(np.cumsum(n) - n, n)
-        items = (np.minimum(full - k * split, split) * bn).astype(np.float64) + P.attn_item_tokens
-        ideal = float(items.sum()) / S
-        if len(items) <= S:
-            return max(1.0, float(items.max()) / ideal)
-        import heapq
+        n = len(q)
+        if not S:
+            return np.ones(n)
+        hkv = max(1, self.model.kv_heads // self.tp)
+        cls = self.tile_class(np.where(live, q, 0).max(axis=1) if qmax is None else np.asarray(qmax))
+        bn, qb, cap = self._wi_bn[cls], self._wi_qb[cls][:, None], self._wi_cap[cls]
+        nqb = np.where(live, -(-q // qb), 0)  # query blocks (q >= 1)
+        J = int(nqb.max()) if n else 0
+        if J <= 1:  # one query block per request (every decode pass): units = requests
+            uv = live
+            u_end = np.minimum(kv, np.maximum(0, kv - q + np.minimum(qb, q)))
+        else:  # units in request order, query blocks inner (as the plan)
+            j = np.arange(J)
+            uv = (j < nqb[:, :, None]).reshape(n, -1)
+            q3, kv3 = q[:, :, None], kv[:, :, None]
+            u_end = np.minimum(kv3, np.maximum(0, kv3 - q3 + np.minimum((j + 1) * qb[:, :, None], q3))).reshape(n, -1)
+        ub = np.where(uv, -(-u_end // bn[:, None]), 0)  # KV blocks of each unit (one head)
+        ub1 = np.where(uv, np.maximum(ub, 1), 0)  # a unit of no blocks is still an item
+        umax = ub.max(axis=1)
+        total = hkv * ub.sum(axis=1)
 
-        free = [0.0] * S
-        for t in items.tolist():
-            heapq.heapreplace(free, free[0] + t)
-        return max(1.0, max(free) / ideal)
+        def count(s):  # items of the plan at split s (blocks): every head has the same units
+            return hkv * (-(-ub1 // s[:, None])).sum(axis=1)
+
+        # plan_attention's split: the smallest giving <= S items (lo), at most ATTN_MIN_SPLIT tokens
+        # (cap), at least w = total / (S x waves): max(1, min(cap, lo), w). Where w gives <= S items
+        # it is that; else the smallest in (w, min(cap, umax)] giving <= S items, or that bound
+        split = np.maximum(1, -(-total // max(1, int(S * self.ATTN_WAVES))))
+        items = count(split)
+        hi = np.minimum(cap, np.maximum(1, umax))
+        grow = (items > S) & (split < hi)
+        if grow.any():
+            # bounds: items >= total / s (so s >= total / S) and items <= units x heads + total / s
+            # (so s = total / (S - units x heads) is enough); more units than S: none is (hi)
+            room = S - hkv * uv.sum(axis=1)
+            hi = np.where(room > 0, np.minimum(hi, -(-total // np.maximum(room, 1))), hi)
+            lo = np.where(room > 0, np.minimum(np.maximum(split + 1, -(-total // S)), hi), hi)
+            act = grow & (lo < hi)
+            while act.any():
+                mid = (lo + hi) // 2
+                ok = count(mid) <= S
+                hi = np.where(act & ok, mid, hi)
+                lo = np.where(act & ~ok, mid + 1, lo)
+                act = lo < hi
+            split = np.where(grow, lo, split)
+            items = np.where(grow, count(split), items)
+        any_live = items > 0
+        c = float(P.attn_item_tokens)
+        work = (total * bn).astype(np.float64) + c * items  # all items' tokens
+        longest = (np.minimum(umax, split) * bn).astype(np.float64) + c
+        ideal = np.where(any_live, work, 1.0) / S
+        r = np.where(any_live, np.maximum(1.0, longest / ideal), 1.0)
+        for i in np.flatnonzero(any_live & (items > S)).tolist():  # more than one round
+            u, v = ub[i], uv[i]
+            if rank is not None:  # units of a request stay together (query blocks inner)
+                o = np.argsort(rank[i], kind="stable")
+                u, v = u.reshape(len(o), -1)[o].ravel(), v.reshape(len(o), -1)[o].ravel()
+            units = u[v]
+            key = (int(bn[i]), int(split[i]), units.tobytes())
+            span = self._work_cache.get(key)
+            if span is None:
+                if len(self._work_cache) >= self.WORK_CACHE_MAX:
+                    self._work_cache.clear()
+                span = self._work_cache[key] = self._makespan(units, int(split[i]), int(bn[i]), hkv, c, S)
+            r[i] = max(1.0, span / ideal[i])
+        return r
+
+    @staticmethod
+    def _makespan(units: np.ndarray, split: int, bn: int, hkv: int, c: float, S: int) -> float:
+        """The greedy list schedule's makespan on S SMs of the plan's items: `units` (KV blocks of
+        each unit, in plan order), each unit per head in turn: its items of `split` blocks, then
+        the rest, each item `c` tokens longer. Exactly the heap's schedule (each item to the SM
+        that frees first), taken in steps of up to S items: with the SMs' free times sorted, the
+        next K items start on the K earliest SMs as long as none of those K frees later than an
+        item of the step already placed ends (then no SM is taken twice in the step)."""
+        u = np.repeat(units, hkv)
+        if int(units.max()) <= split:  # one item per unit and head
+            p = (u * bn).astype(np.float64) + c
+        else:
+            n = np.maximum(1, -(-u // split))
+            full = np.repeat(u, n)
+            k = np.arange(len(full)) - np.repeat(np.cumsum(n) - n, n)
+            p = (np.minimum(full - k * split, split) * bn).astype(np.float64) + c
+        N = len(p)
+        free = np.sort(p[:S])  # the first S items start at 0, one per SM
+        a = S
+        acc, cat = np.minimum.accumulate, np.concatenate
+        rounds = True
+        while a < N:
+            R = min((N - a) // S, 64)
+            if rounds and R:  # whole rounds at once: the i-th item of each to the i-th earliest SM,
+                # while the SMs' order stays (the round's ends ascending) and the first end comes
+                # after the last SM frees (the long prefill lists: items ascending)
+                rp = p[a:a + R * S].reshape(R, S)
+                ends = free + np.cumsum(rp, axis=0)
+                ok = (ends[:, 0] >= (ends - rp)[:, -1]) & (np.diff(ends, axis=1) >= 0).all(axis=1)
+                k = R if ok.all() else int(ok.argmin())
+                if k:
+                    free, a = ends[k - 1], a + k * S
+                    continue
+                rounds = False
+            K = min(S, N - a)
+            end = free[:K] + p[a:a + K]
+            if K > 1:  # the first SM of the step that frees after an earlier item of it ends
+                late = free[1:K] > acc(end[:K - 1])
+                i = int(late.argmax())
+                if late[i]:
+                    K = i + 1
+            free = cat((free[K:], end[:K]))
+            free.sort()
+            a += K
+            rounds = K == S
+        return float(free[-1])
 
     def plan_work_ratio(self, plan: PassPlan) -> float:
         """`work_ratio` of a plan."""
@@ -577,11 +676,9 @@ class CalibratedCostModel(RooflineCostModel):
                 b, m = np.broadcast_to(seg.budget, kind.shape), np.broadcast_to(seg.method, kind.shape)
                 kern = kern - np.where(draft, self.draft_extra(ctx, b, m, seg.draft_pos), 0.0)
             sparse = np.minimum(np.broadcast_to(seg.budget, kind.shape), ctx) + seg.draft_pos + 1
-            r = np.ones(len(qmax))
-            for i in range(len(qmax)):
-                d, v = draft[i], verify[i]  # pass order: drafts, then verifications (slot order within)
-                r[i] = self.work_ratio(np.concatenate([np.ones(int(d.sum()), np.int64), q[i][v]]),
-                                       np.concatenate([sparse[i][d], (ctx[i] + q[i])[v]]))
+            # pass order (of the passes of more than one round): drafts, then verifications
+            r = self.work_ratios(np.where(draft, 1, q), np.where(draft, sparse, ctx + q), draft | verify,
+                                 rank=verify)
             att = att + kern * (r - 1.0)[:, None]
         t = self.overhead_table(int(tokens.max()))[tokens] + att.sum(axis=1)
         if has_draft:  # no prefill here
