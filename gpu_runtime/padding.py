@@ -11,7 +11,11 @@ about twice a replay's time. Serving engines pad batch sizes to a few sizes; her
   starts at token 0: one token, one page, not a first draft, so it scores no pages);
 - dummy verifying rows of one token, up to `pad_count(verifying)`;
 - one filler request whose query brings the token count to `attention.bucket(tokens + 1)`;
-- logits rows rounded up to `attention.bucket(rows)` with the dummies' rows.
+- logits rows rounded up to `attention.bucket(rows)` with the dummies' rows;
+- a pass holding any run's first draft (the verify-refreshed methods select pages then) selects for
+  as many entries as it has drafting rows (`DraftRows.pad_first`), the extra entries over one page
+  into a scratch slot of the draft store: 0 or the drafting rows' count, not 1, 2, 4, 8, ... by how
+  many runs happen to start (the largest source of distinct shapes left in a 16 x 32K fixed-k run).
 
 Dummies come after the real requests of their kind and their logits rows after every real row, so
 what the executor reads back is untouched. Their KV writes and Quest bounds land on the scratch

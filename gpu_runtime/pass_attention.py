@@ -52,6 +52,13 @@ class DraftRows:
     kv_len: list[int] = field(default_factory=list)  # context + drafts held + this draft
     first: list[bool] = field(default_factory=list)  # the run's first draft (draft_pos == 0)
     run_start: list[int] = field(default_factory=list)  # context before the run (its last page is kept)
+    # padded passes (CUDA graphs): a pass with any first drafts selects for this many entries, the
+    # extra ones on one page into a scratch slot, so its shape does not depend on how many runs start
+    pad_first: int = 0
+
+
+# the draft store's slot for the padding entries of a first-draft selection (their pages are never read)
+SELECT_PAD_RID = -(1 << 40)
 
 
 def _round_up(x: int, m: int) -> int:
@@ -159,25 +166,37 @@ class PassAttention(PagedAttention):
             self._slots = T(slots)
             self._c_sel = T(np.repeat(c_sel, hkv))[:, None]
             self._top = T(np.repeat(top, hkv))[:, None]
-            if len(first):
+            f_slots, f_npg, f_table = slots[first], npg[first], pt[first]
+            if len(first) and d.pad_first > len(first):
+                # padding entries: row 0's query over one page into a scratch slot (a few us of
+                # scoring), so the selection's shape is the drafting rows' padded count
+                extra = d.pad_first - len(first)
+                first = np.concatenate([first, np.zeros(extra, np.int64)])
+                f_slots = np.concatenate([f_slots, np.repeat(self.store.slots_of([SELECT_PAD_RID]), extra)])
+                f_npg = np.concatenate([f_npg, np.ones(extra, np.int64)])
+                f_table = np.concatenate([f_table, np.zeros((extra, pt.shape[1]), np.int64)])
+            elif len(first):
                 # padded to a power of two by repeating the first one (the same pages written
                 # twice): fewer distinct shapes for CUDA graphs, at most twice the scoring
-                first = np.concatenate([first, np.full((1 << (len(first) - 1).bit_length()) - len(first), first[0])])
+                rep = (1 << (len(first) - 1).bit_length()) - len(first)
+                first = np.concatenate([first, np.full(rep, first[0])])
+                f_slots, f_npg = slots[first], npg[first]
+                f_table = pt[first]
             self._nf = nf = len(first)
             if nf:
-                cf = np.minimum(npg[first], kp)  # == c_sel there
+                cf = np.minimum(f_npg, kp)  # == c_sel for the real entries
                 self._kf = min(kp, _round_up(int(cf.max()), 8))
                 self._first = T(first)
-                self._first_slots = T(slots[first])
+                self._first_slots = T(f_slots)
                 self._first_counts = T(np.repeat(cf, hkv), torch.int32)
-                self._first_npg = T(npg[first], torch.int32)
-                self._first_table = T(self._table[self._first].contiguous())
+                self._first_npg = T(f_npg, torch.int32)
+                self._first_table = T(f_table)
                 if m == DraftMethod.VERIFY_ATTN:
-                    self._first_score_rows = T(self.store.score_rows(slots[first]))
-                    scored = self.store.scored_pages[slots[first]]
-                    self._first_w = bucket(int(npg[first].max()), TABLE_COLS)
+                    self._first_score_rows = T(self.store.score_rows(f_slots))
+                    scored = self.store.scored_pages[f_slots]
+                    self._first_w = bucket(int(f_npg.max()), TABLE_COLS)
                     self.store.ensure_score_width(self._first_w)
-                    self._first_masks = tuple(T(x) for x in self._masks(npg[first], scored, self._first_w, dev))
+                    self._first_masks = tuple(T(x) for x in self._masks(f_npg, scored, self._first_w, dev))
         else:
             counts = np.minimum(npg, kp)
             if m == DraftMethod.STATIC:

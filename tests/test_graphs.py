@@ -142,3 +142,62 @@ def test_a_shape_is_captured_when_it_comes_back():
         torch.testing.assert_close(g.forward(attn, tok, rows), want, rtol=1e-5, atol=1e-5)
         counts.append((g.eager, len(g.graphs)))
     assert counts == [(1, 0), (1, 1), (1, 1), (1, 1)]
+
+
+@pytest.mark.parametrize("method", [1, 3])
+def test_first_draft_selection_padded_to_the_drafting_rows(method):
+    """Padded passes (`DraftRows.pad_first`): a pass with any first drafts selects for as many
+    entries as it has drafting rows, the extra ones over one page into a scratch slot. Logits,
+    the KV written and every real run's stored selection are those of the unpadded pass."""
+    from spsim.gpu_runtime.draft_store import DraftStore
+    from spsim.gpu_runtime.kv_cache import PagedKVCache
+    from spsim.gpu_runtime.model import Transformer
+    from spsim.gpu_runtime.model_config import get_config
+    from spsim.gpu_runtime.pass_attention import SELECT_PAD_RID, DraftRows, PassAttention, budget_pages
+    from spsim.gpu_runtime.selection import PageMeta
+
+    cfg = get_config("tiny")
+    model = Transformer.random(cfg, seed=0)
+    worlds = []
+    for _ in range(2):  # padded, unpadded
+        torch.manual_seed(0)
+        cache = PagedKVCache(cfg, 96, 16)
+        cache.k.normal_()
+        cache.v.normal_()
+        meta = [PageMeta(96, cfg.kv_heads, cfg.head_dim, torch.float32, "cpu") for _ in range(cfg.layers)]
+        for layer in range(cfg.layers):
+            pages = torch.arange(96).repeat_interleave(16)
+            meta[layer].append(cache.k[layer].permute(0, 2, 1, 3).reshape(96 * 16, cfg.kv_heads, -1),
+                               pages, torch.arange(16).repeat(96))
+        store = DraftStore(cfg.layers, cfg.kv_heads, budget_pages(64, 16), "cpu", slots=2, scores=method == 3)
+        worlds.append((cache, meta, store))
+    perm = np.random.default_rng(2).permutation(96)
+    tables = [perm[0:30].tolist(), perm[30:60].tolist(), perm[60:90].tolist()]
+    ctx0 = [300, 430, 150]
+    base = [c + 3 for c in ctx0]
+    passes = [(ctx0, [3, 3, 3], None, 0),  # a verification (page scores for verify-attn)
+              (base, [1, 1, 1], DraftRows([0, 1, 2], [c + 1 for c in base], [True] * 3, base), 4),
+              ([c + 1 for c in base], [1, 1, 1], DraftRows([0, 1, 2], [c + 2 for c in base], [False] * 3, base), 4),
+              # request 1 starts a new run beside two later drafts: one real entry, three padding ones
+              ([base[0] + 2, base[1] + 2, base[2] + 2], [1, 1, 1],
+               DraftRows([0, 1, 2], [base[0] + 3, base[1] + 3, base[2] + 3], [False, True, False],
+                         [base[0], base[1] + 2, base[2]]), 4)]
+    nf = []
+    for ctxs, q, drafts, pad in passes:
+        drafts = drafts or DraftRows()
+        score_rows = [i for i in range(3) if i >= len(drafts.rids)]
+        tok = torch.randint(0, cfg.vocab, (sum(q),))
+        rows = torch.arange(sum(q))
+        out = []
+        for w, (cache, meta, store) in enumerate(worlds):
+            d = DraftRows(drafts.rids, drafts.kv_len, drafts.first, drafts.run_start, pad if w == 0 else 0)
+            attn = PassAttention(cache, [0, 1, 2], tables, ctxs, q, 0, d, method, 64, store, meta, score_rows)
+            out.append(model(tok, attn.positions, attn, logit_rows=rows))
+            if w == 0:
+                nf.append(getattr(attn, "_nf", 0))
+        torch.testing.assert_close(out[0], out[1], rtol=1e-5, atol=1e-5)
+    assert nf == [0, 4, 0, 4]  # padded to the drafting rows' count wherever a run starts
+    (c0, _, s0), (c1, _, s1) = worlds
+    assert torch.equal(c0.k, c1.k) and SELECT_PAD_RID in s0.slot and SELECT_PAD_RID not in s1.slot
+    for rid in range(3):
+        assert torch.equal(s0.sel[:, s0.slot[rid]], s1.sel[:, s1.slot[rid]])
