@@ -111,7 +111,7 @@ class AspireStretch(StretchBase):
             nonlocal hz
             f = start[j] if first is None else first
             v = f + x - x0
-            a_ = self._outcomes([j], [x])[0] if x else 0
+            a_ = self._outcome(j, x) if x else 0
             rec[j].append((f, v, x0, com[j], k, None))
             verified(j, v, x, a_)
             if x > 0:

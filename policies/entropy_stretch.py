@@ -239,7 +239,7 @@ class StretchPlanner(StretchBase):
             nonlocal hz
             f = start[j]
             v = f + x - x0
-            a_ = self._outcomes([j], [x])[0] if x else 0
+            a_ = self._outcome(j, x) if x else 0
             ests = el[:x]
             rec[j].append((f, v, x0, com[j], ests, en[x0:x]))
             if f < n:
@@ -361,7 +361,7 @@ class StretchPlanner(StretchBase):
                         if x0 + p - P > kmax[p]:
                             kmax[p] = x0 + p - P
                     if v < Pc:  # the whole cycle
-                        a_ = self._outcomes([j], [x])[0]
+                        a_ = self._outcome(j, x)
                         o[2].extend(en[x0:x])
                         rec[j].append((o[0], v, o[1], com[j], el[:x], o[2]))
                         verified(j, v, x, a_)

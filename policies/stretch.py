@@ -78,23 +78,11 @@ class StretchBase:
         lo = 0
         for j, c0, rows, ok, off in spans:
             k = int(ok.sum())
-            tab[rids[j]] = (c0, rows, vals(ok, lo, lo + k), off)
+            tab[rids[j]] = (c0, rows, vals(ok, lo, lo + k), off, False)
             lo += k
 
     def _outcome_fill(self, ids, pos, dx, cx):
-        if getattr(self._verify, "prefix_draws", False):
-            # prefix draws (`outcomes.OutcomeTable.run`): the most drafts from each start (its row's
-            # last entry) drawn, a verification of fewer accepts min(drafts, that)
-            start = np.empty(len(dx), bool)
-            start[:1] = True
-            start[1:] = dx[1:] == 0  # a start's entries are its draft counts 1, 2, ... in order
-            last = np.empty(len(dx), bool)
-            last[:-1] = start[1:]
-            last[-1:] = True
-            run = self._verify(ids[last], pos[last], dx[last] + 1, cx[last])
-            res = np.minimum(dx + 1, run[np.cumsum(start) - 1])
-        else:
-            res = self._verify(ids, pos, dx + 1, cx)
+        res = self._verify(ids, pos, dx + 1, cx)  # (prefix draws: `_prefix_rows`)
 
         def vals(ok, lo, hi):
             T = np.zeros((len(ok), self._md + 1), np.int64)
@@ -102,15 +90,41 @@ class StretchBase:
             return T.tolist()
         return vals
 
-    def _outcomes(self, J: list[int], x: list[int]) -> list[int]:
-        """Accepted drafts of each column's verification of x drafts at its committed position now
-        (0 for none)."""
-        tab, com, rids = self._vtab, self._com, self._rids
-        if len(J) == 1 and (t := tab.get(rids[J[0]])) is not None and 0 <= com[J[0]] - t[0] < t[1] \
-                and self._ctx[J[0]] - com[J[0]] == t[3]:  # the common case: drawn already
-            return [t[2][com[J[0]] - t[0]][x[0]] if x[0] else 0]
-        self._tables([j for j, y in zip(J, x) if y], tab, self._outcome_fill)
-        return [(t := tab[rids[j]])[2][com[j] - t[0]][y] if y else 0 for j, y in zip(J, x)]
+    def _outcome(self, j: int, x: int) -> int:
+        """Accepted drafts of column j's verification of x > 0 drafts at its committed position now."""
+        rid, c = self._rids[j], self._com[j]
+        t = self._vtab.get(rid)
+        if t is None or not 0 <= c - t[0] < t[1] or self._ctx[j] - c != t[3]:
+            if getattr(self._verify, "prefix_draws", False):
+                self._prefix_rows(j)
+            else:
+                self._tables([j], self._vtab, self._outcome_fill)
+            t = self._vtab[rid]
+        v = t[2][c - t[0]]
+        if t[4]:  # prefix draws: the most drafts' outcome there, min(x, it)
+            return x if x < v else v
+        return v[x]
+
+    def _prefix_rows(self, j: int) -> None:
+        """Column j's outcome table where the model's draws are prefix draws (`outcomes.OutcomeTable
+        .run`): per cycle start from its committed position, ROWS of them, the accepted drafts of a
+        verification of the most it can hold there (min(max_draft, output - start - 1)), one draw
+        per start in one call; a verification of fewer accepts min(drafts, that)."""
+        tab, rids = self._vtab, self._rids
+        if len(tab) > 4 * len(rids) + 64:  # entries of finished requests
+            keep = set(rids)
+            for rid in [x for x in tab if x not in keep]:
+                del tab[rid]
+        c0, o, off = self._com[j], self._out[j], self._ctx[j] - self._com[j]
+        rows = max(min(self.ROWS, o - c0), 1)
+        k = min(rows, o - c0 - 1)  # starts with a draft to verify (the last position has none)
+        if k > 0:
+            c = np.arange(c0, c0 + k, dtype=np.int64)
+            m = np.minimum(self._md, o - 1 - c)
+            a = self._verify(np.full(k, rids[j], np.int64), c, m, c + off).tolist()
+        else:
+            a = []
+        tab[rids[j]] = (c0, rows, a + [0] * (rows - len(a)), off, True)
 
     def _replay(self, st: Stretch, n: int) -> list[tuple]:
         """The estimates as the first n passes leave them: each pass's relaxations (looks), then
