@@ -37,7 +37,8 @@ from .records import Writer, read_measurements
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL_FILES = ("attention.py", "quest.py", "fused.py", "selection.py", "pages.py", "pass_attention.py", "graphs.py",
-                "executor.py", "sampling.py", "model.py", "kv_cache.py")
+                "executor.py", "sampling.py", "model.py", "kv_cache.py", "kv_write.py", "padding.py", "buckets.py",
+                "draft_store.py")
 MEM_FRAC = 0.9  # of free memory for KV, as `spsim run` sizes its pool (engine.RuntimeOptions.mem_frac)
 SWEEP_FRAC = 0.75  # of free memory the sweep's cache may take (Quest bounds, graphs, logits beside it)
 
@@ -121,19 +122,33 @@ class Bench:
     """The model, the cache and the way one point is timed."""
 
     def __init__(self, model, cache, graphs: bool, min_reps: int = 3, max_reps: int = 10, target_s: float = 0.25,
-                 seed: int = 0):
+                 seed: int = 0, pad: bool | None = None):
+        """`pad`: dummy requests bring passes without prefill to a few shapes, as `spsim run` does
+        with CUDA graphs (gpu_runtime/padding.py); None: with graphs. A padding cache holds
+        `SCRATCH_PAGES` pages past the ones the points' requests use."""
+        from spsim.gpu_runtime.padding import SCRATCH_PAGES
+
         self.model, self.cache = model, cache
         self.graphs = graphs and cache.device.type == "cuda"
+        self.pad = self.graphs if pad is None else bool(pad)
+        self.num_pages = cache.num_pages - (SCRATCH_PAGES if self.pad else 0)  # the requests' pages
+        if self.num_pages <= 0:
+            raise ValueError(f"a padding cache needs more than {SCRATCH_PAGES} pages")
         self.min_reps, self.max_reps, self.target_s = min_reps, max_reps, target_s
-        self.perm = np.random.default_rng(seed).permutation(cache.num_pages).astype(np.int64)
+        self.perm = np.random.default_rng(seed).permutation(self.num_pages).astype(np.int64)
         self.dev = cache.device
 
     def _executor(self, point: Point, tables):
         from spsim.gpu_runtime.executor import RuntimeExecutor
 
+        padding = None
+        if self.pad:
+            from spsim.gpu_runtime.padding import PassPadding
+
+            padding = PassPadding(self.num_pages, self.cache.page_size)
         ex = RuntimeExecutor(self.model, self.cache, Tables(tables), None, lambda rid: [], method=point.method,
                              budget=point.budget, temperature=0.0, seed=0, acceptance=None, record_events=False,
-                             drafts_possible=point.group != "ar")
+                             drafts_possible=point.group != "ar", padding=padding)
         for m in getattr(ex, "meta", None) or []:  # Quest bounds of random keys: min <= max, finite
             m.kmin.normal_().abs_().neg_()
             m.kmax.normal_().abs_()
@@ -148,7 +163,7 @@ class Bench:
         """Time one point: {"seconds": median, "samples", "first_s", "graphed"}."""
         from spsim.gpu_runtime.executor import RequestTokens
 
-        tables = page_tables(point, self.cache.num_pages, self.cache.page_size, self.perm)
+        tables = page_tables(point, self.num_pages, self.cache.page_size, self.perm)
         ex = self._executor(point, tables)
         base = _token_state(point)
         vocab = self.model.cfg.vocab
@@ -174,6 +189,7 @@ class Bench:
         replays0 = getattr(ex.graphs, "replays", 0) if ex.graphs is not None else 0
         samples: list[float] = []
         prep: list[float] = []  # host input preparation inside each sample (the runtime's own split)
+        pad0 = ex.padding.stats() if ex.padding is not None else None
         while len(samples) < self.max_reps:
             reset()
             samples.append(ex.execute(plan).elapsed_s)
@@ -184,10 +200,16 @@ class Bench:
         graphed = ex.graphs is not None and getattr(ex.graphs, "replays", 0) > replays0
         # drafting requests that share pages with others (the cache is smaller than the pass's KV):
         # a draft reading every page (step-layer's layer 0, Quest scoring) then hits L2 more
-        shared = _pages_needed_all(point, self.cache.page_size) > self.cache.num_pages
-        return {"seconds": statistics.median(samples), "samples": [round(s, 7) for s in samples],
-                "prep_s": [round(s, 7) for s in prep], "first_s": round(first, 6), "graphed": bool(graphed),
-                "shared_pages": bool(shared)}
+        shared = _pages_needed_all(point, self.cache.page_size) > self.num_pages
+        out = {"seconds": statistics.median(samples), "samples": [round(s, 7) for s in samples],
+               "prep_s": [round(s, 7) for s in prep], "first_s": round(first, 6), "graphed": bool(graphed),
+               "shared_pages": bool(shared)}
+        if pad0 is not None:  # what the dummies added to the point's pass (the timed runs' mean)
+            d = {k: v - pad0[k] for k, v in ex.padding.stats().items()}
+            n = len(samples)
+            out["padding"] = {"padded": d["padded_passes"] > 0, "dummy_requests": d["dummy_requests"] / n,
+                              "filler_tokens": d["filler_tokens"] / n}
+        return out
 
     @staticmethod
     def _prime(ex, point: Point, plan: PassPlan, reset) -> None:
@@ -299,10 +321,14 @@ class _Progress:
 
 def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cuda", design: str = "default",
             deadline: float | None = None, page_size: int = 16, dtype: str | None = None, graphs: bool = True,
-            cpu_kv_pages: int = 4096, log=print, bench_kw: dict | None = None, max_points: int | None = None) -> dict:
+            cpu_kv_pages: int = 4096, log=print, bench_kw: dict | None = None, max_points: int | None = None,
+            pad: bool | None = None) -> dict:
     """Measure the design's points missing from `out` (appending each as it is taken) until done,
     `deadline` (time.monotonic()) or `max_points` this session; returns counts. `design`: default
-    or smoke."""
+    or smoke. `pad`: passes padded with dummy requests as `spsim run` pads them (None: with CUDA
+    graphs); a measurements file holds padded or unpadded passes, not both."""
+    from spsim.gpu_runtime.padding import SCRATCH_PAGES
+
     import torch
 
     from spsim.gpu_runtime.kv_cache import PagedKVCache
@@ -315,10 +341,15 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
                          "(refit elsewhere with `spsim calibrate --from MEASUREMENTS.jsonl`)")
     cfg = get_config(model_name)
     sessions, done = read_measurements(out)
+    padded = (graphs and dev.type == "cuda") if pad is None else bool(pad)
     for s in sessions:
         if s.get("model_name") not in (None, cfg.name) or s.get("page_size") not in (None, page_size):
             raise SpsimError(f"{out}: measurements of {s.get('model_name')} (page size {s.get('page_size')}); "
                              f"this sweep is {cfg.name} (page size {page_size}): use another --measurements file")
+        if bool(s.get("padded", False)) != padded:  # files from before padding have no key: unpadded
+            raise SpsimError(f"{out}: its passes were measured {'with' if s.get('padded') else 'without'} padding "
+                             f"and this sweep runs them {'with' if padded else 'without'} (as `spsim run` does "
+                             f"{'with' if padded else 'without'} CUDA graphs): use another --measurements file")
     done_keys = {m.point.key for m in done}
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
     if dtype is not None and dtype not in tdt:
@@ -343,17 +374,19 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
         log(f"all {len(points)} points of the {design} design are in {out} already")
         return {"measured": 0, "failed": 0, "skipped": len(points), "left": 0, "design": len(points)}
     pages = min(sweep_max, max(_pages_needed(p, page_size) for p in todo))
-    cache = PagedKVCache(cfg, pages, page_size, device=dev, dtype=model.dtype)
+    cache = PagedKVCache(cfg, pages + (SCRATCH_PAGES if padded else 0), page_size, device=dev, dtype=model.dtype)
     cache.k.normal_()
     cache.v.normal_()
     info = machine_info(model, cache, dev, allocatable, free)
     info["design"] = design
+    info["padded"] = padded
+    info["sweep_cache_pages"] = pages  # the requests' pages (the dummies' scratch pages come after)
     log(f"{info['device_name']}: {allocatable:,} KV pages allocatable ({page_size} tokens), sweep cache "
         f"{pages:,} pages; {len(todo)} of {len(points)} points to measure "
         f"({len(points) - len(todo)} already in {out}); setup {time.monotonic() - t0:.0f} s")
     writer = Writer(out)
     writer.session(info)
-    bench = Bench(model, cache, graphs, **(bench_kw or {}))
+    bench = Bench(model, cache, graphs, pad=padded, **(bench_kw or {}))
     counts = {"measured": 0, "failed": 0, "skipped": len(points) - len(todo), "left": 0, "design": len(points)}
     walls: list[float] = []
     prog = _Progress(len(todo), log)

@@ -69,6 +69,26 @@ def test_measure_refuses_another_models_file(tmp_path):
         measure(f, "tiny", "cpu", design="smoke", max_points=1, bench_kw=FAST, log=lambda s: None)
 
 
+def test_padded_points_as_spsim_run_pads_them(tmp_path):
+    """With padding (as `spsim run` pads CUDA-graphed passes) a point's pass carries dummy requests
+    on scratch pages past the requests' pages, the record says what they added, and the file is
+    not resumed by an unpadded sweep (nor the other way round)."""
+    from spsim.calibration.measure import measure
+    from spsim.errors import SpsimError
+
+    f = tmp_path / "m.jsonl"
+    c = measure(f, "tiny", "cpu", design="smoke", max_points=12, bench_kw=FAST, log=lambda s: None, pad=True)
+    assert c["measured"] == 12
+    sessions, recs = read_measurements(f)
+    assert sessions[0]["padded"] is True and sessions[0]["sweep_cache_pages"] > 0
+    pads = [r.record["padding"] for r in recs if r.ok and r.point.group != "prefill"]
+    assert pads and all(p["padded"] for p in pads)
+    assert any(p["dummy_requests"] > 0 or p["filler_tokens"] > 0 for p in pads)
+    assert all(not r.record["padding"]["padded"] for r in recs if r.ok and r.point.group == "prefill")
+    with pytest.raises(SpsimError, match="with padding"):
+        measure(f, "tiny", "cpu", design="smoke", max_points=1, bench_kw=FAST, log=lambda s: None, pad=False)
+
+
 def test_pipeline_without_simpy_or_plotly(tmp_path):
     """Measure (CPU, tiny) and fit in an interpreter where simpy and plotly cannot be imported, as
     on the GPU machine; the profile loads as the calibrated kind."""
