@@ -75,7 +75,8 @@ def main() -> None:
     ap.add_argument("--slow-repeat", type=int, default=1)
     ap.add_argument("--note", default="", help="what else ran on the machine")
     ap.add_argument("--merge", action="store_true",
-                    help="replace only the runs measured now (same policy and trace) in --out, keep the others")
+                    help="replace only the runs measured now (same policy and trace) in --out, keep the others "
+                         "and the file's other top-level keys")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "sim_speed.json"))
     a = ap.parse_args()
@@ -126,6 +127,8 @@ def main() -> None:
         kept = [new.pop((r["policy"], r["trace"]), r) for r in old["runs"]]
         doc["runs"] = kept + list(new.values())
         doc["machine"]["note"] = "; ".join(filter(None, [old["machine"].get("note", ""), a.note]))
+        for k, v in old.items():  # the file's other top-level keys (history: previous, before, A/B notes) kept
+            doc.setdefault(k, v)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(doc, indent=2) + "\n")
     print(f"{'trace':<11} {'policy':<20} {'wall s':>8} {'sim s/wall s':>13} {'Vidur sim s/wall s':>19} {'peak MiB':>9}")
