@@ -90,7 +90,9 @@ def _with_allreduce(gpu: GPU, meas: Path, log) -> tuple[GPU, dict | None]:
     log(f"all-reduce over {m['world']} GPUs: latency {f['allreduce_latency_s'] * 1e6:.1f} us, bus bandwidth "
         f"{f['bus_bandwidth_bytes_s'] / 1e9:.0f} GB/s (NVLink efficiency {f['nvlink_eff']:.2f}); fit median error "
         f"{_pct(f['median_abs_rel'])}")
-    return dataclasses.replace(gpu, allreduce_latency_s=f["allreduce_latency_s"], nvlink_eff=f["nvlink_eff"]), f
+    # the latency holds over the GPUs it was measured on (GPU.allreduce_latency adds ring steps past them)
+    return dataclasses.replace(gpu, allreduce_latency_s=f["allreduce_latency_s"], nvlink_eff=f["nvlink_eff"],
+                               allreduce_ranks=int(m["world"])), f
 
 
 def calibrate_from(measurements: str | Path, out: str | Path | None = None, host_log: str | None = None,

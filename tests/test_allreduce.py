@@ -60,3 +60,20 @@ def test_a_measured_allreduce_sets_the_gpu_constants(tmp_path):
     assert g2.allreduce_latency_s == pytest.approx(20e-6, rel=1e-6)
     assert g2.nvlink_eff == pytest.approx(300e9 / g.nvlink_bw, rel=1e-6)
     assert g2.hbm_bw == g.hbm_bw and "all-reduce over 2 GPUs" in lines[0]
+
+
+def test_an_allreduce_measured_over_8_gpus_is_not_stepped_up_again(tmp_path):
+    """A latency measured over all 8 GPUs of a machine is the TP-8 latency: the profile's GPU says
+    so (`allreduce_ranks`), and GPU.allreduce_latency adds ring steps only past those GPUs."""
+    import json
+
+    from spsim.calibration.calibrate import _with_allreduce
+    from spsim.hardware import get_gpu
+
+    meas = tmp_path / "m.jsonl"
+    pts = [{"rows": r, "bytes": r * 8192, "seconds": 25e-6 + r * 8192 / 300e9} for r in (1, 64, 512, 4096)]
+    (tmp_path / "m.allreduce.json").write_text(json.dumps({"world": 8, "points": pts}))
+    g8, _ = _with_allreduce(get_gpu("h100-sxm"), meas, log=lambda s: None)
+    assert g8.allreduce_ranks == 8
+    assert g8.allreduce_latency(8) == pytest.approx(25e-6, rel=1e-6)
+    assert g8.allreduce_latency(4) < g8.allreduce_latency(8)
