@@ -122,18 +122,72 @@ class StretchPlanner(StretchBase):
                                             np.full((k, c), view.method[0]), np.arange(1, c + 1)[None, :].repeat(k, 0))
         self._cd, self._vc = (dm[:, 0] + share).reshape(r, H), (vm + share).reshape(r, H, c)
 
-    def _ent_fill(self, ids, pos, dx, cx):
-        """Entropies drawn for a table, with `token_acceptance`'s entropy term of each."""
+    def _ent_tables(self, J: list[int], reach: list[int] | None = None) -> None:
+        """Entropy tables (`StretchBase._tables`' coverage rule) for the columns in J that need one:
+        ROWS cycle starts from the committed position by max_draft draft indices, each entry the
+        draft's entropy and `token_acceptance`'s entropy term of it, NaN past what it may draft
+        there. Every grid entry drawn in one call (those past the output lie within the store's
+        padding; keyed draws, so the others are as drawn alone), then masked."""
+        tab, com, ctx, rids, out, md = self._etab, self._com, self._ctx, self._rids, self._out, self._md
+        miss = []
+        for q, j in enumerate(J):
+            t = tab.get(rids[j])
+            h = 1 if reach is None else reach[q]
+            if not (t is not None and 0 <= com[j] - t[0] and min(com[j] + h, out[j]) - t[0] <= t[1]
+                    and ctx[j] - com[j] == t[3]):
+                miss.append(j)
+        if not miss:
+            return
+        if len(tab) > 4 * len(rids) + 64:  # entries of finished requests
+            keep = set(rids)
+            for rid in [x for x in tab if x not in keep]:
+                del tab[rid]
         pol = self.pol
-        e = self._entropy(ids, pos, dx, cx)
+        grid = getattr(self._entropy, "rows", None)
+        if grid is not None:  # one request's grid per call, offsets once per start
+            i = np.arange(md, dtype=np.int64)
+            for j in miss:
+                c0, o = com[j], out[j]
+                rows = max(min(self.ROWS, o - c0), 1)
+                c = np.arange(c0, c0 + rows, dtype=np.int64)
+                E = grid(rids[j], c, c + (ctx[j] - c0), md)
+                Q = pol.slope * (pol.thr - np.log(np.maximum(np.minimum(np.where(E == E, E, pol.entropy_median),
+                                                                        _FMAX), 1e-12)))
+                past = i >= np.minimum(md, o - c - 1)[:, None]
+                E[past] = np.nan
+                Q[past] = np.nan
+                tab[rids[j]] = (c0, rows, (E, Q, E.tolist()), ctx[j] - c0, False)
+            return
+        ids, pos, cx, spans = [], [], [], []
+        for j in miss:
+            c0, o = com[j], out[j]
+            rows = max(min(self.ROWS, o - c0), 1)
+            c = np.arange(c0, c0 + rows, dtype=np.int64).repeat(md)
+            ids.append(np.full(rows * md, rids[j], np.int64))
+            pos.append(c)
+            cx.append(c + (ctx[j] - c0))
+            spans.append((j, c0, rows, ctx[j] - c0))
+        one = len(miss) == 1
+        pos = pos[0] if one else np.concatenate(pos)
+        dx = np.tile(np.arange(md, dtype=np.int64), len(pos) // md)
+        e = self._entropy(ids[0] if one else np.concatenate(ids), pos, dx, cx[0] if one else np.concatenate(cx))
         q = pol.slope * (pol.thr - np.log(np.maximum(np.minimum(np.where(e == e, e, pol.entropy_median), _FMAX),
                                                         1e-12)))
+        past = dx >= np.minimum(md, np.asarray(self._out_of(miss, spans), np.int64) - pos - 1)
+        e[past] = np.nan
+        q[past] = np.nan
+        lo = 0
+        for j, c0, rows, off in spans:
+            E, Q = e[lo:lo + rows * md].reshape(rows, md), q[lo:lo + rows * md].reshape(rows, md)
+            tab[rids[j]] = (c0, rows, (E, Q, E.tolist()), off, False)
+            lo += rows * md
 
-        def vals(ok, lo, hi):
-            E, Q = np.full(ok.shape, np.nan), np.full(ok.shape, np.nan)
-            E[ok], Q[ok] = e[lo:hi], q[lo:hi]
-            return E, Q, E.tolist()
-        return vals
+    def _out_of(self, miss, spans):
+        """Each grid entry's request output length (for the mask)."""
+        out = self._out
+        if len(miss) == 1:
+            return out[miss[0]]
+        return np.concatenate([np.full(rows * self._md, out[j], np.int64) for j, _, rows, _ in spans])
 
     def _ests(self, J: list[int], a: list[float]):
         """(estimates, entropies) as lists per column of the drafts it would make in a cycle
@@ -141,7 +195,7 @@ class StretchPlanner(StretchBase):
         draft). `token_acceptance`'s operations in its order, its entropy term drawn with the
         table."""
         tab, com, rids = self._etab, self._com, self._rids
-        self._tables(J, tab, self._ent_fill)
+        self._ent_tables(J)
         ts = [tab[rids[j]] for j in J]
         i = [com[j] - t[0] for j, t in zip(J, ts)]
         Q = ts[0][2][1][i[0]][None, :] if len(J) == 1 else np.stack([t[2][1][k] for t, k in zip(ts, i)])
@@ -156,7 +210,7 @@ class StretchPlanner(StretchBase):
         at the estimates P (flat, in that order)."""
         md = self._md
         tab, com, rids = self._etab, self._com, self._rids
-        self._tables(J, tab, self._ent_fill, [c + 2 for c in caps])
+        self._ent_tables(J, [c + 2 for c in caps])
         Q, E = [], []
         for j, cap in zip(J, caps):
             t = tab[rids[j]]

@@ -298,6 +298,10 @@ class FastPath:
             return acc.verify(ids, pos, drafted, ctx, *consts(len(ids)))
 
         verify.prefix_draws = getattr(acc, "prefix_draws", False)  # (outcomes.OutcomeTable.run)
+        if hasattr(acc, "draft_entropy_rows"):  # one request's grid of (start, draft) entropies
+            def rows(rid, starts, ctx, k):
+                return acc.draft_entropy_rows(rid, starts, ctx, k, *consts(len(starts)))
+            entropy.rows = rows
         # with requests waiting for pages, the stretch ends at the first verification with drafts
         # (whose freed pages the next pass's admission may take)
         gate = bool(self.b.waiting) and r < cfg.max_batch

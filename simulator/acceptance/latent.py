@@ -176,3 +176,16 @@ class LatentAcceptance:
         acc = self._store.bufs[0][at] + off - stale * draft_pos > 0.0
         p = self.params
         return ent.signal(acc, self._store.bufs[1][at], p.entropy_median, p.entropy_sigma, self._shift)
+
+    def draft_entropy_rows(self, rid: int, starts, context, k: int, budget, method) -> np.ndarray:
+        """`draft_entropy` of one request's drafts 0..k-1 from each of these cycle starts (their
+        contexts; budget and method per start): (len(starts), k), each entry the same floats as
+        drawn alone (the offsets computed once per start, broadcast along the drafts)."""
+        starts = np.asarray(starts, np.int64)
+        j = np.arange(k, dtype=np.int64)
+        s = int(self._store.ensure(np.array([rid], np.int64), np.array([int(starts[-1]) + k], np.int64))[0])
+        at = (s + starts)[:, None] + j
+        off, stale = self._offsets(context, budget, method)
+        acc = self._store.bufs[0][at] + off[:, None] - stale[:, None] * j > 0.0
+        p = self.params
+        return ent.signal(acc, self._store.bufs[1][at], p.entropy_median, p.entropy_sigma, self._shift)
