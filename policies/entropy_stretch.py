@@ -443,31 +443,7 @@ class StretchPlanner(StretchBase):
             if counts[j] is None:
                 opened[j] = [0, d[j], []]
         whole_cycles([j for j in range(r) if own(j)])
-        while True:
-            need = [j for j in range(r) if not done[j] and start[j] < hz]
-            if not need:
-                break
-            P = min(start[j] for j in need)
-            fold(P)  # every outcome before P is known: the others' cycles are planned past it
-            at = [j for j in need if start[j] == P]
-            B = []
-            for j in at:
-                if counts[j] is not None and relax[j] is not None:  # relaxes towards the pool, then its own
-                    p0, x = relax[j], counts[j]
-                    w = keep ** (com[j] - p0)
-                    default = pool[0] / pool[1]
-                    x[0] = w * x[0] + (1.0 - w) * default * strength
-                    x[1] = w * x[1] + (1.0 - w) * strength
-                    st.relax.append((P, rids[j], p0, com[j]))
-                    relax[j] = None
-                    B.append(j)
-                elif own(j):
-                    B.append(j)
-            if B:
-                whole_cycles(B)
-            A = [j for j in at if counts[j] is None and not done[j] and start[j] < hz]
-            if A:
-                pooled(A, P)
+        self._pass_order(st, start, done, counts, relax, pool, fold, own, lambda: hz, whole_cycles, pooled)
         for j in range(r):  # cycles still drafting at the horizon, decided pass by pass
             o = opened[j]
             if o is not None and d[j] > 0:

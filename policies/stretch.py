@@ -126,6 +126,50 @@ class StretchBase:
             a = []
         tab[rids[j]] = (c0, rows, a + [0] * (rows - len(a)), off, True)
 
+    def _pass_order(self, st: Stretch, start, done, counts, relax, pool, fold, own, horizon, whole_cycles, pooled,
+                    pending=None) -> None:
+        """The plan in pass order (`entropy_stretch`, `aspire_stretch`): at the earliest pass P on
+        which a column not done and inside the horizon (`horizon()`, which planning moves) is asked
+        next, every outcome before P folded into the pool (`fold`); the columns asked there whose
+        relaxation towards the pool is due relax (recorded in `st.relax`) and, like those with an
+        estimate of their own, are planned cycle by cycle (`whole_cycles`); those with no outcome
+        yet at the pool's rate (`pooled`), except, given `pending`, those whose first outcome is
+        not folded yet."""
+        acc = self.pol.acc
+        keep, strength = acc.keep, acc.strength
+        com, rids = self._com, self._rids
+        cols = range(len(rids))
+        while True:
+            hz = horizon()
+            need = [j for j in cols if not done[j] and start[j] < hz]
+            if not need:
+                return
+            P = min(start[j] for j in need)
+            fold(P)  # every outcome before P is known: the others' cycles are planned past it
+            at = [j for j in need if start[j] == P]
+            B = []
+            for j in at:
+                if counts[j] is not None and relax[j] is not None:  # relaxes towards the pool, then its own
+                    p0, x = relax[j], counts[j]
+                    w = keep ** (com[j] - p0)
+                    default = pool[0] / pool[1]
+                    x[0] = w * x[0] + (1.0 - w) * default * strength
+                    x[1] = w * x[1] + (1.0 - w) * strength
+                    st.relax.append((P, rids[j], p0, com[j]))
+                    relax[j] = None
+                    B.append(j)
+                elif own(j):
+                    B.append(j)
+            if B:
+                whole_cycles(B)
+            hz = horizon()
+            if pending is None:
+                A = [j for j in at if counts[j] is None and not done[j] and start[j] < hz]
+            else:
+                A = [j for j in at if counts[j] is None and not pending[j] and not done[j] and start[j] < hz]
+            if A:
+                pooled(A, P)
+
     def _replay(self, st: Stretch, n: int) -> list[tuple]:
         """The estimates as the first n passes leave them: each pass's relaxations (looks), then
         its outcomes (`on_verify`, in running order); each request's last look. Returns each
