@@ -43,14 +43,26 @@ class AspireStretch(StretchBase):
                           last_entropy=np.full(k, np.nan), sum_entropy=np.zeros(k), num_decode=view.num_decode,
                           prefill_tokens=view.prefill_tokens, max_draft=view.max_draft)
         self._ks, cyc = cycle_costs(self.pol.ctx.cost, rows, k_max)
+        self._kp1, self._k0 = self._ks[None, :] + 1, int(self._ks[0])  # ks: k_min..k_max in order
         self._cyc = cyc.reshape(r, H, len(self._ks))
 
-    def _answers(self, prior: np.ndarray, rows: np.ndarray, cix: np.ndarray) -> list[int]:
+    def _answers(self, prior: np.ndarray, rows, cix: np.ndarray) -> list[int]:
         """The k each (column, context offset) row is given at these estimates (`Aspire.targets`:
-        argmax of expected tokens per unit of cycle cost)."""
-        ks = self._ks
-        rate = expected_tokens(prior[:, None], ks[None, :]) / self._cyc[rows, cix]
-        return ks[np.argmax(rate, axis=1)].tolist()
+        argmax of expected tokens per unit of cycle cost). `expected_tokens`' operations in its
+        order, its exponents and the k of each argmax (ks is a range) made once per plan."""
+        a = np.minimum(np.maximum(prior, 0.0), 0.999999)[:, None]
+        rate = (1.0 - a ** self._kp1) / (1.0 - a) / self._cyc[rows, cix]
+        return (rate.argmax(axis=1) + self._k0).tolist()
+
+    _offs: dict = {}
+
+    def _offsets(self, cap: int) -> np.ndarray:
+        """Context offsets of whole()'s rows for one column: this cycle (0), the next after b
+        accepted of more drafts (1 .. cap) and after all b accepted (2 .. cap + 1)."""
+        o = self._offs.get(cap)
+        if o is None:
+            o = self._offs[cap] = np.array([0, *range(1, cap + 1), *range(2, cap + 2)], np.int64)
+        return o
 
     def plan(self, view: DecodeView, n: int, verify, gate: bool) -> Stretch | None:
         pol = self.pol
@@ -149,9 +161,13 @@ class AspireStretch(StretchBase):
                 k0, k1 = keep * c0, keep * c1
                 P.extend([(k0 + b) / (k1 + (b + 1)) for b in range(cap)])  # b accepted of more
                 P.extend([(k0 + b) / (k1 + b) for b in range(1, cap + 1)])  # all b accepted
-                rows += [j] * (2 * cap + 1)
-                cix += [cx] + list(range(cx + 1, cx + cap + 1)) + list(range(cx + 2, cx + cap + 2))
-            K = self._answers(np.array(P), np.array(rows), np.array(cix))
+                if len(J) > 1:
+                    rows += [j] * (2 * cap + 1)
+                    cix += [cx] + list(range(cx + 1, cx + cap + 1)) + list(range(cx + 2, cx + cap + 2))
+            if len(J) == 1:  # one column (the common case): its context offsets from a cached pattern
+                K = self._answers(np.array(P), J[0], (ctx[J[0]] - ctx0[J[0]]) + self._offsets((len(P) - 1) // 2))
+            else:
+                K = self._answers(np.array(P), np.array(rows), np.array(cix))
             for q, j in enumerate(J):
                 r0, x0 = base[q], d[j]
                 cap = min(md, out[j] - com[j] - 1)
