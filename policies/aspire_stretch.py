@@ -54,16 +54,6 @@ class AspireStretch(StretchBase):
         rate = (1.0 - a ** self._kp1) / (1.0 - a) / self._cyc[rows, cix]
         return (rate.argmax(axis=1) + self._k0).tolist()
 
-    _offs: dict = {}
-
-    def _offsets(self, cap: int) -> np.ndarray:
-        """Context offsets of whole()'s rows for one column: this cycle (0), the next after b
-        accepted of more drafts (1 .. cap) and after all b accepted (2 .. cap + 1)."""
-        o = self._offs.get(cap)
-        if o is None:
-            o = self._offs[cap] = np.array([0, *range(1, cap + 1), *range(2, cap + 2)], np.int64)
-        return o
-
     def plan(self, view: DecodeView, n: int, verify, gate: bool) -> Stretch | None:
         pol = self.pol
         if pol.exploring:

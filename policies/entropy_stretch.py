@@ -156,7 +156,7 @@ class StretchPlanner(StretchBase):
                 past = i >= np.minimum(md, o - c - 1)[:, None]
                 E[past] = np.nan
                 Q[past] = np.nan
-                tab[rids[j]] = (c0, rows, (E, Q, E.tolist()), ctx[j] - c0, False)
+                tab[rids[j]] = (c0, rows, (E, Q), ctx[j] - c0, False)  # a row's entropies listed when read
             return
         ids, pos, cx, spans = [], [], [], []
         for j in miss:
@@ -179,7 +179,7 @@ class StretchPlanner(StretchBase):
         lo = 0
         for j, c0, rows, off in spans:
             E, Q = e[lo:lo + rows * md].reshape(rows, md), q[lo:lo + rows * md].reshape(rows, md)
-            tab[rids[j]] = (c0, rows, (E, Q, E.tolist()), off, False)
+            tab[rids[j]] = (c0, rows, (E, Q), off, False)
             lo += rows * md
 
     def _out_of(self, miss, spans):
@@ -202,7 +202,7 @@ class StretchPlanner(StretchBase):
         p = [min(max(x, 1e-6), 1 - 1e-6) for x in a]
         lp = np.log(np.array([x / (1 - x) for x in p]))
         est = 1.0 / (1.0 + np.exp(-(lp[:, None] + Q)))
-        return est.tolist(), [t[2][2][k] for t, k in zip(ts, i)]
+        return est.tolist(), [t[2][0][k].tolist() for t, k in zip(ts, i)]
 
     def _ests2(self, J: list[int], caps: list[int], P: np.ndarray):
         """`_ests` for whole(): per column, rows for a cycle from its committed position c and for
@@ -218,11 +218,11 @@ class StretchPlanner(StretchBase):
             q = t[2][1][i:i + cap + 2]
             if len(q) < cap + 2:  # past the request's end: never read
                 q = np.concatenate([q, np.full((cap + 2 - len(q), md), np.nan)])
-            Q += [q[:1], q[1:cap + 1], q[2:cap + 2]]
-            E.append((t[2][2], i))  # entropies of a cycle starting b positions on: row i + b
+            Q.append(q[self._offsets(cap)])  # rows 0, 1 .. cap, 2 .. cap + 1
+            E.append((t[2][0], i))  # entropies of a cycle starting b positions on: row i + b
         p = np.minimum(np.maximum(P, 1e-6), 1 - 1e-6)  # token_acceptance, with the entropy term drawn
         lp = np.log(p / (1 - p))
-        return 1.0 / (1.0 + np.exp(-(lp[:, None] + np.concatenate(Q)))), E
+        return 1.0 / (1.0 + np.exp(-(lp[:, None] + (Q[0] if len(Q) == 1 else np.concatenate(Q))))), E
 
     # ---------------------------------------------------------------- the plan
     def plan(self, view: DecodeView, n: int, entropy, verify, gate: bool) -> Stretch | None:
@@ -350,7 +350,7 @@ class StretchPlanner(StretchBase):
                 cx = ctx[j] - ctx0[j]
                 vcr, cd = vct[j, cx].tolist(), cdl[j][cx]
                 x = cycle_more(el, x0, G[r0].tolist(), cd, vcr, cap, L)
-                b = take(j, x0, el, et[i], x, P[r0], cd, vcr, cap)
+                b = take(j, x0, el, et[i].tolist(), x, P[r0], cd, vcr, cap)
                 if x == 0 or done[j] or start[j] >= hz:
                     continue
                 r1 = r0 + 1 + b if b < x else r0 + cap + b
@@ -359,7 +359,7 @@ class StretchPlanner(StretchBase):
                 vcr, cd = vct[j, cx].tolist(), cdl[j][cx]
                 el = est[r1].tolist()
                 x = cycle_more(el, 0, G[r1].tolist(), cd, vcr, cap1, L)
-                take(j, 0, el, et[i + b + 1], x, P[r1], cd, vcr, cap1)
+                take(j, 0, el, et[i + b + 1].tolist(), x, P[r1], cd, vcr, cap1)
 
         def whole_cycles(J):  # cycle after cycle while each keeps its own estimate
             while J:

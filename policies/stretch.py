@@ -45,6 +45,16 @@ class StretchBase:
         # rid -> (first start, starts, draws, context - committed)
         self._vtab: dict = {}
 
+    _offs: dict = {}
+
+    def _offsets(self, cap: int) -> np.ndarray:
+        """Start offsets of whole()'s rows for one column (a planner's two cycles at once): this
+        cycle (0), the next after b accepted of more drafts (1 .. cap) and after all b (2 .. cap + 1)."""
+        o = self._offs.get(cap)
+        if o is None:
+            o = self._offs[cap] = np.array([0, *range(1, cap + 1), *range(2, cap + 2)], np.int64)
+        return o
+
     def _tables(self, J: list[int], tab: dict, fill, reach: list[int] | None = None) -> None:
         """Tables of draws by (cycle start, drafts) for the columns in J whose table does not reach
         `reach` starts from their committed position (within their output): ROWS starts from
