@@ -33,7 +33,7 @@ def recommend(rows: list[dict], precision: float = 0.0) -> list[dict]:
             cand.sort(key=lambda r: -r[field] if hi else r[field])
         w = cand[0]
         ru = cand[1] if len(cand) > 1 else None
-        reason = f"{_v(w[field])} {unit}"
+        reason = f"{_v(w[field])} {unit[:-1] if unit == 'GPUs' and w[field] == 1 else unit}"
         if ru is not None:
             rel = (w[field] / ru[field]) if ru[field] else None
             if key != "fewest_gpus":
@@ -41,7 +41,8 @@ def recommend(rows: list[dict], precision: float = 0.0) -> list[dict]:
                 if key in ("rate_per_gpu", "per_dollar") and rel and rel < 1 + precision:
                     reason += f": a tie within the search's {precision:.0%} precision"
         if key == "fewest_gpus":
-            reason += f" ({w['fewest_replicas']} replica(s) x TP {w['tp']} at {w['target_rate']:.3g} req/s)"
+            n = w['fewest_replicas']
+            reason += f" ({n} replica{'' if n == 1 else 's'} x TP {w['tp']} at {w['target_rate']:.3g} req/s)"
             tied = [r["config"] for r in cand[1:] if r[field] == w[field]]
             if tied:
                 reason += (f"; tied on GPUs with {', '.join(tied)}, chosen for its lower cost per hour, then its "
