@@ -120,7 +120,7 @@ def results_table(p) -> Table:
         t.add_row(r["config"] + (" [dim](clairvoyant)[/]" if r["clairvoyant"] else ""), rate,
                   _f(r["rate_per_gpu"]), _f(r["requests_per_usd"], 0),
                   "-" if r.get("fewest_replicas") is None else str(r["fewest_replicas"]), r["limiter"])
-    t.caption = (f"rates at {p.meta['replicas_searched']} replica(s), searched to {p.meta['precision']:.0%}; "
+    t.caption = (f"rates at {p.meta['replicas_searched']} replica{'' if p.meta['replicas_searched'] == 1 else 's'}, searched to {p.meta['precision']:.0%}; "
                  f"{p.meta['probes_simulated']} runs simulated, {p.meta['probes_cached']} from the cache, "
                  f"{p.meta['wall_s']:.0f} s")
     return t

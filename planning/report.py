@@ -68,7 +68,7 @@ td,th{{border:1px solid #ccc;padding:4px 8px;font-size:13px;vertical-align:top}}
 </head><body>
 <h1>spsim plan: {html.escape(m['trace'])}</h1>
 <p>SLO <code>{html.escape(m['slo'])}</code>; {m['requests']:,} requests; highest rates searched at
-{m['replicas_searched']} replica(s) to a relative precision of {m['precision']:.0%}; fewest replicas for
+{m['replicas_searched']} replica{'' if m['replicas_searched'] == 1 else 's'} to a relative precision of {m['precision']:.0%}; fewest replicas for
 {m['target_rate']:.3g} req/s within {m['replica_range'][0]}..{m['replica_range'][1]}; prices:
 {html.escape(m['prices_source'])}. Simulated with spsim (not measured on GPUs).</p>
 <h2>Recommendation</h2>
