@@ -261,11 +261,13 @@ class StretchPlanner(StretchBase):
                 relax[j] = p0
         pending = [False] * r  # first outcome made: its counts start from the pool as it is then
         done = [False] * r
-        kmax = np.zeros(n + 1, np.int64)  # most drafts held by any request, per pass, where 8 or more
+        kmax = [0] * (n + 1)  # most drafts held by any request, per pass, where 8 or more
         heap: list = []  # outcomes not folded into the pool yet: (pass, column, drafts, accepted)
         opened: list = [None] * r  # a cycle decided pass by pass: [first pass, drafts then, entropies]
         checks = []  # whole cycles: (column, first pass, drafts then, drafts verified, prior, cd, vc, cap, ests)
         rec = st.cycles
+
+        vp_, vj_, dv_, ac_ = st.vp, st.vj, st.dv, st.acc
 
         def verified(j, p, x, a):
             st.vp.append(p)
@@ -301,7 +303,10 @@ class StretchPlanner(StretchBase):
                 for p in range(f + max(0, 8 - x0), min(v, n) + 1):  # 8 drafts or more held (the width check's)
                     if x0 + p - f > kmax[p]:
                         kmax[p] = x0 + p - f
-            verified(j, v, x, a_)
+            vp_.append(v)
+            vj_.append(j)
+            dv_.append(x)
+            ac_.append(a_)
             held[j] = []
             if x > 0:
                 cj = counts[j]
@@ -449,7 +454,7 @@ class StretchPlanner(StretchBase):
             if o is not None and d[j] > 0:
                 rec[j].append((o[0], 1 << 60, o[1], com[j], list(held[j]), o[2]))
         st.n = min(n, hz)
-        st.n = min(st.n, self._width_check(checks, kmax, st.n))
+        st.n = min(st.n, self._width_check(checks, np.array(kmax, np.int64), st.n))
         return st if st.n >= 1 else None
 
     def _plain_run(self, j: int, P: int, Pc: int, hz: int, pr: float, ctx0: list[int]) -> int:
@@ -495,7 +500,7 @@ class StretchPlanner(StretchBase):
                 if x[1]:
                     ph[i, :x[1]] = x[7][:x[1]]
             res = er.draft_more(ph, np.array([x[1] for x in grp], np.int64), np.array([x[3] for x in grp]),
-                                np.array([x[4] for x in grp]), np.stack([x[5] for x in grp]),
+                                np.array([x[4] for x in grp]), np.array([x[5] for x in grp]),
                                 np.array([x[6] for x in grp], np.int64), self.pol.lookahead).tolist()
             for x, y in zip(grp, res):
                 if y != x[8] and x[0] < bad:
