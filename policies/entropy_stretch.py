@@ -366,7 +366,56 @@ class StretchPlanner(StretchBase):
                 x = cycle_more(el, 0, G[r1].tolist(), cd, vcr, cap1, L)
                 take(j, 0, el, et[i + b + 1].tolist(), x, P[r1], cd, vcr, cap1)
 
+        etab, offsets = self._etab, self._offsets
+
+        def whole1(j):
+            """whole([j]) for one column (the common case), _ests2 inline: no per-column lists."""
+            c0, c1 = counts[j]
+            cj = com[j]
+            cap = min(md, out[j] - cj - 1)
+            k0, k1 = keep * c0, keep * c1
+            P = [c0 / c1]
+            P += [(k0 + b) / (k1 + (b + 1)) for b in range(cap)]  # b accepted of more
+            P += [(k0 + b) / (k1 + b) for b in range(1, cap + 1)]  # all b accepted
+            Pa = np.array(P)
+            t = etab.get(rids[j])
+            if not (t is not None and 0 <= cj - t[0] and min(cj + cap + 2, out[j]) - t[0] <= t[1]
+                    and ctx[j] - cj == t[3]):
+                self._ent_tables([j], [cap + 2])
+                t = etab[rids[j]]
+            i = cj - t[0]
+            q = t[2][1][i:i + cap + 2]
+            if len(q) < cap + 2:  # past the request's end: never read
+                q = np.concatenate([q, np.full((cap + 2 - len(q), md), np.nan)])
+            p = np.minimum(np.maximum(Pa, 1e-6), 1 - 1e-6)  # token_acceptance, with the entropy term drawn
+            lp = np.log(p / (1 - p))
+            est = 1.0 / (1.0 + np.exp(-(lp[:, None] + q[offsets(cap)])))
+            G = np.cumsum(Pa[:, None] ** mL, axis=1)  # draft_more's gain factors
+            et = t[2][0]
+            x0 = d[j]
+            el = est[0].tolist()
+            if held[j]:  # estimates made on earlier looks
+                el[:len(held[j])] = held[j]
+            cx = ctx[j] - ctx0[j]
+            vcr, cd = vct[j, cx].tolist(), cdl[j][cx]
+            x = cycle_more(el, x0, G[0].tolist(), cd, vcr, cap, L)
+            b = take(j, x0, el, et[i].tolist(), x, P[0], cd, vcr, cap)
+            if x == 0 or done[j] or start[j] >= hz:
+                return
+            r1 = 1 + b if b < x else cap + b
+            cx = ctx[j] - ctx0[j]
+            cap1 = min(md, out[j] - com[j] - 1)
+            vcr, cd = vct[j, cx].tolist(), cdl[j][cx]
+            el = est[r1].tolist()
+            x = cycle_more(el, 0, G[r1].tolist(), cd, vcr, cap1, L)
+            take(j, 0, el, et[i + b + 1].tolist(), x, P[r1], cd, vcr, cap1)
+
         def whole_cycles(J):  # cycle after cycle while each keeps its own estimate
+            while len(J) == 1:
+                j = J[0]
+                whole1(j)
+                if done[j] or start[j] >= hz or not own(j):
+                    return
             while J:
                 whole(J)
                 J = [j for j in J if not done[j] and start[j] < hz and own(j)]
