@@ -166,22 +166,19 @@ class PassAttention(PagedAttention):
             self._slots = T(slots)
             self._c_sel = T(np.repeat(c_sel, hkv))[:, None]
             self._top = T(np.repeat(top, hkv))[:, None]
+            extra = max(0, d.pad_first - len(first)) if len(first) else 0
+            if len(first) and not extra:
+                # padded to a power of two by repeating the first one (the same pages written
+                # twice): fewer distinct shapes for CUDA graphs, at most twice the scoring
+                first = np.concatenate([first, np.full((1 << (len(first) - 1).bit_length()) - len(first), first[0])])
             f_slots, f_npg, f_table = slots[first], npg[first], pt[first]
-            if len(first) and d.pad_first > len(first):
-                # padding entries: row 0's query over one page into a scratch slot (a few us of
-                # scoring), so the selection's shape is the drafting rows' padded count
-                extra = d.pad_first - len(first)
+            if extra:
+                # padded passes: entries of row 0's query over one page into a scratch slot (a few
+                # us of scoring), so the selection's shape is the drafting rows' padded count
                 first = np.concatenate([first, np.zeros(extra, np.int64)])
                 f_slots = np.concatenate([f_slots, np.repeat(self.store.slots_of([SELECT_PAD_RID]), extra)])
                 f_npg = np.concatenate([f_npg, np.ones(extra, np.int64)])
                 f_table = np.concatenate([f_table, np.zeros((extra, pt.shape[1]), np.int64)])
-            elif len(first):
-                # padded to a power of two by repeating the first one (the same pages written
-                # twice): fewer distinct shapes for CUDA graphs, at most twice the scoring
-                rep = (1 << (len(first) - 1).bit_length()) - len(first)
-                first = np.concatenate([first, np.full(rep, first[0])])
-                f_slots, f_npg = slots[first], npg[first]
-                f_table = pt[first]
             self._nf = nf = len(first)
             if nf:
                 cf = np.minimum(f_npg, kp)  # == c_sel for the real entries

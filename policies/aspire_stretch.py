@@ -20,7 +20,7 @@ import heapq
 
 import numpy as np
 
-from .base import DecodeView, expected_tokens
+from .base import DecodeView
 from .stretch import Stretch, StretchBase
 
 

@@ -129,19 +129,9 @@ class StretchPlanner(StretchBase):
         there. Every grid entry drawn in one call (those past the output lie within the store's
         padding; keyed draws, so the others are as drawn alone), then masked."""
         tab, com, ctx, rids, out, md = self._etab, self._com, self._ctx, self._rids, self._out, self._md
-        miss = []
-        for q, j in enumerate(J):
-            t = tab.get(rids[j])
-            h = 1 if reach is None else reach[q]
-            if not (t is not None and 0 <= com[j] - t[0] and min(com[j] + h, out[j]) - t[0] <= t[1]
-                    and ctx[j] - com[j] == t[3]):
-                miss.append(j)
+        miss = self._misses(J, tab, reach)
         if not miss:
             return
-        if len(tab) > 4 * len(rids) + 64:  # entries of finished requests
-            keep = set(rids)
-            for rid in [x for x in tab if x not in keep]:
-                del tab[rid]
         pol = self.pol
         grid = getattr(self._entropy, "rows", None)
         if grid is not None:  # one request's grid per call, offsets once per start

@@ -55,21 +55,30 @@ class StretchBase:
             o = self._offs[cap] = np.array([0, *range(1, cap + 1), *range(2, cap + 2)], np.int64)
         return o
 
-    def _tables(self, J: list[int], tab: dict, fill, reach: list[int] | None = None) -> None:
-        """Tables of draws by (cycle start, drafts) for the columns in J whose table does not reach
-        `reach` starts from their committed position (within their output): ROWS starts from
-        there, drawn in one call. fill(ids, pos, draft index, context) -> vals(mask, lo, hi)."""
+    def _misses(self, J: list[int], tab: dict, reach: list[int] | None = None) -> list[int]:
+        """The columns in J whose table in `tab` (by request: first cycle start, last start covered,
+        ..., context less committed) does not cover `reach` cycle starts (default 1) from their
+        committed position, within their output. Drops the entries of finished requests first
+        when there are many, so a table is never reused for another request's state."""
         com, ctx, rids, out = self._com, self._ctx, self._rids, self._out
         reach = reach or [1] * len(J)
         miss = [j for j, h in zip(J, reach) if not ((t := tab.get(rids[j])) is not None and 0 <= com[j] - t[0]
                                                     and min(com[j] + h, out[j]) - t[0] <= t[1]
                                                     and ctx[j] - com[j] == t[3])]
-        if not miss:
-            return
-        if len(tab) > 4 * len(rids) + 64:  # entries of finished requests
+        if miss and len(tab) > 4 * len(rids) + 64:  # entries of finished requests
             keep = set(rids)
             for rid in [x for x in tab if x not in keep]:
                 del tab[rid]
+        return miss
+
+    def _tables(self, J: list[int], tab: dict, fill, reach: list[int] | None = None) -> None:
+        """Tables of draws by (cycle start, drafts) for the columns in J whose table does not reach
+        `reach` starts from their committed position (within their output): ROWS starts from
+        there, drawn in one call. fill(ids, pos, draft index, context) -> vals(mask, lo, hi)."""
+        com, ctx, rids, out = self._com, self._ctx, self._rids, self._out
+        miss = self._misses(J, tab, reach)
+        if not miss:
+            return
         md = self._md
         ids, pos, dx, cx, spans = [], [], [], [], []
         for j in miss:

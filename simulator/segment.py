@@ -479,23 +479,10 @@ class FastPath:
         if not vps:
             return None
         vp, vj, dv, acc = (np.array(x, I64) for x in (vps, vjs, dvs, accs))  # pass-major already
-        k = int(np.searchsorted(vp, n))
-        vp, vj, dv, acc = vp[:k], vj[:k], dv[:k], acc[:k]
-        idle = [x for x in idle if x[1] < n] or None
-        seg, need = self._cycle_arrays(n, r, ctx0, d0, vp, vj, dv, acc, run, idle)
-        # pages: stop before the first pass whose reservation does not fit in free pages
-        other = self.pool.used - sum(t.pages[run].tolist())
-        over = other + need.sum(axis=1) > self.pool.capacity
-        if over.any():
-            n = int(np.argmax(over))
-            if n < 1:
-                return None
-            k = int(np.searchsorted(vp, n))
-            vp, vj, dv, acc = vp[:k], vj[:k], dv[:k], acc[:k]
-            seg = DecodeSegment(seg.kind[:n], seg.query[:n], seg.context[:n], seg.draft_pos[:n], seg.budget, seg.method)
-            need = need[:n]
-            if idle is not None:
-                idle = [x for x in idle if x[1] < n] or None
+        cut = self._cut_cycles(n, 1, r, ctx0, d0, vp, vj, dv, acc, run, idle)
+        if cut is None:
+            return None
+        n, vp, vj, dv, acc, seg, need, idle = cut
         looks = [x for x in looks if x[0] < n] or None
         return SegmentPlan(run, n, seg, None, cycles=Cycles(vp, vj, dv, acc, K, need, None, idle), looks=looks)
 
@@ -807,12 +794,24 @@ class FastPath:
         if r > 1:  # one request: its verifications are in pass order already
             order = np.argsort(vp * r + vj, kind="stable")  # pass-major, running order within a pass
             vp, vj, dv, acc = vp[order], vj[order], dv[order], acc[order]
+        cut = self._cut_cycles(n, min_n, r, ctx0, d0, vp, vj, dv, acc, run, idle)
+        if cut is None or cut[0] < min_n:
+            return None
+        n, vp, vj, dv, acc, seg, need, idle = cut
+        asks = None
+        if ask is not None or after is not None:
+            asks = tuple(np.array(x, I64) for x in (aps, ajs, atg, arc, aco))
+        return SegmentPlan(run, n, seg, None, cycles=Cycles(vp, vj, dv, acc, K, need, asks, idle))
+
+    def _cut_cycles(self, n, min_n, r, ctx0, d0, vp, vj, dv, acc, run, idle):
+        """The verifications (pass-major) before pass `n`, the segment's arrays and pages, and `n`
+        cut before the first pass whose page reservation does not fit in the pool: (n, vp, vj, dv,
+        acc, seg, need, idle), or None where fewer than `min_n` passes fit."""
         k = int(np.searchsorted(vp, n))
         vp, vj, dv, acc = vp[:k], vj[:k], dv[:k], acc[:k]
         idle = [x for x in idle if x[1] < n] or None
         seg, need = self._cycle_arrays(n, r, ctx0, d0, vp, vj, dv, acc, run, idle)
-        # pages: stop before the first pass whose reservation does not fit in free pages
-        other = self.pool.used - sum(t.pages[run].tolist())
+        other = self.pool.used - sum(self.t.pages[run].tolist())
         over = other + need.sum(axis=1) > self.pool.capacity
         if over.any():
             n = int(np.argmax(over))
@@ -822,14 +821,9 @@ class FastPath:
             vp, vj, dv, acc = vp[:k], vj[:k], dv[:k], acc[:k]
             seg = DecodeSegment(seg.kind[:n], seg.query[:n], seg.context[:n], seg.draft_pos[:n], seg.budget, seg.method)
             need = need[:n]
-        elif n < min_n:
-            return None
-        asks = None
-        if ask is not None or after is not None:
-            asks = tuple(np.array(x, I64) for x in (aps, ajs, atg, arc, aco))
-        if idle is not None and over.any():
-            idle = [x for x in idle if x[1] < n] or None
-        return SegmentPlan(run, n, seg, None, cycles=Cycles(vp, vj, dv, acc, K, need, asks, idle))
+            if idle is not None:
+                idle = [x for x in idle if x[1] < n] or None
+        return n, vp, vj, dv, acc, seg, need, idle
 
     def _cycle_arrays(self, n, r, ctx0, d0, vp, vj, dv, acc, run, idle=None):
         """(n, r) kind, query, context and draft position of a cycles segment, and pages needed.
