@@ -91,8 +91,13 @@ def main() -> None:
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--out", default=None)
     ap.add_argument("--points", default="1x32768,16x32768,8x65536,4x120000")
-    ap.add_argument("--mixed-methods", default="static,verify-quest,step-layer")
+    ap.add_argument("--mixed-methods", default="static,verify-quest,step-layer", help="'' for none")
+    ap.add_argument("--short-tile", default=None, help="BLOCK_N,warps,stages of the short (decode/draft) tile, "
+                    "to time another tile than the runtime's SHORT_TILE")
     args = ap.parse_args()
+    from spsim.gpu_runtime import attention as A
+    if args.short_tile:
+        A.SHORT_TILE = tuple(int(x) for x in args.short_tile.split(","))
     dev = torch.device("cuda")
     bw = copy_bandwidth(dev)
     lc = get_config(args.model)
@@ -114,7 +119,7 @@ def main() -> None:
            "method": "the model's forward as the runtime runs it today (eager PyTorch + Triton attention: `ms`) "
                      "and the same forward captured in one CUDA graph (`ms_graph`: as the runtime replays passes without "
                      "prefill); median of 10 after 3 warm-up",
-           "ar_step": [], "mixed": []}
+           "short_tile": list(A.SHORT_TILE), "ar_step": [], "mixed": []}
     rng = np.random.default_rng(0)
     perm = rng.permutation(pages)
 
@@ -151,7 +156,7 @@ def main() -> None:
     tok = torch.randint(0, lc.vocab, (nd + nv * (k + 1),), device=dev)
     byts = wbytes + (nv * (ctx + k + 1) + nd * 2048) * kv_tok
     quest = (DraftMethod.VERIFY_QUEST, DraftMethod.STEP_QUEST)  # Quest bounds kept only for these (as the runtime)
-    for name in args.mixed_methods.split(","):
+    for name in filter(None, args.mixed_methods.split(",")):
         method = DraftMethod.parse(name)
         attn = PassAttention(cache, list(range(nd + nv)), tabs, [ctx] * (nd + nv), [1] * nd + [k + 1] * nv, 0, drafts,
                              int(method), 2048, None, meta if method in quest else None, list(range(nd, nd + nv)))

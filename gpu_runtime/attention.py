@@ -242,6 +242,12 @@ FUSED_MAX_SPLITS = 4
 SHORT_TILE = (128, 8, 3)
 TALL_TILE = (64, 4, 3)
 PREFILL_TILE = (64, 8, 3)
+# Short tiles over many work items (full decode of long rows): more CTAs resident per SM beat deeper
+# pipelining. H200, decode_tiles.json (us per layer, 128/8/3 vs 64/4/2): b=16 32K 539.9 vs 503.8,
+# b=8 64K 534.7 vs 499.3, b=4 120K 526.6 vs 463.8; but b=1 32K (128 items) 43.6 vs 70.1 and sparse
+# drafts b=16 at 2K 40.3 vs 66.0: below LONG_TILE_WAVES waves of items the short tile stays.
+LONG_TILE = (64, 4, 2)
+LONG_TILE_WAVES = 4
 
 
 def choose_block_m(q_len: np.ndarray, group: int) -> int:
@@ -263,7 +269,7 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     merge than the parallelism gains) unless that leaves fewer items than SMs; then the shortest
     splits that still fit one wave. (H200, bf16, v4: batch 1 at 32K is fastest with 128 splits of
     2048 tokens, at 128K with 256 of 4096; see NOTES.md.) Prefill query blocks stop at their last
-    query's causal bound. Tile widths, warps and stages: SHORT_TILE, TALL_TILE, PREFILL_TILE.
+    query's causal bound. Tile widths, warps and stages: SHORT_TILE (LONG_TILE over many items), TALL_TILE, PREFILL_TILE.
     """
     device = lists.count.device
     q_len = np.asarray(q_len, dtype=np.int64)
@@ -306,6 +312,13 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     assert tokens_per_split % bn == 0
     split_blocks = tokens_per_split // bn
     u_splits = np.maximum(1, -(-u_blocks // split_blocks))
+    if bm <= 32 and block_n is None and int(u_splits.sum()) >= LONG_TILE_WAVES * num_sms \
+            and tokens_per_split % LONG_TILE[0] == 0:
+        # same items, narrower tile: re-cut the blocks at the long tile's width
+        (bn, cfg_nw, cfg_st) = (max(ps, LONG_TILE[0]),) + LONG_TILE[1:]
+        u_blocks = -(-u_end // bn)
+        split_blocks = tokens_per_split // bn
+        u_splits = np.maximum(1, -(-u_blocks // split_blocks))
 
     # items: one per (unit, split); single-split units write the output directly
     w_unit = np.repeat(np.arange(len(u_splits)), u_splits)

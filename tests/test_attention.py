@@ -209,3 +209,14 @@ def test_bucket_sizes():
     assert all(s >= n for n, s in zip(range(1, 5000), sizes))
     assert all(s <= max(16, 1.25 * n) + 1e-9 for n, s in zip(range(1, 5000), sizes))
     assert len(set(sizes)) < 40  # few distinct sizes
+
+
+def test_long_tile_over_many_items():
+    """Full decode over many work items switches to LONG_TILE (narrower blocks, same splits) and
+    still matches the reference; a few items keep the short tile."""
+    reqs = [Req("decode", 300), Req("decode", 257), Req("decode", 128)]
+    plan, _ = run_case("long_tile", reqs, num_sms=1, tokens_per_split=128)  # 12 items >= 4 waves of 1 SM
+    assert (plan.block_n, plan.num_warps, plan.num_stages) == A.LONG_TILE
+    few, _ = run_case("short_tile", reqs, num_sms=64, tokens_per_split=128)
+    assert (few.block_n, few.num_warps, few.num_stages) == A.SHORT_TILE
+    assert few.work.shape == plan.work.shape  # the same items either way
