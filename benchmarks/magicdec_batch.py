@@ -23,8 +23,18 @@ the others still prefill, and the decode tokens emitted in those prefill passes 
 passes' time is not (the metric's estimate; spsim/metrics.py): ar's figure fell to 0.25 ms from
 the 0.40 ms its passes take, and the speedups with it.
 
-    python3 benchmarks/magicdec_batch.py              # ~2-4 min; writes benchmarks/results/magicdec_batch.json
+Options that price MagicDec's own engine (off by default; each writes its own results file):
+`--impl magicdec-2024-09` adds what MagicDec's code did when its speedup tables were published
+(H100 table 2024-08-23, A100 table 2024-09-04, github.com/Infini-AI-Lab/MagicDec `index.html`
+history) and the simulator's model does not: the LM head is not sharded (`Engine/tp.py` at commit
+083a241 shards the layers' linears only; `output` was sharded on 2024-09-27, commit 24eb136), so
+every GPU reads the whole LM head and computes every logit (`MagicDecSep2024`; constants from the
+model shape and the TP degree only). `--pass-overhead-ms X` adds X ms to every pass: a sensitivity
+probe, not a sourced constant (docs/policies.md says which value it was run with and why).
+
+    python3 benchmarks/magicdec_batch.py              # ~1-4 min; writes benchmarks/results/magicdec_batch.json
     python3 benchmarks/magicdec_batch.py --quick      # 2 x concurrency requests
+    python3 benchmarks/magicdec_batch.py --impl magicdec-2024-09   # -> magicdec_batch_magicdec-2024-09.json
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spsim.cost.roofline import RooflineCostModel
 from spsim.simulator.engine import SimConfig, simulate
 from spsim.traces.trace import Trace
 
@@ -48,6 +59,28 @@ POLICIES = ["sync:k=2", "sync:k=3", "sync:k=4", "sync:k=5", "sync:k=6", "sync"]
 GPUS = {"a100-80gb": "a100", "h100-sxm": "h100_sxm"}
 BLOCK = 512
 TOLERANCE = 0.15
+
+
+class MagicDecSep2024(RooflineCostModel):
+    """The roofline with MagicDec's engine as of its published tables (module docstring): the LM head
+    replicated on every GPU. Each pass reads the whole LM head (bf16) instead of 1/tp of it, and its
+    logits GEMM is tp times larger; sampling already reads the whole vocabulary per logits row."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        lm_bytes = self.model.lm_head_params * 2  # the LM head stays bf16
+        self.weights_s += lm_bytes * (1 - 1 / self.tp) / self.gpu.bw
+        self.logit_flop_s *= self.tp
+
+
+IMPLS = {"roofline": RooflineCostModel, "magicdec-2024-09": MagicDecSep2024}
+
+
+def cost_model(gpu: str, impl: str = "roofline", pass_overhead_ms: float = 0.0) -> RooflineCostModel:
+    cm = IMPLS[impl]("llama-3.1-8b", gpu, tp=8)
+    if pass_overhead_ms:  # a sensitivity probe: X ms more per pass (host overhead is charged once per pass)
+        cm.p = __import__("dataclasses").replace(cm.p, host_overhead_s=cm.p.host_overhead_s + pass_overhead_ms * 1e-3)
+    return cm
 
 
 def trace(n: int, prompt: int, output: int, arrival: float = 0.0) -> Trace:
@@ -70,7 +103,8 @@ def trace(n: int, prompt: int, output: int, arrival: float = 0.0) -> Trace:
     return tr
 
 
-def point(gpu: str, batch: int, prompt: int, output: int, n: int, cold: bool = False) -> dict:
+def point(gpu: str, batch: int, prompt: int, output: int, n: int, cold: bool = False, impl: str = "roofline",
+          pass_overhead_ms: float = 0.0) -> dict:
     base = dict(model="llama-3.1-8b", gpu=gpu, tp=8, cost="roofline", acceptance="magicdec-pg19-llama8b",
                 draft_kv="static", draft_budget=BLOCK, max_batch=batch)
     if cold:
@@ -78,12 +112,13 @@ def point(gpu: str, batch: int, prompt: int, output: int, n: int, cold: bool = F
         base["concurrency"] = batch
         warm_s = None
     else:  # the warm-up request alone: when its prefill (its one token) ends, the prefix is cached
-        warm_s = float(simulate(trace(1, prompt, 1), SimConfig(policy="ar", **base)).requests.finish_s[0])
+        warm_s = float(simulate(trace(1, prompt, 1), SimConfig(policy="ar", **base),
+                                cost=cost_model(gpu, impl, pass_overhead_ms)).requests.finish_s[0])
         tr = trace(n, prompt, output, arrival=warm_s + 1e-3)
     runs = {}
     for pol in ["ar"] + POLICIES:
         t0 = time.time()
-        res = simulate(tr, SimConfig(policy=pol, **base))
+        res = simulate(tr, SimConfig(policy=pol, **base), cost=cost_model(gpu, impl, pass_overhead_ms))
         s, rq = res.summary, res.requests
         spec = int(rq.spec_verifies.sum())
         runs[pol] = {
@@ -112,25 +147,34 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="2 x concurrency requests instead of 4 x")
     ap.add_argument("--cold", action="store_true", help="no warm-up: the first batch is admitted before the "
                     "shared prefix is cached (the setting before 2026-12-01; its decode figure is biased)")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "magicdec_batch.json"))
+    ap.add_argument("--impl", choices=list(IMPLS), default="roofline",
+                    help="roofline: the catalog cost model (default); magicdec-2024-09: plus MagicDec's engine as "
+                         "of its published tables (LM head not sharded)")
+    ap.add_argument("--pass-overhead-ms", type=float, default=0.0,
+                    help="sensitivity probe: add this many ms to every pass (not a sourced constant)")
+    ap.add_argument("--out", default=None, help="default benchmarks/results/magicdec_batch[_IMPL][_passXms].json")
     args = ap.parse_args()
+    if args.out is None:
+        tag = ("" if args.impl == "roofline" else f"_{args.impl}") + \
+              (f"_pass{args.pass_overhead_ms:g}ms" if args.pass_overhead_ms else "")
+        args.out = str(ROOT / "benchmarks" / "results" / f"magicdec_batch{tag}.json")
     mult = 2 if args.quick else 4
     t0 = time.time()
     points = []
     for gpu, key in GPUS.items():
         pub = PUB[key]
         for b, k_pub, s_pub in zip(pub["batch"], pub["optimal_draft_length"], pub["speedup_vs_ar"]):
-            p = point(gpu, b, 32000, 128, mult * b, args.cold)
+            p = point(gpu, b, 32000, 128, mult * b, args.cold, args.impl, args.pass_overhead_ms)
             p["published"] = {"speedup": s_pub, "optimal_draft_length": k_pub}
             p["error"] = round(p["best_speedup"] / s_pub - 1, 4)
             points.append(p)
     for gpu in GPUS:  # 100K at batch 32: no published speedup (per-token acceptance 0.79 only)
-        p = point(gpu, 32, 100000, 128, mult * 32, args.cold)
+        p = point(gpu, 32, 100000, 128, mult * 32, args.cold, args.impl, args.pass_overhead_ms)
         p["published"] = None
         p["error"] = None
         points.append(p)
     # H100 at 128: no published Llama-3.1-8B figure (the trend only)
-    p = point("h100-sxm", 128, 32000, 128, mult * 128, args.cold)
+    p = point("h100-sxm", 128, 32000, 128, mult * 128, args.cold, args.impl, args.pass_overhead_ms)
     p["published"] = None
     p["error"] = None
     points.append(p)
@@ -155,6 +199,8 @@ def main() -> None:
         "date": datetime.date.today().isoformat(),
         "wall_s": round(time.time() - t0, 1),
         "requests_per_point": f"{mult} x concurrency",
+        "impl": args.impl,
+        "pass_overhead_ms": args.pass_overhead_ms,
         "setup": "cold: the first batch admitted before the shared prefix is cached (biased decode figure)"
                  if args.cold else "warm-up: the shared prefix prefilled and cached before the measured requests",
     }

@@ -17,7 +17,10 @@ steps per all-reduce; NCCL's own tuner prices small all-reduces the same way, `b
 measurement (H200, NCCL in CUDA graphs, 10.9 us; benchmarks/results/allreduce_h200x2.json) and
 three published 8 x H100 NCCL bf16 tables (128 B .. 512 KiB: 19.2-25.2 us, intercept 22.3 us; the
 sources are listed in benchmarks/results/allreduce_tp_fit.json): 0.95 us per step, so 22.3 us at
-TP 8 on H100/H200 and 19.4 us on the A100 (its 2-GPU latency is still the 8 us assumption).
+TP 8 on H100/H200. The A100 has its own three constants from published 8 x A100 (NVLink 3, NVSwitch)
+NCCL figures (`A100_ALLREDUCE`, fitted by benchmarks/allreduce_a100_fit.py, sources in
+benchmarks/results/allreduce_a100_fit.json): 10.2 us at 2 GPUs, 16.95 us at 8, so 0.563 us per ring
+step, and 77 % of NVLink (NCCL bus bandwidth at 1 GiB); it was 8 us assumed, the H100's step and 80 %.
 """
 
 from __future__ import annotations
@@ -37,6 +40,10 @@ ALLREDUCE_STEP_S = 0.953e-6
 # 450 GB/s per direction) and HGX NVSwitch baseboard, and the 8-GPU figures the step is fitted to
 # are H100's.
 HOPPER_SXM_ALLREDUCE = dict(nvlink_eff=0.63, allreduce_latency_s=10.9e-6)
+# A100 SXM (NVLink 3, NVSwitch): fitted by benchmarks/allreduce_a100_fit.py to published NCCL figures
+# (2 GPUs: NVIDIA/nccl issue 583; 8 GPUs and bus bandwidth: microsoft/mscclpp docs/performance-ndmv4.md);
+# results in benchmarks/results/allreduce_a100_fit.json, checked by tests/test_allreduce_tp.py.
+A100_ALLREDUCE = dict(nvlink_eff=0.7715, allreduce_latency_s=10.2e-6, allreduce_step_s=0.5627e-6)
 
 
 @dataclass(frozen=True)
@@ -89,11 +96,12 @@ GPUS: dict[str, GPU] = {
         GPU("h100-nvl", mem_bytes=95830 * MiB, hbm_bw=3.9e12, bf16_flops=835e12, fp8_flops=1671e12,
             nvlink_bw=300e9, sm_count=132),  # NVLink bridge: 600 GB/s both directions
         # 2-GPU all-reduce constants measured here (HOPPER_SXM_ALLREDUCE): 10.9 us and 63 % of the
-        # link, shared with the H100 SXM; the H100 NVL and A100 keep the assumed 8 us and 80 %.
+        # link, shared with the H100 SXM; the H100 NVL keeps the assumed 8 us and 80 %; the A100 has its
+        # own published figures (A100_ALLREDUCE).
         GPU("h200", mem_bytes=150_109_880_320, hbm_bw=4.8e12, bf16_flops=989e12, fp8_flops=1979e12,
             nvlink_bw=450e9, sm_count=132, **HOPPER_SXM_ALLREDUCE),
         GPU("a100-80gb", mem_bytes=81920 * MiB, hbm_bw=2.039e12, bf16_flops=312e12, fp8_flops=None,
-            nvlink_bw=300e9, sm_count=108),
+            nvlink_bw=300e9, sm_count=108, **A100_ALLREDUCE),
     ]
 }
 
