@@ -81,6 +81,9 @@ class PagedAttention:
         self.lists = lists if lists is not None else full_page_lists(page_tables, kv_len, cache.cfg.kv_heads, ps, dev)
         self.attention_fn = attention_fn
         self._plans: dict[int, object] = {}
+        # the query length the attention tile is fitted to (None: the longest query): padding's
+        # filler request brings many tokens but must not make the whole pass's tile taller
+        self.tile_q: int | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -106,7 +109,13 @@ class PagedAttention:
                 return None
             from .attention import plan_attention
 
-            plan = self._plans[id(lists)] = plan_attention(self.q_len, lists, num_q_heads)
+            block_m = None
+            if self.tile_q is not None:
+                from .attention import choose_block_m
+
+                block_m = choose_block_m(np.minimum(self.q_len, max(1, self.tile_q)),
+                                         num_q_heads // self.cache.cfg.kv_heads)
+            plan = self._plans[id(lists)] = plan_attention(self.q_len, lists, num_q_heads, block_m=block_m)
         return plan
 
     def fused_write(self) -> bool:

@@ -201,3 +201,36 @@ def test_first_draft_selection_padded_to_the_drafting_rows(method):
     assert torch.equal(c0.k, c1.k) and SELECT_PAD_RID in s0.slot and SELECT_PAD_RID not in s1.slot
     for rid in range(3):
         assert torch.equal(s0.sel[:, s0.slot[rid]], s1.sel[:, s1.slot[rid]])
+
+
+def test_padding_filler_does_not_set_the_attention_tile():
+    """The filler that brings a padded pass's tokens to a bucket has a long query; the pass's tile
+    stays the one its real requests need (the executor sets `tile_q`), the filler runs in several
+    query blocks of it, and the output still matches the reference."""
+    from spsim.gpu_runtime import dispatch
+    from spsim.gpu_runtime.attention import choose_block_m
+    from spsim.gpu_runtime.kv_cache import PagedAttention, PagedKVCache
+    from spsim.gpu_runtime.model_config import get_config
+    from spsim.gpu_runtime.reference import mixed_attention_ref
+
+    if not dispatch.use_triton("cpu"):
+        pytest.fail("the Triton interpreter should be on for the CPU tests (conftest)")
+    cfg = get_config("tiny")
+    cache = PagedKVCache(cfg, 64, 16)
+    cache.k.normal_()
+    cache.v.normal_()
+    tables = [list(range(0, 20)), list(range(20, 40)), list(range(40, 44))]
+    q_len = [3, 1, 40]  # a verification, a decode, the filler
+    attn = PagedAttention(cache, tables, [200, 150, 0], q_len)
+    g = cfg.q_heads // cfg.kv_heads
+    tall = attn._plan(attn.lists, cfg.q_heads)
+    attn2 = PagedAttention(cache, tables, [200, 150, 0], q_len)
+    attn2.tile_q = 3
+    plan = attn2._plan(attn2.lists, cfg.q_heads)
+    assert plan.block_m == choose_block_m(np.array([3, 1]), g) < tall.block_m
+    q = torch.randn(sum(q_len), cfg.q_heads, cfg.head_dim)
+    k = torch.randn(sum(q_len), cfg.kv_heads, cfg.head_dim)
+    v = torch.randn_like(k)
+    out = attn2(0, q, k, v)
+    ref = mixed_attention_ref(q, cache.k[0], cache.v[0], attn2.q_len, attn2.lists)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
