@@ -125,10 +125,10 @@ class Aspire(RatePlanner):
 
     # ---- many passes at once (replan=pass; an executor that advances a fixed batch many passes
     # per event): what asking on each of the next n passes would answer (`aspire_stretch`)
-    def plan_stretch(self, view: DecodeView, n: int, entropy, verify, gate: bool = False):
+    def plan_stretch(self, view: DecodeView, n: int, entropy, verify, gate: bool = False, pages=None):
         if self._planner is None:
             self._planner = AspireStretch(self)
-        return self._planner.plan(view, n, verify, gate)
+        return self._planner.plan(view, n, verify, gate, pages)
 
     def commit_stretch(self, st, n: int):
         return self._planner.commit(st, n)

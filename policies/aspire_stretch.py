@@ -54,7 +54,7 @@ class AspireStretch(StretchBase):
         rate = (1.0 - a ** self._kp1) / (1.0 - a) / self._cyc[rows, cix]
         return (rate.argmax(axis=1) + self._k0).tolist()
 
-    def plan(self, view: DecodeView, n: int, verify, gate: bool) -> Stretch | None:
+    def plan(self, view: DecodeView, n: int, verify, gate: bool, pages=None) -> Stretch | None:
         pol = self.pol
         if pol.exploring:
             return None
@@ -69,6 +69,8 @@ class AspireStretch(StretchBase):
         keep, pkeep, strength = acc.keep, acc.pkeep, acc.strength
         self._cycle_table(view, n + 2 * md + 3, pol.k_max or md)  # + drafts held, + the next cycle's candidates
         self._rids, self._com, self._ctx, self._out, self._md, self._verify = rids, com, ctx, out, md, verify
+        self._pages_init(pages)
+        pcut = self._pages_cut
         st = Stretch(rids, n, cycles=[[] for _ in range(r)])
         rec = st.cycles
         hz = n
@@ -136,6 +138,8 @@ class AspireStretch(StretchBase):
             if com[j] >= out[j]:
                 done[j] = True
                 hz = min(hz, v + 1)
+            if (c := pcut(j, start)) < hz:
+                hz = c
             return a_
 
         def whole(J):
@@ -202,6 +206,8 @@ class AspireStretch(StretchBase):
                     ctx[j] += h
                     start[j] = P + h
                     opened[j] = [start[j], 0, 0]
+                    if (c := pcut(j, start)) < hz:
+                        hz = c
                     if com[j] >= out[j]:
                         done[j] = True
                         hz = min(hz, start[j])

@@ -119,13 +119,16 @@ class Entropy(Policy):
             self._p.setdefault(rid, []).clear()
 
     # ---- many passes at once (an executor that advances a fixed batch many passes per event)
-    def plan_stretch(self, view: DecodeView, n: int, entropy, verify, gate: bool = False):
+    def plan_stretch(self, view: DecodeView, n: int, entropy, verify, gate: bool = False, pages=None):
         """What asking on each of the next n passes would answer, every request in `view` decoding
         and nothing else in the pass (`entropy_stretch`): a `Stretch` (its `n`: the passes it is
-        valid for) or None. `entropy`, `verify`: the keyed draws. Changes no state."""
+        valid for) or None. `entropy`, `verify`: the keyed draws. `pages`: (pages free for these
+        requests, page size, shared prefix tokens per request), where the executor ends the
+        stretch before the first pass whose pages do not fit: planning stops near there (None: no
+        bound). Changes no state."""
         if self._planner is None:
             self._planner = StretchPlanner(self)
-        return self._planner.plan(view, n, entropy, verify, gate)
+        return self._planner.plan(view, n, entropy, verify, gate, pages)
 
     def commit_stretch(self, st, n: int):
         """Leave the state as asking on the stretch's first n passes would (`StretchPlanner.commit`)."""

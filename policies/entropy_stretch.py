@@ -194,31 +194,12 @@ class StretchPlanner(StretchBase):
         est = 1.0 / (1.0 + np.exp(-(lp[:, None] + Q)))
         return est.tolist(), [t[2][0][k].tolist() for t, k in zip(ts, i)]
 
-    def _ests2(self, J: list[int], caps: list[int], P: np.ndarray):
-        """`_ests` for whole(): per column, rows for a cycle from its committed position c and for
-        cycles from c + 1 .. c + cap and c + 2 .. c + cap + 1 (the next cycle after each outcome),
-        at the estimates P (flat, in that order)."""
-        md = self._md
-        tab, com, rids = self._etab, self._com, self._rids
-        self._ent_tables(J, [c + 2 for c in caps])
-        Q, E = [], []
-        for j, cap in zip(J, caps):
-            t = tab[rids[j]]
-            i = com[j] - t[0]
-            q = t[2][1][i:i + cap + 2]
-            if len(q) < cap + 2:  # past the request's end: never read
-                q = np.concatenate([q, np.full((cap + 2 - len(q), md), np.nan)])
-            Q.append(q[self._offsets(cap)])  # rows 0, 1 .. cap, 2 .. cap + 1
-            E.append((t[2][0], i))  # entropies of a cycle starting b positions on: row i + b
-        p = np.minimum(np.maximum(P, 1e-6), 1 - 1e-6)  # token_acceptance, with the entropy term drawn
-        lp = np.log(p / (1 - p))
-        return 1.0 / (1.0 + np.exp(-(lp[:, None] + (Q[0] if len(Q) == 1 else np.concatenate(Q))))), E
-
     # ---------------------------------------------------------------- the plan
-    def plan(self, view: DecodeView, n: int, entropy, verify, gate: bool) -> Stretch | None:
+    def plan(self, view: DecodeView, n: int, entropy, verify, gate: bool, pages=None) -> Stretch | None:
         """`entropy(rid, pos, draft_pos, ctx)` and `verify(rid, pos, drafted, ctx)`: keyed draws
         (arrays in, array out). `gate`: the stretch ends after the first verification with drafts
-        (it frees pages a waiting request may take). None: nothing to plan."""
+        (it frees pages a waiting request may take). `pages`: the KV pages' bound
+        (`StretchBase._pages_init`). None: nothing to plan."""
         pol = self.pol
         acc = pol.acc
         r = len(view.ids)
@@ -237,6 +218,8 @@ class StretchPlanner(StretchBase):
         mL = np.arange(1, L + 1)
         self._rids, self._com, self._ctx, self._out, self._md = rids, com, ctx, out, md
         self._entropy, self._verify = entropy, verify
+        self._pages_init(pages)
+        pcut = self._pages_cut
         st = Stretch(rids, n, cycles=[[] for _ in range(r)])
         hz = n
         counts = [(list(x) if (x := acc.counts.get(i)) else None) for i in rids]
@@ -315,51 +298,19 @@ class StretchPlanner(StretchBase):
             if com[j] >= out[j]:
                 done[j] = True
                 hz = min(hz, v + 1)
+            if (c := pcut(j, start)) < hz:
+                hz = c
             return a_
-
-        def whole(J):
-            """Whole cycles of each column in J, its states "holding s drafts" decided in turn
-            until it verifies (`cycle_more`), at the narrowest width each allows: this cycle, and
-            the next one too, whose estimate after any outcome b of this one is one of 2 * cap + 1
-            (b accepted of more drafts, or of exactly b): their estimates made in the same call."""
-            P, rows, base = [], [], []
-            for j in J:
-                c0, c1 = counts[j]
-                cap = min(md, out[j] - com[j] - 1)
-                base.append(len(P))
-                P.append(c0 / c1)
-                k0, k1 = keep * c0, keep * c1
-                P.extend([(k0 + b) / (k1 + (b + 1)) for b in range(cap)])  # b accepted of more
-                P.extend([(k0 + b) / (k1 + b) for b in range(1, cap + 1)])  # all b accepted
-                rows.append(cap)
-            Pa = np.array(P)
-            est, ent = self._ests2(J, rows, Pa)
-            G = np.cumsum(Pa[:, None] ** mL, axis=1)  # draft_more's gain factors
-            for q, j in enumerate(J):
-                r0, cap = base[q], rows[q]
-                et, i = ent[q]
-                x0 = d[j]
-                el = est[r0].tolist()
-                if held[j]:  # estimates made on earlier looks
-                    el[:len(held[j])] = held[j]
-                cx = ctx[j] - ctx0[j]
-                vcr, cd = vct[j, cx].tolist(), cdl[j][cx]
-                x = cycle_more(el, x0, G[r0].tolist(), cd, vcr, cap, L)
-                b = take(j, x0, el, et[i].tolist(), x, P[r0], cd, vcr, cap)
-                if x == 0 or done[j] or start[j] >= hz:
-                    continue
-                r1 = r0 + 1 + b if b < x else r0 + cap + b
-                cx = ctx[j] - ctx0[j]
-                cap1 = min(md, out[j] - com[j] - 1)
-                vcr, cd = vct[j, cx].tolist(), cdl[j][cx]
-                el = est[r1].tolist()
-                x = cycle_more(el, 0, G[r1].tolist(), cd, vcr, cap1, L)
-                take(j, 0, el, et[i + b + 1].tolist(), x, P[r1], cd, vcr, cap1)
 
         etab, offsets = self._etab, self._offsets
 
         def whole1(j):
-            """whole([j]) for one column (the common case), _ests2 inline: no per-column lists."""
+            """Whole cycles of column j, its states "holding s drafts" decided in turn until it
+            verifies (`cycle_more`), at the narrowest width each allows: this cycle, and the next
+            one too, whose estimate after any outcome b of this one is one of 2 * cap + 1 (b
+            accepted of more drafts, or of exactly b): their estimates made in the same call.
+            Column by column: a column's cycles read only its own state, and numpy calls on one
+            column's rows cost less than gathering several columns' rows into one."""
             c0, c1 = counts[j]
             cj = com[j]
             cap = min(md, out[j] - cj - 1)
@@ -400,15 +351,24 @@ class StretchPlanner(StretchBase):
             x = cycle_more(el, 0, G[r1].tolist(), cd, vcr, cap1, L)
             take(j, 0, el, et[i + b + 1].tolist(), x, P[r1], cd, vcr, cap1)
 
-        def whole_cycles(J):  # cycle after cycle while each keeps its own estimate
-            while len(J) == 1:
+        def whole_cycles(J):
+            """Cycle after cycle of the columns in J while each keeps its own estimate, the column
+            furthest behind first: a column's cycles read only its own state, so the order
+            changes no answer, but a finish or the pages' cut found at pass p then stops the
+            others near p instead of after they were planned far past it."""
+            if len(J) == 1:
                 j = J[0]
+                while True:
+                    whole1(j)
+                    if done[j] or start[j] >= hz or not own(j):
+                        return
+            h = [(start[j], j) for j in J]
+            heapq.heapify(h)
+            while h:
+                j = heapq.heappop(h)[1]
                 whole1(j)
-                if done[j] or start[j] >= hz or not own(j):
-                    return
-            while J:
-                whole(J)
-                J = [j for j in J if not done[j] and start[j] < hz and own(j)]
+                if not done[j] and start[j] < hz and own(j):
+                    heapq.heappush(h, (start[j], j))
 
         def pooled(A, P):
             """Columns in A (no outcome yet) from pass P, at the pool's rate: constant until the
@@ -451,6 +411,8 @@ class StretchPlanner(StretchBase):
                     ctx[j] += h
                     start[j] = P + h
                     opened[j] = [start[j], 0, []]
+                    if (c := pcut(j, start)) < hz:
+                        hz = c
                 else:
                     v = P + x - x0
                     top = min(v, Pc - 1)  # its last pass decided here
@@ -473,6 +435,8 @@ class StretchPlanner(StretchBase):
                         d[j] = 0
                         start[j] = v + 1
                         opened[j] = None
+                        if (c := pcut(j, start)) < hz:
+                            hz = c
                     else:  # drafting through pass Pc - 1, asked again on Pc
                         dn = x0 + Pc - P
                         o[2].extend(en[x0:dn])

@@ -38,7 +38,7 @@ class StretchBase:
     A subclass's plan sets `_rids`, `_com`, `_ctx`, `_out`, `_md` (its columns' live state) and
     `_verify` (the keyed outcome draw)."""
 
-    ROWS = 128  # cycle starts whose draws are drawn at once per request
+    ROWS = 1024  # cycle starts whose draws are drawn at once per request
 
     def __init__(self, pol):
         self.pol = pol
@@ -46,6 +46,46 @@ class StretchBase:
         self._vtab: dict = {}
 
     _offs: dict = {}
+
+    # ---------------------------------------------------------------- the pages' horizon
+    # The executor ends a stretch before the first pass whose KV pages do not fit (on a long
+    # trace the prefix cache fills the pool, so most stretches end there, long before their
+    # horizon: Mooncake, entropy, a fifth of the passes planned). Planning past that pass is work
+    # thrown away, so the planner shortens its horizon as soon as a lower bound of the pages
+    # shows the pass: a request holds at least the pages of its context + 1 (contexts never
+    # shrink), from its context at the stretch's start before its first planned verification and
+    # from its context after its last planned one from then on. Passes before the cut the
+    # executor makes are planned as before, so the results are the same.
+    def _pages_init(self, pages) -> None:
+        """pages: (pages free for these requests, page size, shared prefix tokens per column), or
+        None (no bound). Call after `_ctx` is set."""
+        if pages is None:
+            self._pg = None
+            return
+        budget, ps, shared = pages
+        f0 = [-(-(c + 1 - s) // ps) for c, s in zip(self._ctx, shared)]
+        self._pg = [budget, ps, shared, f0, list(f0), sum(f0)]  # ..., floors at the start, floors now, their sum
+
+    def _pages_cut(self, j: int, start: list[int]) -> int:
+        """Column j's context grew (a verification or plain passes planned through start[j] - 1):
+        the first pass from which the batch's pages surely do not fit, or a huge number."""
+        pg = self._pg
+        if pg is None:
+            return 1 << 60
+        budget, ps, shared, f0, fl, tot = pg
+        f = -(-(self._ctx[j] + 1 - shared[j]) // ps)
+        tot += f - fl[j]
+        fl[j] = f
+        pg[5] = tot
+        if tot <= budget:
+            return 1 << 60
+        # at pass p: the floor now of columns planned up to p, the starting floor of the others
+        s = sum(f0)
+        for k in sorted(range(len(fl)), key=start.__getitem__):
+            s += fl[k] - f0[k]
+            if s > budget:
+                return start[k]
+        return 1 << 60  # (not reached: s ends at tot)
 
     def _offsets(self, cap: int) -> np.ndarray:
         """Start offsets of whole()'s rows for one column (a planner's two cycles at once): this

@@ -305,7 +305,11 @@ class FastPath:
         # with requests waiting for pages, the stretch ends at the first verification with drafts
         # (whose freed pages the next pass's admission may take)
         gate = bool(self.b.waiting) and r < cfg.max_batch
-        st = self.b.policy.plan_stretch(view, min(max_passes, self.STRETCH_MAX), entropy, verify, gate)
+        # the pages these requests may hold: the stretch is cut below before the first pass that
+        # needs more, and the planner stops planning near there
+        other = self.pool.used - sum(t.pages[run].tolist())
+        pages = (self.pool.capacity - other, cfg.page_size, t.shared_tokens[run].tolist())
+        st = self.b.policy.plan_stretch(view, min(max_passes, self.STRETCH_MAX), entropy, verify, gate, pages)
         if st is None:
             return None
         vp, vj, dv, ac = (np.array(x, I64) for x in (st.vp, st.vj, st.dv, st.acc))
@@ -315,7 +319,6 @@ class FastPath:
         k = int(np.searchsorted(vp, n))
         vp, vj, dv, ac = vp[:k], vj[:k], dv[:k], ac[:k]
         seg, need = self._cycle_arrays(n, r, ctx0, d0, vp, vj, dv, ac, run)
-        other = self.pool.used - sum(t.pages[run].tolist())
         over = other + need.sum(axis=1) > self.pool.capacity
         if over.any():  # stop before the first pass whose reservation does not fit
             n = int(np.argmax(over))
