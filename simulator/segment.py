@@ -567,6 +567,7 @@ class FastPath:
         n = max_passes
         vps, vjs, dvs, accs = [], [], [], []
         idle = []  # synchronous: spans sat out (Cycles.idle)
+        plain = []  # (column, first pass, passes) of plain spans until a zero target expires
         every = rounds == -1  # a policy asked every pass (`_plan_every`): its first pass asked already
         max_rounds, min_n = (self.MAX_ROUNDS if rounds in (0, -1) else rounds), 1 if rounds in (1, -1) else 2
         # every: a request with no outcome yet answers from the pool's rate, which any outcome moves
@@ -743,14 +744,13 @@ class FastPath:
                         if fin is None or start[j] < fin:
                             fin = start[j]
                     elif tg[j] == 0:  # plain passes until the zero target expires
-                        while com[j] < out[j] and com[j] < rc[j] and start[j] < n:
-                            vps.append(start[j])
-                            vjs.append(j)
-                            dvs.append(0)
-                            accs.append(0)
-                            com[j] += 1
-                            ctx[j] += 1
-                            start[j] += 1
+                        h = min(out[j] - com[j], rc[j] - com[j], n - start[j])
+                        if h > 0:  # (a zero held for a quarter of a long context can reach far
+                            # past where the segment ends: its passes are listed once n is final)
+                            plain.append((j, start[j], h))
+                            com[j] += h
+                            ctx[j] += h
+                            start[j] += h
                         if com[j] < out[j] and com[j] >= rc[j] and (fin is None or start[j] < fin):
                             fin = start[j]  # asked there, relaxing towards the pool's rate
                 elif x > 0:
@@ -791,10 +791,18 @@ class FastPath:
                     atg.append(gj)
                     arc.append(hj)
                     aco.append(com[j])
+        for j, p, h in plain:  # plain passes (no drafts, nothing accepted) before pass n
+            h = min(h, n - p)
+            if h > 0:
+                vps.extend(range(p, p + h))
+                vjs.extend([j] * h)
+                dvs.extend([0] * h)
+                accs.extend([0] * h)
         if not vps:
             return None
         vp, vj, dv, acc = (np.array(x, I64) for x in (vps, vjs, dvs, accs))
-        if r > 1:  # one request: its verifications are in pass order already
+        if r > 1 or plain:  # one request: its verifications are in pass order already (but for
+            # its plain spans, listed last)
             order = np.argsort(vp * r + vj, kind="stable")  # pass-major, running order within a pass
             vp, vj, dv, acc = vp[order], vj[order], dv[order], acc[order]
         cut = self._cut_cycles(n, min_n, r, ctx0, d0, vp, vj, dv, acc, run, idle)
