@@ -100,11 +100,13 @@ class GraphedPasses:
     def eligible(attn) -> bool:
         return attn.n_pre == 0
 
-    def forward(self, attn, tokens: torch.Tensor, logit_rows: torch.Tensor) -> torch.Tensor:
+    def shape_key(self, attn, tokens: torch.Tensor, logit_rows: torch.Tensor):
+        """(key, plans, page-id capacities) of a pass: equal keys replay one graph. None when there
+        is no Triton plan to capture (reference paths)."""
         qh = self.model.cfg.q_heads
         plans = [attn._plan(L, qh) for L in attn.graph_lists()]
-        if any(p is None for p in plans):  # no Triton here: nothing to capture
-            return self.model(tokens, attn.positions, attn, logit_rows=logit_rows)
+        if any(p is None for p in plans):
+            return None
         if self.pad:
             plans = [pad_plan(p) for p in plans]  # the plans the forward uses (cached in attn)
         caps = [1 << max(10, (int(L.indices.shape[0]) - 1).bit_length()) for L in attn.graph_lists()]
@@ -112,7 +114,13 @@ class GraphedPasses:
         plan_key = tuple((int(p.work.shape[0]), int(p.merge.shape[0]), p.num_slots, p.block_m, p.block_n,
                           p.num_warps, p.num_stages, p.fused_merge, p.merge_rows, p.merge_dims, p.merge_slots,
                           p.num_q_heads) for p in plans)
-        key = (attn.graph_key(), int(tokens.shape[0]), int(logit_rows.shape[0]), tuple(caps), plan_key)
+        return (attn.graph_key(), int(tokens.shape[0]), int(logit_rows.shape[0]), tuple(caps), plan_key), plans, caps
+
+    def forward(self, attn, tokens: torch.Tensor, logit_rows: torch.Tensor) -> torch.Tensor:
+        shaped = self.shape_key(attn, tokens, logit_rows)
+        if shaped is None:  # no Triton here: nothing to capture
+            return self.model(tokens, attn.positions, attn, logit_rows=logit_rows)
+        key, plans, caps = shaped
         st = self.graphs.get(key)
         if st is None:
             self._note_shape(key)

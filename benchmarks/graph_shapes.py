@@ -1,0 +1,134 @@
+"""How many distinct CUDA-graph shapes a run's passes have, without a GPU.
+
+    python3 benchmarks/graph_shapes.py [--workload 16x32768] [--policies fixed-k:k=4,aspire] [--output-tokens 128]
+
+The runtime replays a pass from a CUDA graph only when a pass of the same shape came before
+(`gpu_runtime/graphs.py`); a pass of a new shape runs eagerly (about twice a replay's time on the
+H200) or is captured. This drives the runtime's real executor, batcher and padding over an offline
+workload of the Llama-3.1-8B shape, with a stand-in model that computes nothing (zero logits,
+preset acceptance decides the drafts, prefill synthetic) and one layer of KV, and records each
+pass's graph key exactly as `GraphedPasses` computes it (attention plans under the Triton
+interpreter's host side: no kernel runs). Per policy: decode passes, distinct shapes, how many
+passes would replay / capture / run eagerly under the runtime's rule (capture at the second
+sighting, 48 graphs kept), and the distinct values of each part of the key (`GraphedPasses.stats`).
+Seconds on a laptop CPU; what it counts is what a GPU run of the same workload meets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from collections import OrderedDict
+from pathlib import Path
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # plans need Triton's host side only; set before triton loads
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout without an install
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+
+class NullModel:
+    """The forward's interface, computing nothing: logits of zeros."""
+
+    def __init__(self, cfg):
+        self.cfg, self.dtype, self.device = cfg, torch.bfloat16, torch.device("cpu")
+
+    def __call__(self, tokens, positions, attn, logit_rows=None):
+        rows = len(tokens) if logit_rows is None else len(logit_rows)
+        return torch.zeros((rows, 16), dtype=torch.float32)
+
+
+def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, max_graphs: int = 48,
+                 capture_after: int = 2) -> dict:
+    from spsim.build import build
+    from spsim.config import ServingConfig
+    from spsim.gpu_runtime.executor import RuntimeExecutor
+    from spsim.gpu_runtime.graphs import GraphedPasses
+    from spsim.gpu_runtime.kv_cache import PagedKVCache
+    from spsim.gpu_runtime.model_config import get_config
+    from spsim.gpu_runtime.padding import SCRATCH_PAGES, PassPadding
+    from spsim.policies.kv import PagedKVPool
+    from spsim.policies.request import RequestTable
+
+    b_n, ctx = map(int, workload.split("x"))
+    lc = dataclasses.replace(get_config("llama-3.1-8b"), layers=1, vocab=16)
+    cfg = ServingConfig(model="llama-3.1-8b", gpu="h200", policy=policy, acceptance="sparsespec-llama8b",
+                        offline=True, kv_pages=kv_pages, cost="roofline")
+    serving = build(cfg, prefix_cache=False, block_size=None, capacity=kv_pages, max_context=lc.max_context)
+    prompts, outs = np.full(b_n, ctx), np.full(b_n, output_tokens)
+    table = RequestTable(prompts, outs, np.zeros(b_n))
+    batcher = serving.new_batcher(table, None, None, PagedKVPool)
+    cache = PagedKVCache(lc, kv_pages + SCRATCH_PAGES, cfg.page_size, device="cpu", dtype=torch.bfloat16)
+    model = NullModel(lc)
+    ex = RuntimeExecutor(model, cache, batcher.pool, table, lambda rid: [1] * int(prompts[rid]),
+                         method=serving.method, budget=cfg.draft_budget, seed=cfg.seed,
+                         acceptance=serving.acceptance, record_events=False,
+                         drafts_possible=serving.batcher_config.max_draft > 0, synthetic_prefill=True,
+                         padding=PassPadding(kv_pages, cfg.page_size))
+    probe = GraphedPasses(model, cache, capture=False)
+    keys: list = []
+
+    class Probe:
+        eligible = staticmethod(GraphedPasses.eligible)
+
+        def forward(self, attn, tokens, logit_rows):
+            key, _, _ = probe.shape_key(attn, tokens, logit_rows)
+            probe._note_shape(key)
+            keys.append(key)
+            return model(tokens, attn.positions, attn, logit_rows=logit_rows)
+
+    ex.graphs = Probe()
+    for rid in range(b_n):
+        serving.arrived(rid, table)
+        batcher.enqueue(rid, 0.0)
+        table.replica[rid] = 0
+    now = 0.0
+    while batcher.has_work():
+        plan = batcher.plan(now)
+        out = ex.execute(plan)
+        now += 0.01
+        batcher.apply(plan, out, now)
+    # the runtime's rule over the recorded keys: capture at the capture_after-th sighting, LRU of max_graphs
+    graphs, seen, replay, capture, eager = OrderedDict(), {}, 0, 0, 0
+    for k in keys:
+        if k in graphs:
+            graphs.move_to_end(k)
+            replay += 1
+            continue
+        seen[k] = seen.get(k, 0) + 1
+        if seen[k] < capture_after:
+            eager += 1
+            continue
+        seen.pop(k)
+        graphs[k] = True
+        capture += 1
+        while len(graphs) > max_graphs:
+            graphs.popitem(last=False)
+    return {"workload": workload, "policy": policy, "output_tokens": output_tokens, "graphable_passes": len(keys),
+            "distinct_shapes": len(set(keys)), "replay": replay, "capture": capture, "eager": eager,
+            "distinct_by_part": probe.stats()["distinct_by_part"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", default="16x32768")
+    ap.add_argument("--policies", default="ar,fixed-k:k=4,aspire")
+    ap.add_argument("--output-tokens", type=int, default=128)
+    ap.add_argument("--kv-pages", type=int, default=57248, help="the H200's 8B pool (runtime_offline.py)")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    rows = []
+    for pol in a.policies.split(","):
+        r = count_shapes(a.workload, pol, a.output_tokens, a.kv_pages)
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+    if a.out:
+        Path(a.out).write_text(json.dumps({"benchmark": "graph_shapes", "runs": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
