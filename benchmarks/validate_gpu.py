@@ -105,6 +105,9 @@ def main() -> int:
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--device", default="cuda", help="cuda, or cpu (tiny models: a smoke test)")
     ap.add_argument("--acceptance", default="sparsespec-llama8b")
+    ap.add_argument("--rehearse", action="store_true", help="each run served once untimed first, capturing its "
+                    "CUDA graph shapes (spsim validate --rehearse); twice the GPU time")
+    ap.add_argument("--tag", default="", help="added to the result files' names (e.g. _rehearsed)")
     a = ap.parse_args()
 
     from spsim.config import ServingConfig
@@ -140,14 +143,15 @@ def main() -> int:
 
     from spsim.gpu_runtime.engine import RuntimeOptions, load
 
-    opts = RuntimeOptions(device=a.device)
+    opts = RuntimeOptions(device=a.device, rehearse=a.rehearse)
     index = {"benchmark": "validate_gpu", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
              "command": " ".join(sys.argv), "minutes": a.minutes, "model": a.model, "profile": profile,
+             "rehearse": a.rehearse,
              "acceptance": a.acceptance, "machine": {"python": platform.python_version()}, "runs": []}
 
     def save_index():
         index["wall_s"] = round(time.monotonic() - t_start, 1)
-        (out / "validate_index.json").write_text(json.dumps(index, indent=2, default=str) + "\n")
+        (out / f"validate_index{a.tag}.json").write_text(json.dumps(index, indent=2, default=str) + "\n")
 
     try:
         t0 = time.monotonic()
@@ -161,7 +165,7 @@ def main() -> int:
         for policy in policies:
             for t in targets:
                 tr = traces[(t["trace"], t["limit"], t["window"])]
-                name = "_".join([slug(Path(t["trace"]).stem), tag(t), slug(policy)])
+                name = "_".join([slug(Path(t["trace"]).stem), tag(t), slug(policy)]) + a.tag
                 row = {"trace": t["trace"], "limit": t["limit"], "window_s": t["window"], "requests": len(tr),
                        "policy": policy, "mode": t["mode"] or "trace arrivals"}
                 index["runs"].append(row)
@@ -173,7 +177,7 @@ def main() -> int:
                     # arrival span (plus a drain)
                     busy = SLOWDOWN * sum(sim.summary["pass_time_s"].values())
                     span = 0.0 if cfg.offline or cfg.concurrency else float(tr.arrival_s[-1]) + 10
-                    est = max(busy, span) + FIXED_S
+                    est = max(busy, span) * (2 if a.rehearse else 1) + FIXED_S
                     row["estimated_s"] = round(est, 1)
                     if est > deadline - time.monotonic():
                         raise Skip(f"estimated {est:.0f} s, {deadline - time.monotonic():.0f} s left")

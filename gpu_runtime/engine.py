@@ -43,6 +43,8 @@ class RuntimeOptions:
     cuda_graphs: bool = True  # replay passes without prefill from CUDA graphs (GPU only)
     pad_passes: bool | None = None  # dummy requests pad passes to a few shapes (padding.py); None: with graphs
     synthetic_prefill: bool = False  # timing: skip prefill compute, KV pages hold random values
+    rehearse: bool = False  # serve the trace once untimed first, capturing its graph shapes (graphs only)
+    rehearse_graphs: int = 1024  # graphs kept when rehearsing (they share their memory)
 
 
 @dataclass
@@ -144,11 +146,15 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
     dtype = model.dtype
     pages = kv_pages_for(lc, cfg, opts, dtype)
     cost = cost if cost is not None else policy_cost_model(cfg, lc)
-    serving = build(cfg, prefix_cache=trace.prefix_indptr is not None, block_size=trace.block_size, cost=cost,
-                    capacity=pages, max_context=lc.max_context)
     arrivals = arrival_times(trace, cfg)
-    table = RequestTable(trace.prompt_tokens, trace.output_tokens, arrivals)
-    b = serving.new_batcher(table, trace.prefix_indptr, trace.prefix_ids, PagedKVPool)
+
+    def world():  # the scheduling side of one run: policy, request table, batcher (fresh per run)
+        serving = build(cfg, prefix_cache=trace.prefix_indptr is not None, block_size=trace.block_size, cost=cost,
+                        capacity=pages, max_context=lc.max_context)
+        table = RequestTable(trace.prompt_tokens, trace.output_tokens, arrivals.copy())
+        return serving, table, serving.new_batcher(table, trace.prefix_indptr, trace.prefix_ids, PagedKVPool)
+
+    serving, table, b = world()
     graphed = opts.cuda_graphs and model.device.type == "cuda"
     padding = None
     if opts.pad_passes or (opts.pad_passes is None and graphed):  # scratch pages past the pool's for the dummies
@@ -170,6 +176,43 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
         from .graphs import GraphedPasses
 
         graphs = ex.graphs = GraphedPasses(model, cache)
+    rehearsal = None
+    if opts.rehearse:
+        # serve the trace once untimed, capturing every graph shape at first sight, then serve it
+        # again measured over the same cache, executor and graphs: the steady state of a server
+        # that has met its workload's shapes (engines capture their graphs at start-up)
+        if graphs is not None:
+            graphs.capture_after, graphs.max_graphs = 1, max(graphs.max_graphs, opts.rehearse_graphs)
+        first, _, _ = _serve(trace, cfg, opts, None, serving, table, b, ex, graphs, arrivals)
+        rehearsal = {"passes": len(first), **(graphs.stats() if graphs is not None else {})}
+        if graphs is not None:
+            graphs.reset_counts()
+        serving, table, b = world()
+        ex.reset(b.pool, table, serving.acceptance)
+    passes, cat_ns, cat_passes = _serve(trace, cfg, opts, progress, serving, table, b, ex, graphs, arrivals)
+    res = summarize_run(table, [b], [cat_ns], [cat_passes], cfg, cost, trace)
+    host = np.array([p["host_ms"] for p in passes]) if passes else np.zeros(1)
+    res.summary["runtime"] = {
+        "device": str(model.device), "device_name": (torch.cuda.get_device_name(model.device)
+                                                     if model.device.type == "cuda" else "cpu"),
+        "model": lc.name, "weights": opts.weights or "random (seeded)", "dtype": str(dtype).replace("torch.", ""),
+        "kv_pages": pages, "acceptance": cfg.acceptance or "real", "temperature": opts.temperature,
+        "synthetic_prefill": opts.synthetic_prefill,
+        "policy_cost_model": getattr(cost, "name", type(cost).__name__), "passes": len(passes),
+        "stopped_early": bool(opts.max_passes and len(passes) >= opts.max_passes),
+        "mean_host_ms": float(host.mean()), "p99_host_ms": float(np.percentile(host, 99)),
+        "cuda_graphs": None if graphs is None else graphs.stats(),
+        "rehearsal": rehearsal,  # graph counts of the untimed first run (--rehearse), else None
+        "padding": None if padding is None else padding.stats(),
+        "torch": torch.__version__,
+    }
+    events = ex.events or []
+    return RunOutput(res, events, passes, ex.generated())
+
+
+def _serve(trace, cfg, opts, progress, serving, table, b, ex, graphs, arrivals):
+    """The serving loop: admit, plan, execute, apply, until the trace is done. Returns the pass log
+    and GPU time and passes per category."""
     n = len(trace)
     cat_ns = dict.fromkeys(CATEGORIES, 0)
     cat_passes = dict.fromkeys(CATEGORIES, 0)
@@ -244,24 +287,7 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
                 progress(d, n)
         if opts.max_passes and len(passes) >= opts.max_passes:
             break
-    res = summarize_run(table, [b], [cat_ns], [cat_passes], cfg, cost, trace)
-    host = np.array([p["host_ms"] for p in passes]) if passes else np.zeros(1)
-    res.summary["runtime"] = {
-        "device": str(model.device), "device_name": (torch.cuda.get_device_name(model.device)
-                                                     if model.device.type == "cuda" else "cpu"),
-        "model": lc.name, "weights": opts.weights or "random (seeded)", "dtype": str(dtype).replace("torch.", ""),
-        "kv_pages": pages, "acceptance": cfg.acceptance or "real", "temperature": opts.temperature,
-        "synthetic_prefill": opts.synthetic_prefill,
-        "policy_cost_model": getattr(cost, "name", type(cost).__name__), "passes": len(passes),
-        "stopped_early": bool(opts.max_passes and len(passes) >= opts.max_passes),
-        "mean_host_ms": float(host.mean()), "p99_host_ms": float(np.percentile(host, 99)),
-        "cuda_graphs": None if graphs is None else graphs.stats(),
-        "padding": None if padding is None else padding.stats(),
-        "torch": torch.__version__,
-    }
-    events = ex.events or []
-    return RunOutput(res, events, passes, ex.generated())
-
+    return passes, cat_ns, cat_passes
 
 def write_outputs(out_dir: Path, run: RunOutput, trace, dump_tokens: Path | None = None) -> None:
     from spsim.events import write_events

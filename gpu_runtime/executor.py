@@ -76,6 +76,21 @@ class RuntimeExecutor:
         self.last_prep_s = 0.0  # host time of the last pass's input preparation (part of its elapsed time)
         self.padding = padding
 
+    def reset(self, pool, table, acceptance) -> None:
+        """Serve a new run over the same cache, stores and graphs (a rehearsed run: engine.py):
+        every request's state forgotten, its store slots freed in place (captured graphs keep
+        reading the same tensors)."""
+        self.pool, self.t, self.acc = pool, table, acceptance
+        self.req.clear()
+        self.outputs.clear()
+        self._tables.clear()
+        for rid in list(self.store.slot):
+            self.store.release(rid)
+        if self.events is not None:
+            self.events = []
+        if self.padding is not None:
+            self.padding.passes = self.padding.dummies = self.padding.filler = 0
+
     # ---------------------------------------------------------------- bookkeeping
     def _state(self, rid: int) -> RequestTokens:
         st = self.req.get(rid)

@@ -69,12 +69,14 @@ class GraphedPasses:
                  pad: bool = True):
         self.model, self.cache, self.pad = model, cache, pad
         self.max_graphs, self.capture, self.capture_after = max_graphs, capture, capture_after
+        self._capture_after0 = capture_after
         self.seen: dict[tuple, int] = {}  # shape key -> sightings before its capture
         self.graphs: OrderedDict[tuple, _Captured] = OrderedDict()
         self.pool = torch.cuda.graph_pool_handle() if capture else None
         self.captures = 0
         self.replays = 0
         self.eager = 0  # graphable passes run eagerly (shape not seen often enough yet)
+        self._outs: dict[tuple, torch.Tensor] = {}  # logits buffers shared by graphs (_out)
         # what tells shapes apart: distinct values of each part of the key over the run (stats())
         self._parts: dict[str, set] = {}
 
@@ -90,11 +92,27 @@ class GraphedPasses:
             if len(seen) < 4096:
                 seen.add(v)
 
+    def reset_counts(self) -> None:
+        """Forget sightings and counts (not the graphs) and restore `capture_after`: a measured run
+        after a rehearsal."""
+        self.seen.clear()
+        self._parts.clear()
+        self.captures = self.replays = self.eager = 0
+        self.capture_after = self._capture_after0
+
     def stats(self) -> dict:
         """Counts, and how many distinct values each part of the shape key took: where a run's
         shapes come from (what padding would have to cover)."""
         return {"captures": self.captures, "replays": self.replays, "eager": self.eager,
                 "distinct_by_part": {k: len(v) for k, v in self._parts.items()}}
+
+    def _out(self, logits: torch.Tensor) -> torch.Tensor:
+        """The shared output buffer for logits of this shape and dtype (replays clone it)."""
+        key = (tuple(logits.shape), logits.dtype)
+        buf = self._outs.get(key)
+        if buf is None:
+            buf = self._outs[key] = torch.empty_like(logits)
+        return buf
 
     @staticmethod
     def eligible(attn) -> bool:
@@ -152,11 +170,16 @@ class GraphedPasses:
             # warm-up outside the graph (allocator, autotune caches); the pass runs again on replay:
             # everything it writes (KV, page bounds, stored selections and scores) it writes alike
             with torch.cuda.stream(side):
-                m(st.tokens, attn.positions, attn, logit_rows=st.logit_rows)
+                warm = m(st.tokens, attn.positions, attn, logit_rows=st.logit_rows)
             torch.cuda.current_stream(dev).wait_stream(side)
+            out = self._out(warm)
+            del warm
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, pool=self.pool):
-                st.logits = m(st.tokens, attn.positions, attn, logit_rows=st.logit_rows)
+                # the logits land in a buffer shared by every graph of this shape of logits: a graph
+                # then keeps no memory of its own past its replay (100s of graphs stay affordable)
+                out.copy_(m(st.tokens, attn.positions, attn, logit_rows=st.logit_rows))
+            st.logits = out
             st.graph = g
             self.captures += 1
         self.graphs[key] = st

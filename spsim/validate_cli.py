@@ -39,6 +39,9 @@ def register(app: typer.Typer) -> None:
                                          "prefill from CUDA graphs (GPU only), as `spsim run` does."),
         warm: Optional[bool] = typer.Option(None, "--warmup/--no-warmup", help="Compile the kernels on a few short "
                                             "requests before the measured run (default: on GPUs)."),
+        rehearse: bool = typer.Option(False, "--rehearse", help="Serve the trace once untimed first, capturing "
+                                      "every CUDA graph shape it meets, then measure a second run: the steady "
+                                      "state, without first-use captures and eager passes (twice the GPU time)."),
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write validate.json, passes.jsonl, both "
                                            "summaries and both request tables here."),
         as_json: bool = typer.Option(False, "--json", help="Print validate.json's content instead of tables."),
@@ -66,7 +69,7 @@ def register(app: typer.Typer) -> None:
 
         from .gpu_runtime.engine import RuntimeOptions
 
-        opts = RuntimeOptions(device=device, dtype=dtype, cuda_graphs=cuda_graphs)
+        opts = RuntimeOptions(device=device, dtype=dtype, cuda_graphs=cuda_graphs, rehearse=rehearse)
         v = run_both(tr, cfg, opts, warm=warm, log=lambda m: err.print(f"[dim]{m}[/]"))
         v.report["trace"] = trace
         if as_json:

@@ -143,7 +143,9 @@ def compare(trace, cfg, run, sim, sim_passes, cost) -> dict:
                     "host_time_s": sum(p["host_ms"] for p in passes) / 1e3,
                     "prep_time_s": sum(p.get("prep_ms", 0.0) for p in passes) / 1e3,
                     "mean_host_ms": rt["mean_host_ms"], "stopped_early": rt["stopped_early"],
-                    "completed": rs["completed"], "rejected": rs["rejected"], "incomplete": rs.get("incomplete")},
+                    "completed": rs["completed"], "rejected": rs["rejected"], "incomplete": rs.get("incomplete"),
+                    # graph counts: the measured run's, and the untimed rehearsal's (--rehearse)
+                    "cuda_graphs": rt.get("cuda_graphs"), "rehearsal": rt.get("rehearsal")},
         "simulator": {"completed": ss["completed"], "rejected": ss["rejected"], "incomplete": ss.get("incomplete")},
     }
 
@@ -235,7 +237,10 @@ def runtime_line(r: dict) -> str:
     return (f"runtime: {rt['passes']:,} passes, {rt['gpu_time_s']:.2f} s measured pass time (input preparation "
             f"{rt['prep_time_s']:.2f} s of it); {rt['captures']:,} graph captures took {rt['capture_time_s']:.2f} s "
             f"({rt['capture_time_s'] / gpu:.0%}); host planning {rt['host_time_s']:.2f} s "
-            f"({rt['mean_host_ms']:.2f} ms per pass)")
+            f"({rt['mean_host_ms']:.2f} ms per pass)"
+            + ("" if not rt.get("rehearsal") else f"; after a rehearsal of {rt['rehearsal']['passes']:,} passes"
+               f" ({rt['rehearsal'].get('captures', 0):,} graphs captured)")
+            + ("" if not rt.get("cuda_graphs") else f"; {rt['cuda_graphs']['eager']:,} graphable passes ran eager"))
 
 
 def text(r: dict) -> str:

@@ -239,3 +239,22 @@ def test_padded_passes_change_nothing(tiny, ar_tokens, policy, method):
     pads = padded.result.summary["runtime"]["padding"]
     assert plain.result.summary["runtime"]["padding"] is None
     assert pads["padded_passes"] > 0 and pads["dummy_requests"] > 0 and pads["filler_tokens"] > 0
+
+
+@pytest.mark.parametrize("policy,method", [("aspire", "verify-attn"), ("fixed-k:k=3", "verify-quest")])
+def test_a_rehearsed_run_is_the_plain_run(tiny, policy, method):
+    """`rehearse` serves the trace once untimed and again measured over the same cache, executor
+    and stores: the measured run must be exactly a fresh run (tokens, events, plans, padding
+    counts), so nothing of the first run leaks into it but its captured graphs."""
+    from spsim.gpu_runtime.engine import RuntimeOptions, run_trace
+
+    cfg = ServingConfig(policy=policy, offline=True, kv_pages=120, page_size=16, draft_budget=48, max_draft=6,
+                        draft_kv=method, max_batch=8, token_budget=256, acceptance="sparsespec-llama8b")
+    plain, rehearsed = [run_trace(mixed_trace(), cfg, RuntimeOptions(device="cpu", pad_passes=True, rehearse=r),
+                                  model=tiny, cost=CheapDrafts()) for r in (False, True)]
+    assert rehearsed.tokens == plain.tokens and rehearsed.events == plain.events
+    strip = lambda ps: [{k: v for k, v in p.items() if not k.endswith("_ms")} for p in ps]  # noqa: E731
+    assert strip(rehearsed.passes) == strip(plain.passes)
+    rt, rp = rehearsed.result.summary["runtime"], plain.result.summary["runtime"]
+    assert rt["padding"] == rp["padding"] and rp["rehearsal"] is None
+    assert rt["rehearsal"]["passes"] == len(plain.passes)
