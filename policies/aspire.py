@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from spsim.plan import DraftMethod
+from spsim.cost.calibrated import CalibratedCostModel
+from spsim.cost.roofline import RooflineCostModel
 
 from .acceptance_ema import AcceptanceEMA
 from .aspire_stretch import AspireStretch
@@ -28,19 +30,48 @@ from .base import DecodeView, Policy, ema_looks, expected_tokens
 from .registry import register
 
 
+_KS: dict = {}  # (k_min, k_max) -> (ks, ks + 1), read-only: made once, asked every decision
+# cost models whose `marginal` prices a (request, k) grid from the roofline's tables (the
+# calibrated model hands grids to the roofline's)
+_GRID_MARGINALS = (RooflineCostModel.marginal, CalibratedCostModel.marginal)
+
+
 def cycle_costs(cost, view: DecodeView, k_max: int, k_min: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Draft lengths ks = k_min..k_max and each request's cost of a cycle of k drafts and one
     verification (r, K): k + 1 passes' share of the pass overhead plus its own attention."""
-    ks = np.arange(k_min, k_max + 1, dtype=np.int64)
-    K = len(ks)
-    # 2-D arrays: one vectorised cost-model call for every (request, k) (repeat, not
-    # broadcast_to: the same arrays for ~1 us instead of ~7 us each, asked every decision)
-    draft_m, verify_m = cost.marginal(view.context[:, None].repeat(K, 1), view.budget[:, None].repeat(K, 1),
-                                      view.method[:, None].repeat(K, 1), (ks + 1)[None, :].repeat(len(view.ids), 0))
+    ks1 = _KS.get((k_min, k_max))
+    if ks1 is None:
+        ks1 = _KS[(k_min, k_max)] = tuple(np.arange(k_min + i, k_max + 1 + i, dtype=np.int64) for i in (0, 1))
+        for a in ks1:
+            a.flags.writeable = False
+    ks, kp1 = ks1
+    m = _table_marginal(cost, view, kp1)
+    if m is None:
+        K = len(ks)
+        # 2-D arrays: one vectorised cost-model call for every (request, k) (repeat, not
+        # broadcast_to: the same arrays for ~1 us instead of ~7 us each, asked every decision)
+        m = cost.marginal(view.context[:, None].repeat(K, 1), view.budget[:, None].repeat(K, 1),
+                          view.method[:, None].repeat(K, 1), kp1[None, :].repeat(len(view.ids), 0))
+    draft_m, verify_m = m
     # a pass carrying a prefill chunk is longer for every request in it: drafting then costs more
     nd = max(view.num_decode, 1)
     share = cost.pass_overhead(nd, prefill_tokens=view.prefill_tokens) / nd
-    return ks, (ks + 1) * share + ks * draft_m + verify_m
+    return ks, kp1 * share + ks * draft_m + verify_m
+
+
+def _table_marginal(cost, view: DecodeView, query: np.ndarray):
+    """`cost.marginal` of the (request, k) grid of these contexts and verify queries, where it
+    would read the roofline's tables: the same lookups, without building the grids (this runs
+    at every decision, on a few requests, where building them was most of the cost). None where
+    the tables would not be read (the caller asks `marginal` itself)."""
+    ctx = view.context
+    if type(cost).marginal not in _GRID_MARGINALS or not len(ctx):
+        return None
+    b, m = view.budget, view.method
+    b0, m0 = int(b[0]), int(m[0])
+    if not ((b == b0).all() and (m == m0).all() and cost.tables_fit(int(ctx.max()) + 1, int(query[-1]) + 1)):
+        return None
+    return cost.draft_table(b0, m0)[ctx, 0][:, None], cost.verify_table()[ctx[:, None], query]
 
 
 def zero_holds(ks: np.ndarray, cycle: np.ndarray, targets: np.ndarray, context: np.ndarray, short: int) -> np.ndarray:
@@ -48,8 +79,11 @@ def zero_holds(ks: np.ndarray, cycle: np.ndarray, targets: np.ndarray, context: 
     pay again after a hard span), but until the context has grown by a quarter where it would lose
     even if every draft were accepted (short contexts: a draft costs nearly a verification): only
     the context or the batch (whose changes re-ask anyway) can change that."""
+    zero = targets == 0
+    if not zero.any():
+        return np.full(len(targets), short, np.int64)
     perfect = ks[np.argmax((ks + 1.0) / cycle, axis=1)]
-    return np.where((targets == 0) & (perfect == 0), np.maximum(short, context // 4), short)
+    return np.where(zero & (perfect == 0), np.maximum(short, context // 4), short)
 
 
 class RatePlanner(Policy):
