@@ -200,3 +200,21 @@ def test_common_random_numbers_across_methods():
     vr = m.verify(rid, pos, d, c, b, np.full(n, 1))
     sr = m.verify(rid, pos, d, c, b, np.full(n, 2))
     assert (sr >= vr).all() and (sr > vr).any()
+
+
+def test_ar1_is_lfilter_bit_for_bit():
+    # the span process's AR(1) recursion on Python floats gives scipy.signal.lfilter's bits (it
+    # replaced lfilter to spare every run the import); 1-D and 2-D, short and long, any rho
+    from scipy.signal import lfilter
+
+    from spsim.simulator.acceptance.latent import ar1
+
+    rng = np.random.default_rng(7)
+    for shape in [(1,), (2,), (37,), (5000,), (3, 400)]:
+        for rho in [0.0, 0.3, 0.9, 0.97, 0.999]:
+            eps = rng.standard_normal(shape)
+            e = eps * np.sqrt(1.0 - rho * rho)
+            e[..., 0] = eps[..., 0]
+            want = lfilter([1.0], [1.0, -rho], e, axis=-1)
+            got = ar1(eps.copy(), rho)
+            assert got.shape == want.shape and np.array_equal(got.view(np.int64), want.view(np.int64))
