@@ -69,7 +69,7 @@ class AspireStretch(StretchBase):
         keep, pkeep, strength = acc.keep, acc.pkeep, acc.strength
         self._cycle_table(view, n + 2 * md + 3, pol.k_max or md)  # + drafts held, + the next cycle's candidates
         self._rids, self._com, self._ctx, self._out, self._md, self._verify = rids, com, ctx, out, md, verify
-        self._pages_init(pages)
+        self._pages_init(pages, n)
         pcut = self._pages_cut
         st = Stretch(rids, n, cycles=[[] for _ in range(r)])
         rec = st.cycles
@@ -131,6 +131,7 @@ class AspireStretch(StretchBase):
                     hz = v + 1
             elif counts[j] is not None:
                 relax[j] = com[j]  # plain: its next look relaxes towards the pool
+            tok = ctx[j] + x0
             com[j] += a_ + 1
             ctx[j] += a_ + 1
             d[j] = 0
@@ -138,7 +139,7 @@ class AspireStretch(StretchBase):
             if com[j] >= out[j]:
                 done[j] = True
                 hz = min(hz, v + 1)
-            if (c := pcut(j, start)) < hz:
+            if (c := pcut(j, start, f, v, tok, hz)) < hz:
                 hz = c
             return a_
 
@@ -206,7 +207,7 @@ class AspireStretch(StretchBase):
                     ctx[j] += h
                     start[j] = P + h
                     opened[j] = [start[j], 0, 0]
-                    if (c := pcut(j, start)) < hz:
+                    if (c := pcut(j, start, P, P + h - 1, ctx[j] - h, hz)) < hz:
                         hz = c
                     if com[j] >= out[j]:
                         done[j] = True

@@ -80,8 +80,9 @@ def cycle_more(est: list[float] | None, d0: int, G: list[float], cd: float, vc: 
     while True:
         if s >= cap:
             return s
-        if s >= 8:
-            e = _pairwise(cps, s // 8 * 8 + 7)
+        if s >= 8 and s % 8 == 0:  # numpy's pairwise sum from 8 columns (grid width s + 7); at
+            # the widths up to the next multiple of 8 it adds the new terms in order, as below
+            e = _pairwise(cps, s + 7)
         sv = cp if s else 1.0
         spent = s * cd
         now = (e + 1.0) / (spent + vc[s if s < last else last])
@@ -218,7 +219,7 @@ class StretchPlanner(StretchBase):
         mL = np.arange(1, L + 1)
         self._rids, self._com, self._ctx, self._out, self._md = rids, com, ctx, out, md
         self._entropy, self._verify = entropy, verify
-        self._pages_init(pages)
+        self._pages_init(pages, n)
         pcut = self._pages_cut
         st = Stretch(rids, n, cycles=[[] for _ in range(r)])
         hz = n
@@ -291,6 +292,7 @@ class StretchPlanner(StretchBase):
                     hz = v + 1
             else:
                 relax[j] = com[j]  # plain: its next look relaxes towards the pool
+            tok = ctx[j] + x0
             com[j] += a_ + 1
             ctx[j] += a_ + 1
             d[j] = 0
@@ -298,7 +300,7 @@ class StretchPlanner(StretchBase):
             if com[j] >= out[j]:
                 done[j] = True
                 hz = min(hz, v + 1)
-            if (c := pcut(j, start)) < hz:
+            if (c := pcut(j, start, f, v, tok, hz)) < hz:
                 hz = c
             return a_
 
@@ -353,21 +355,27 @@ class StretchPlanner(StretchBase):
 
         def whole_cycles(J):
             """Cycle after cycle of the columns in J while each keeps its own estimate, the column
-            furthest behind first: a column's cycles read only its own state, so the order
-            changes no answer, but a finish or the pages' cut found at pass p then stops the
-            others near p instead of after they were planned far past it."""
+            furthest behind first, up to the first pass where a column deciding from the pool
+            (no outcome yet, a relaxation due) is asked next: `_pass_order` takes them up again
+            there. A column's cycles read only its own state, so neither the order nor the
+            stops change an answer, but a finish or the pages' cut found at pass p then stops
+            the others near p instead of after they were planned far past it."""
+            lim = hz
+            for k in range(r):
+                if start[k] < lim and not done[k] and not own(k):
+                    lim = start[k]
             if len(J) == 1:
                 j = J[0]
                 while True:
                     whole1(j)
-                    if done[j] or start[j] >= hz or not own(j):
+                    if done[j] or start[j] >= min(hz, lim) or not own(j):
                         return
             h = [(start[j], j) for j in J]
             heapq.heapify(h)
             while h:
                 j = heapq.heappop(h)[1]
                 whole1(j)
-                if not done[j] and start[j] < hz and own(j):
+                if not done[j] and start[j] < min(hz, lim) and own(j):
                     heapq.heappush(h, (start[j], j))
 
         def pooled(A, P):
@@ -379,8 +387,9 @@ class StretchPlanner(StretchBase):
             nonlocal hz
             pr = pool[0] / pool[1]
             Pc = heap[0][0] + 1 if heap else hz
-            for j in range(r):
-                if not done[j] and P < start[j] < Pc and not own(j):
+            for j in range(r):  # (columns with their own estimate too: `whole_cycles` plans them
+                # only up to the next pass a pooled column is asked)
+                if not done[j] and P < start[j] < Pc:
                     Pc = start[j] + 1
             G = np.cumsum(np.array([pr]) ** mL).tolist()
             # a plain answer reads no estimate: the others' draws only (a request that never
@@ -411,7 +420,7 @@ class StretchPlanner(StretchBase):
                     ctx[j] += h
                     start[j] = P + h
                     opened[j] = [start[j], 0, []]
-                    if (c := pcut(j, start)) < hz:
+                    if (c := pcut(j, start, P, P + h - 1, ctx[j] - h, hz)) < hz:
                         hz = c
                 else:
                     v = P + x - x0
@@ -429,13 +438,14 @@ class StretchPlanner(StretchBase):
                         pending[j] = True
                         if gate and v + 1 < hz:
                             hz = v + 1
+                        tok = ctx[j] + o[1]
                         com[j] += a_ + 1
                         ctx[j] += a_ + 1
                         held[j] = []
                         d[j] = 0
                         start[j] = v + 1
                         opened[j] = None
-                        if (c := pcut(j, start)) < hz:
+                        if (c := pcut(j, start, o[0], v, tok, hz)) < hz:
                             hz = c
                     else:  # drafting through pass Pc - 1, asked again on Pc
                         dn = x0 + Pc - P

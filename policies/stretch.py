@@ -51,41 +51,55 @@ class StretchBase:
     # The executor ends a stretch before the first pass whose KV pages do not fit (on a long
     # trace the prefix cache fills the pool, so most stretches end there, long before their
     # horizon: Mooncake, entropy, a fifth of the passes planned). Planning past that pass is work
-    # thrown away, so the planner shortens its horizon as soon as a lower bound of the pages
-    # shows the pass: a request holds at least the pages of its context + 1 (contexts never
-    # shrink), from its context at the stretch's start before its first planned verification and
-    # from its context after its last planned one from then on. Passes before the cut the
-    # executor makes are planned as before, so the results are the same.
-    def _pages_init(self, pages) -> None:
+    # thrown away, so the planner shortens its horizon as soon as it knows the pass: exactly once
+    # every column is planned through it (each pass's pages summed as columns are planned), and
+    # earlier from a lower bound (a request holds at least the pages of its context + 1, and
+    # contexts never shrink). The executor cuts at the same pass as before, so the results are
+    # the same; a horizon too short would only end the stretch early.
+    _NEVER = 1 << 60
+
+    def _pages_init(self, pages, n: int) -> None:
         """pages: (pages free for these requests, page size, shared prefix tokens per column), or
-        None (no bound). Call after `_ctx` is set."""
+        None (no bound); n: the passes planned at most. Call after `_ctx` is set."""
         if pages is None:
             self._pg = None
             return
         budget, ps, shared = pages
         f0 = [-(-(c + 1 - s) // ps) for c, s in zip(self._ctx, shared)]
-        self._pg = [budget, ps, shared, f0, list(f0), sum(f0)]  # ..., floors at the start, floors now, their sum
+        # budget, page size, shared, floors at the start, floors now, their sum, per pass: pages
+        # of the columns planned through it, and how many they are
+        self._pg = [budget, ps, shared, f0, list(f0), sum(f0), [0] * n, [0] * n]
 
-    def _pages_cut(self, j: int, start: list[int]) -> int:
-        """Column j's context grew (a verification or plain passes planned through start[j] - 1):
-        the first pass from which the batch's pages surely do not fit, or a huge number."""
+    def _pages_cut(self, j: int, start: list[int], f: int, last: int, tokens: int, hz: int) -> int:
+        """Column j was planned on passes f..last, holding `tokens` tokens (context and drafts)
+        before pass f and one more before each later one (drafting, or decoding plainly), and its
+        context now is what it holds from start[j] on: the first pass from which the batch's
+        pages surely do not fit, or a huge number."""
         pg = self._pg
         if pg is None:
-            return 1 << 60
-        budget, ps, shared, f0, fl, tot = pg
-        f = -(-(self._ctx[j] + 1 - shared[j]) // ps)
-        tot += f - fl[j]
-        fl[j] = f
+            return self._NEVER
+        budget, ps, shared, f0, fl, tot, pe, pc = pg
+        r = len(fl)
+        b = tokens + 1 - shared[j] - f  # the reservation before pass p: b + p tokens
+        for p in range(f, min(last + 1, hz, len(pe))):
+            x = pe[p] = pe[p] + -(-(b + p) // ps)
+            c = pc[p] = pc[p] + 1
+            if c == r and x > budget:  # every column planned through p: exact
+                return p
+        fj = -(-(self._ctx[j] + 1 - shared[j]) // ps)
+        tot += fj - fl[j]
+        fl[j] = fj
         pg[5] = tot
         if tot <= budget:
-            return 1 << 60
-        # at pass p: the floor now of columns planned up to p, the starting floor of the others
+            return self._NEVER
+        # the bound at pass p: the floor now of the columns planned up to p, the starting floor
+        # of the others
         s = sum(f0)
-        for k in sorted(range(len(fl)), key=start.__getitem__):
+        for k in sorted(range(r), key=start.__getitem__):
             s += fl[k] - f0[k]
             if s > budget:
                 return start[k]
-        return 1 << 60  # (not reached: s ends at tot)
+        return self._NEVER  # (not reached: s ends at tot)
 
     def _offsets(self, cap: int) -> np.ndarray:
         """Start offsets of whole()'s rows for one column (a planner's two cycles at once): this
@@ -235,23 +249,33 @@ class StretchBase:
         column's cycle on the last pass (n - 1)."""
         pol = self.pol
         acc = pol.acc
-        byp: dict = {}
-        for p, j, x, a in zip(st.vp, st.vj, st.dv, st.acc):
-            if x > 0 and p < n:
-                byp.setdefault(p, {})[j] = (x, a)
-        rel = [x for x in st.relax if x[0] < n]
+        outs = sorted((p, j, x, a) for p, j, x, a in zip(st.vp, st.vj, st.dv, st.acc) if x > 0 and p < n)
+        rel = [x for x in st.relax if x[0] < n]  # in pass order
+        ids, dr, ac = [], [], []
+
+        def flush():  # the outcomes gathered, in pass and running order: one call for many passes
+            if ids:
+                pol.on_verify(np.array(ids, np.int64), np.array(dr, np.int64), np.array(ac, np.int64))
+                ids.clear(), dr.clear(), ac.clear()
+
+        def look(x):  # a relaxation: the look at position pos, the last one at p0
+            _, rid, p0, pos = x
+            acc.seen[rid] = p0
+            acc.get(np.array([rid], np.int64), np.array([pos], np.int64))
+
         ri = 0
-        for p in sorted(set(byp) | {x[0] for x in rel}):
-            while ri < len(rel) and rel[ri][0] == p:
-                _, rid, p0, pos = rel[ri]
-                acc.seen[rid] = p0
-                acc.get(np.array([rid], np.int64), np.array([pos], np.int64))
-                ri += 1
-            if p in byp:
-                g = byp[p]
-                js = sorted(g)
-                pol.on_verify(np.array([st.ids[j] for j in js], np.int64), np.array([g[j][0] for j in js], np.int64),
-                              np.array([g[j][1] for j in js], np.int64))
+        for p, j, x, a in outs:
+            if ri < len(rel) and rel[ri][0] <= p:  # a pass's looks come before its outcomes
+                flush()
+                while ri < len(rel) and rel[ri][0] <= p:
+                    look(rel[ri])
+                    ri += 1
+            ids.append(st.ids[j])
+            dr.append(x)
+            ac.append(a)
+        flush()
+        for x in rel[ri:]:
+            look(x)
         m = n - 1
         last = []
         for j, rid in enumerate(st.ids):
