@@ -139,7 +139,7 @@ class AspireStretch(StretchBase):
             if com[j] >= out[j]:
                 done[j] = True
                 hz = min(hz, v + 1)
-            if (c := pcut(j, start, f, v, tok, hz)) < hz:
+            if (c := pcut(j, f, v, tok, hz)) < hz:
                 hz = c
             return a_
 
@@ -207,7 +207,7 @@ class AspireStretch(StretchBase):
                     ctx[j] += h
                     start[j] = P + h
                     opened[j] = [start[j], 0, 0]
-                    if (c := pcut(j, start, P, P + h - 1, ctx[j] - h, hz)) < hz:
+                    if (c := pcut(j, P, P + h - 1, ctx[j] - h, hz)) < hz:
                         hz = c
                     if com[j] >= out[j]:
                         done[j] = True

@@ -300,7 +300,7 @@ class StretchPlanner(StretchBase):
             if com[j] >= out[j]:
                 done[j] = True
                 hz = min(hz, v + 1)
-            if (c := pcut(j, start, f, v, tok, hz)) < hz:
+            if (c := pcut(j, f, v, tok, hz)) < hz:
                 hz = c
             return a_
 
@@ -420,7 +420,7 @@ class StretchPlanner(StretchBase):
                     ctx[j] += h
                     start[j] = P + h
                     opened[j] = [start[j], 0, []]
-                    if (c := pcut(j, start, P, P + h - 1, ctx[j] - h, hz)) < hz:
+                    if (c := pcut(j, P, P + h - 1, ctx[j] - h, hz)) < hz:
                         hz = c
                 else:
                     v = P + x - x0
@@ -445,7 +445,7 @@ class StretchPlanner(StretchBase):
                         d[j] = 0
                         start[j] = v + 1
                         opened[j] = None
-                        if (c := pcut(j, start, o[0], v, tok, hz)) < hz:
+                        if (c := pcut(j, o[0], v, tok, hz)) < hz:
                             hz = c
                     else:  # drafting through pass Pc - 1, asked again on Pc
                         dn = x0 + Pc - P
