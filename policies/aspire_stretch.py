@@ -69,8 +69,7 @@ class AspireStretch(StretchBase):
         keep, pkeep, strength = acc.keep, acc.pkeep, acc.strength
         self._cycle_table(view, n + 2 * md + 3, pol.k_max or md)  # + drafts held, + the next cycle's candidates
         self._rids, self._com, self._ctx, self._out, self._md, self._verify = rids, com, ctx, out, md, verify
-        self._pages_init(pages, n)
-        pcut = self._pages_cut
+        pcut = self._page_sums(pages, n)  # the pass where the pages run out, once known
         st = Stretch(rids, n, cycles=[[] for _ in range(r)])
         rec = st.cycles
         hz = n

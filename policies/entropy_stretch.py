@@ -200,7 +200,7 @@ class StretchPlanner(StretchBase):
         """`entropy(rid, pos, draft_pos, ctx)` and `verify(rid, pos, drafted, ctx)`: keyed draws
         (arrays in, array out). `gate`: the stretch ends after the first verification with drafts
         (it frees pages a waiting request may take). `pages`: the KV pages' bound
-        (`StretchBase._pages_init`). None: nothing to plan."""
+        (`stretch.PageSums`). None: nothing to plan."""
         pol = self.pol
         acc = pol.acc
         r = len(view.ids)
@@ -219,8 +219,7 @@ class StretchPlanner(StretchBase):
         mL = np.arange(1, L + 1)
         self._rids, self._com, self._ctx, self._out, self._md = rids, com, ctx, out, md
         self._entropy, self._verify = entropy, verify
-        self._pages_init(pages, n)
-        pcut = self._pages_cut
+        pcut = self._page_sums(pages, n)  # the pass where the pages run out, once known
         st = Stretch(rids, n, cycles=[[] for _ in range(r)])
         hz = n
         counts = [(list(x) if (x := acc.counts.get(i)) else None) for i in rids]

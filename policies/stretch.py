@@ -33,6 +33,45 @@ class Stretch:
     relax: list[tuple[int, int, int, int]] = field(default_factory=list)  # (pass, rid, last look, look)
 
 
+class PageSums:
+    """Each pass's KV pages, summed as a plan's columns are planned through it.
+
+    An executor ends a plan of many passes before the first pass whose pages do not fit (on a
+    long trace the prefix cache fills the pool, so most plans end there, long before their
+    horizon: Mooncake, entropy, a fifth of the passes planned). Planning past that pass is work
+    thrown away, so a planner asks `cover` after each span it plans and shortens its horizon to
+    the pass returned. The executor cuts at the same pass as before, so the results are the
+    same (a horizon too short would only end the plan early; a lower bound of the pages from the
+    columns' contexts, for columns planned less far, saved 2 % of entropy's cycles planned and
+    cost as much)."""
+
+    NEVER = 1 << 60
+
+    def __init__(self, budget: int, page_size: int, shared: list[int], n: int):
+        """budget: pages free for these columns; shared: each column's prefix tokens held in
+        the cache (not its own pages); n: the passes planned at most."""
+        self.budget, self.ps, self.shared, self.r = budget, page_size, shared, len(shared)
+        self.pages, self.cols = [0] * n, [0] * n  # per pass: pages of the columns planned through it, how many
+
+    def cover(self, j: int, f: int, last: int, tokens: int, hz: int) -> int:
+        """Column j was planned on passes f..last, holding `tokens` tokens (context and drafts)
+        before pass f and one more before each later one (drafting, or decoding plainly), each
+        pass reserving room for one more: the first pass where the pages do not fit, once every
+        column is planned through it, or NEVER. Passes from hz on are not counted."""
+        pe, pc, ps, budget, r = self.pages, self.cols, self.ps, self.budget, self.r
+        b = tokens + 1 - self.shared[j] - f  # the reservation before pass p: b + p tokens
+        for p in range(f, min(last + 1, hz, len(pe))):
+            x = pe[p] = pe[p] + -(-(b + p) // ps)
+            c = pc[p] = pc[p] + 1
+            if c == r and x > budget:
+                return p
+        return self.NEVER
+
+
+def _never(*a) -> int:
+    return PageSums.NEVER
+
+
 class StretchBase:
     """Keyed draws in tables by request id, kept across stretches, and the estimates' hand-back.
     A subclass's plan sets `_rids`, `_com`, `_ctx`, `_out`, `_md` (its columns' live state) and
@@ -47,42 +86,10 @@ class StretchBase:
 
     _offs: dict = {}
 
-    # ---------------------------------------------------------------- the pages' horizon
-    # The executor ends a stretch before the first pass whose KV pages do not fit (on a long
-    # trace the prefix cache fills the pool, so most stretches end there, long before their
-    # horizon: Mooncake, entropy, a fifth of the passes planned). Planning past that pass is work
-    # thrown away, so the planner sums each pass's pages as columns are planned through it and
-    # shortens its horizon to the first pass every column is planned through whose pages do not
-    # fit. The executor cuts at the same pass as before, so the results are the same (a horizon
-    # too short would only end the stretch early; a lower bound of the pages from the columns'
-    # contexts, for columns planned less far, saved 2 % of the cycles planned and cost as much).
-    _NEVER = 1 << 60
-
-    def _pages_init(self, pages, n: int) -> None:
-        """pages: (pages free for these requests, page size, shared prefix tokens per column), or
-        None (no bound); n: the passes planned at most."""
-        if pages is None:
-            self._pg = None
-            return
-        budget, ps, shared = pages
-        # ..., per pass: pages of the columns planned through it, and how many they are
-        self._pg = (budget, ps, shared, len(shared), [0] * n, [0] * n)
-
-    def _pages_cut(self, j: int, f: int, last: int, tokens: int, hz: int) -> int:
-        """Column j was planned on passes f..last, holding `tokens` tokens (context and drafts)
-        before pass f and one more before each later one (drafting, or decoding plainly): the
-        first pass where the batch's pages do not fit, once known, or a huge number."""
-        pg = self._pg
-        if pg is None:
-            return self._NEVER
-        budget, ps, shared, r, pe, pc = pg
-        b = tokens + 1 - shared[j] - f  # the reservation before pass p: b + p tokens
-        for p in range(f, min(last + 1, hz, len(pe))):
-            x = pe[p] = pe[p] + -(-(b + p) // ps)
-            c = pc[p] = pc[p] + 1
-            if c == r and x > budget:  # every column planned through p
-                return p
-        return self._NEVER
+    def _page_sums(self, pages, n: int):
+        """`PageSums.cover` for `pages` (pages free, page size, shared tokens per column; None:
+        no bound)."""
+        return PageSums(*pages, n).cover if pages is not None else _never
 
     def _offsets(self, cap: int) -> np.ndarray:
         """Start offsets of whole()'s rows for one column (a planner's two cycles at once): this

@@ -19,6 +19,7 @@ import numpy as np
 from spsim.plan import PassPlan
 from spsim.policies.base import DecodeView
 from spsim.policies.batcher import Batcher
+from spsim.policies.stretch import PageSums
 
 from .outcomes import OutcomeTable
 
@@ -568,6 +569,12 @@ class FastPath:
         vps, vjs, dvs, accs = [], [], [], []
         idle = []  # synchronous: spans sat out (Cycles.idle)
         plain = []  # (column, first pass, passes) of plain spans until a zero target expires
+        # the pass where the pages run out (`_cut_cycles` ends the segment there): planning stops
+        # there once every column is planned through it (synchronous batches and re-asked
+        # plain passes are not summed: no stop)
+        cover = None if sync else PageSums(self.pool.capacity - self.pool.used + sum(t.pages[run].tolist()),
+                                           cfg.page_size, t.shared_tokens[run].tolist(), min(n, 1024)).cover
+        cut = n
         every = rounds == -1  # a policy asked every pass (`_plan_every`): its first pass asked already
         max_rounds, min_n = (self.MAX_ROUNDS if rounds in (0, -1) else rounds), 1 if rounds in (1, -1) else 2
         # every: a request with no outcome yet answers from the pool's rate, which any outcome moves
@@ -696,6 +703,8 @@ class FastPath:
             for j, x in cols:
                 a = got[j] if x > 0 else 0
                 vp = start[j] + (w0 if sync else x - d[j])
+                if cover is not None and (c := cover(j, start[j], vp, ctx[j] + d[j], cut)) < cut:
+                    cut = c
                 vps.append(vp)
                 vjs.append(j)
                 dvs.append(x)
@@ -748,6 +757,8 @@ class FastPath:
                         if h > 0:  # (a zero held for a quarter of a long context can reach far
                             # past where the segment ends: its passes are listed once n is final)
                             plain.append((j, start[j], h))
+                            if cover is not None and (c := cover(j, start[j], start[j] + h - 1, ctx[j], cut)) < cut:
+                                cut = c
                             com[j] += h
                             ctx[j] += h
                             start[j] += h
@@ -762,6 +773,8 @@ class FastPath:
                     live.append(j)
             if fin is not None and fin < n:
                 n = fin
+            if cut < n:
+                n = cut
             due = [j for j in due if com[j] < out[j] and start[j] < n]
             if due and ask is not None:
                 # each asked for its next ASK_AHEAD positions at once (rows are pure; a position
@@ -805,6 +818,8 @@ class FastPath:
             # its plain spans, listed last)
             order = np.argsort(vp * r + vj, kind="stable")  # pass-major, running order within a pass
             vp, vj, dv, acc = vp[order], vj[order], dv[order], acc[order]
+        if n < min_n:  # the pages ran out before (found while planning)
+            return None
         cut = self._cut_cycles(n, min_n, r, ctx0, d0, vp, vj, dv, acc, run, idle)
         if cut is None or cut[0] < min_n:
             return None
