@@ -13,7 +13,8 @@ from spsim.calibration.records import read_measurements
 from spsim.plan import DraftMethod
 
 ROOT = Path(__file__).resolve().parent.parent
-MEAS = ROOT / "benchmarks/results/calibration/h200-llama-3.1-8b.measurements.jsonl"
+MEAS = ROOT / "benchmarks/results/calibration/sweep3_unpadded/h200-llama-3.1-8b.measurements.jsonl"
+PADDED = ROOT / "benchmarks/results/calibration/h200-llama-3.1-8b.measurements.jsonl"  # the padded sweep
 
 
 def _design_of(path):
@@ -69,3 +70,13 @@ def test_new_points_fit_the_cache_of_the_resumed_sweep():
     new = [p for p in design if p.key not in third]
     cache = max(_pages_needed(p, 16) for p in new)
     assert [p.key for p in new if _pages_needed_all(p, 16) > cache] == []
+
+
+def test_the_padded_sweep_measured_the_whole_design():
+    """The shipped measurements (one padded session) hold every point of the design it was built
+    from, each once, none failed."""
+    design, recs = _design_of(PADDED)
+    sessions, _ = read_measurements(PADDED)
+    assert len(sessions) == 1 and sessions[0]["padded"] is True
+    keys = [m.point.key for m in recs]
+    assert len(keys) == len(set(keys)) == len(design) and set(keys) == {p.key for p in design}
