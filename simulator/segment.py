@@ -595,6 +595,16 @@ class FastPath:
             elif len(table.tab) > 4 * r + 64:  # entries of finished requests
                 table.forget(set(runl))
             max_rounds = self.TABLE_ROUNDS
+        # a re-asked policy's draft counts change from cycle to cycle; where the model's draws are
+        # prefix draws, one draw per position serves every count (OutcomeTable.run, as _plan_sync)
+        # and the rounds need a call only every TABLE_ROWS positions of a request, not each
+        runs = None
+        if table is None and (ask or after) and md > 0 and getattr(self.acc, "prefix_draws", False):
+            runs = self.runs
+            if runs is None or runs.K != md:
+                runs = self.runs = OutcomeTable(md, md, self.TABLE_ROWS)
+            elif len(runs.tab) > 4 * r + 64:  # entries of finished requests
+                runs.forget(set(runl))
         while live:
             if rounds == max_rounds:  # the rest later: an arrival cuts most long plans short
                 n = min(n, min(start[j] for j in live))
@@ -612,6 +622,7 @@ class FastPath:
                     w0 = 0
             cols, spec, sids, scom, sdv, sctx = [], [], [], [], [], []
             got = {}
+            later = []  # columns whose outcome the runs' next call draws
             for j in live:
                 dj = d[j]
                 if sync:
@@ -634,6 +645,13 @@ class FastPath:
                             got[j] = kn[1]
                         elif table is not None and (a := table.get(runl[j], com[j], x, ctx[j], out[j])) is not None:
                             got[j] = a
+                        elif runs is not None:
+                            a = runs.run(runl[j], com[j], ctx[j])
+                            if a is None:
+                                runs.want(runl[j], com[j], ctx[j], out[j])
+                                later.append((j, x))
+                            else:
+                                got[j] = x if x < a else a
                         else:
                             sids.append(runl[j])
                             scom.append(com[j])
@@ -642,6 +660,12 @@ class FastPath:
             if not cols:
                 break
             known = {}
+            if later:
+                ids, cs, xs, cxs = runs.rows_wanted()
+                runs.store(verify(ids, cs, xs, cxs, *self._consts(len(ids))).tolist())
+                for j, x in later:
+                    a = runs.run(runl[j], com[j], ctx[j])
+                    got[j] = x if x < a else a
             if sids:
                 u = len(sids)
                 # (column, outcomes lo..hi-1, their first row, drafts next): a column's next
