@@ -75,6 +75,8 @@ def main() -> None:
     ap.add_argument("--policies", default=POLICIES)
     ap.add_argument("--output-tokens", type=int, default=128)
     ap.add_argument("--minutes", type=float, default=5.0)
+    ap.add_argument("--rehearse", action="store_true", help="each run served once untimed first (every graph "
+                    "shape captured): the steady state")
     a = ap.parse_args()
     t_end = time.time() + 60 * a.minutes
     dev = torch.device("cuda")
@@ -86,7 +88,8 @@ def main() -> None:
            "model": a.model, "dtype": "bf16", "acceptance": ACCEPTANCE, "output_tokens": a.output_tokens,
            "method": "spsim run --offline --synthetic-prefill --acceptance " + ACCEPTANCE + ", CUDA graphs on; "
                      "decode phase = passes without a prefill chunk; one run per policy in one process "
-                     "(graphs are captured anew per run)", "runs": []}
+                     "(graphs are captured anew per run" + ("; each run rehearsed untimed first)" if a.rehearse
+                                                            else ")"), "rehearse": a.rehearse, "runs": []}
     for w in a.workloads.split(","):
         b, c = (int(x) for x in w.split("x"))
         tr = workload(b, c, a.output_tokens)
@@ -97,8 +100,8 @@ def main() -> None:
             cfg = ServingConfig(policy=pol, offline=True, acceptance=ACCEPTANCE, seed=0)
             t0 = time.time()
             try:
-                run = run_trace(tr, cfg, RuntimeOptions(device="cuda", synthetic_prefill=True, record_events=False),
-                                model=model)
+                run = run_trace(tr, cfg, RuntimeOptions(device="cuda", synthetic_prefill=True, record_events=False,
+                                                        rehearse=a.rehearse), model=model)
             except Exception as e:  # noqa: BLE001  (recorded, the sweep goes on)
                 out["runs"].append({"workload": w, "policy": pol, "error": f"{type(e).__name__}: {e}"[:400]})
                 print(out["runs"][-1], flush=True)

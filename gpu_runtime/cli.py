@@ -39,6 +39,8 @@ def register(app: typer.Typer) -> None:
                                                "prefill (KV pages hold random values, first tokens are random), "
                                                "so decode at long context is timed without its prefill. Outputs "
                                                "are meaningless; use with --acceptance PRESET."),
+        rehearse: bool = typer.Option(False, "--rehearse", help="Serve the trace once untimed first, capturing "
+                                      "every CUDA graph shape it meets; report the second run (steady state)."),
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write summary.json, requests.csv, "
                                            "events.jsonl and passes.jsonl here."),
         dump_tokens: Optional[Path] = typer.Option(None, "--dump-tokens", help="Write {request id: generated "
@@ -67,7 +69,7 @@ def register(app: typer.Typer) -> None:
         tr = load_trace(trace, trace_format, limit, skip_invalid)
         opts = RuntimeOptions(weights=weights, device=device, dtype=dtype, text=str(text) if text else None,
                               temperature=temperature, max_passes=max_passes, cuda_graphs=cuda_graphs,
-                              synthetic_prefill=synthetic_prefill)
+                              synthetic_prefill=synthetic_prefill, rehearse=rehearse)
         res = run_trace(tr, serving, opts)
         if as_json:
             typer.echo(res.result.summary_json(), nl=False)
