@@ -315,6 +315,15 @@ class StretchPlanner(StretchBase):
             c0, c1 = counts[j]
             cj = com[j]
             cap = min(md, out[j] - cj - 1)
+            x0 = d[j]
+            if x0 == 0:  # holding no drafts: whether it drafts at all reads no estimate (a fifth of
+                # the cycles are plain), so that is decided first, from the prior's powers alone
+                p0 = c0 / c1
+                cx = ctx[j] - ctx0[j]
+                vcr, cd = vct[j, cx].tolist(), cdl[j][cx]
+                if not cycle_more(None, 0, np.cumsum(np.array([p0]) ** mL).tolist(), cd, vcr, cap, L):
+                    take(j, 0, [], [], 0, p0, cd, vcr, cap)
+                    return
             k0, k1 = keep * c0, keep * c1
             P = [c0 / c1]
             P += [(k0 + b) / (k1 + (b + 1)) for b in range(cap)]  # b accepted of more
@@ -334,7 +343,6 @@ class StretchPlanner(StretchBase):
             est = 1.0 / (1.0 + np.exp(-(lp[:, None] + q[offsets(cap)])))
             G = np.cumsum(Pa[:, None] ** mL, axis=1)  # draft_more's gain factors
             et = t[2][0]
-            x0 = d[j]
             el = est[0].tolist()
             if held[j]:  # estimates made on earlier looks
                 el[:len(held[j])] = held[j]
