@@ -316,12 +316,12 @@ class StretchPlanner(StretchBase):
             cj = com[j]
             cap = min(md, out[j] - cj - 1)
             x0 = d[j]
+            cx = ctx[j] - ctx0[j]
+            vcr, cd = vct[j, cx].tolist(), cdl[j][cx]
             if x0 == 0:  # holding no drafts: whether it drafts at all reads no estimate (a fifth of
                 # the cycles are plain), so that is decided first, from the prior's powers alone
                 p0 = c0 / c1
-                cx = ctx[j] - ctx0[j]
-                vcr, cd = vct[j, cx].tolist(), cdl[j][cx]
-                if not cycle_more(None, 0, np.cumsum(np.array([p0]) ** mL).tolist(), cd, vcr, cap, L):
+                if not cycle_more(None, 0, (np.array([p0]) ** mL).cumsum().tolist(), cd, vcr, cap, L):
                     take(j, 0, [], [], 0, p0, cd, vcr, cap)
                     return
             k0, k1 = keep * c0, keep * c1
@@ -341,15 +341,14 @@ class StretchPlanner(StretchBase):
             p = np.minimum(np.maximum(Pa, 1e-6), 1 - 1e-6)  # token_acceptance, with the entropy term drawn
             lp = np.log(p / (1 - p))
             est = 1.0 / (1.0 + np.exp(-(lp[:, None] + q[offsets(cap)])))
-            G = np.cumsum(Pa[:, None] ** mL, axis=1)  # draft_more's gain factors
+            G = (Pa[:, None] ** mL).cumsum(axis=1)  # draft_more's gain factors (cumsum's method: no wrapper)
             et = t[2][0]
             el = est[0].tolist()
             if held[j]:  # estimates made on earlier looks
                 el[:len(held[j])] = held[j]
-            cx = ctx[j] - ctx0[j]
-            vcr, cd = vct[j, cx].tolist(), cdl[j][cx]
             x = cycle_more(el, x0, G[0].tolist(), cd, vcr, cap, L)
-            b = take(j, x0, el, et[i].tolist(), x, P[0], cd, vcr, cap)
+            # (the entropies as a row of the table: listed only where `commit` reads them)
+            b = take(j, x0, el, et[i], x, P[0], cd, vcr, cap)
             if x == 0 or done[j] or start[j] >= hz:
                 return
             r1 = 1 + b if b < x else cap + b
@@ -358,7 +357,7 @@ class StretchPlanner(StretchBase):
             vcr, cd = vct[j, cx].tolist(), cdl[j][cx]
             el = est[r1].tolist()
             x = cycle_more(el, 0, G[r1].tolist(), cd, vcr, cap1, L)
-            take(j, 0, el, et[i + b + 1].tolist(), x, P[r1], cd, vcr, cap1)
+            take(j, 0, el, et[i + b + 1], x, P[r1], cd, vcr, cap1)
 
         def whole_cycles(J):
             """Cycle after cycle of the columns in J while each keeps its own estimate, the column
@@ -398,7 +397,7 @@ class StretchPlanner(StretchBase):
                 # only up to the next pass a pooled column is asked)
                 if not done[j] and P < start[j] < Pc:
                     Pc = start[j] + 1
-            G = np.cumsum(np.array([pr]) ** mL).tolist()
+            G = (np.array([pr]) ** mL).cumsum().tolist()
             # a plain answer reads no estimate: the others' draws only (a request that never
             # drafts never has its acceptance arrays built, as on the step path)
             cx = {j: ctx[j] - ctx0[j] for j in A}
@@ -548,6 +547,8 @@ class StretchPlanner(StretchBase):
                 h = d0 + m - f
                 pol._p[rid] = list(ests[:h])
                 target[j] = h + 1
+                if isinstance(en, np.ndarray):  # (a row of an entropy table)
+                    en = en.tolist()
                 last[j] = en[h - d0]
                 ents[j] = en[:h - d0 + 1]
         return target, last, ents, restart
