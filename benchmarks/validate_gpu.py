@@ -108,6 +108,10 @@ def main() -> int:
     ap.add_argument("--rehearse", action="store_true", help="each run served once untimed first, capturing its "
                     "CUDA graph shapes (spsim validate --rehearse); twice the GPU time")
     ap.add_argument("--tag", default="", help="added to the result files' names (e.g. _rehearsed)")
+    ap.add_argument("--calibrate-first", type=float, default=None, metavar="MINUTES",
+                    help="measure and fit a profile on this GPU first (calibrate_gpu, this many minutes of the "
+                    "budget) and validate against it: calibration and validation on one machine and lease")
+    ap.add_argument("--calibrate-design", default="default", choices=["default", "smoke"])
     a = ap.parse_args()
 
     from spsim.config import ServingConfig
@@ -154,6 +158,22 @@ def main() -> int:
         (out / f"validate_index{a.tag}.json").write_text(json.dumps(index, indent=2, default=str) + "\n")
 
     try:
+        if a.calibrate_first:
+            from spsim.calibration.calibrate import calibrate_gpu
+
+            t0 = time.monotonic()
+            prof = out / f"profile-{a.model}{a.tag}.json"
+            fit = calibrate_gpu(a.model, a.calibrate_first, str(prof), str(prof.with_suffix(".measurements.jsonl")),
+                                device=a.device, design=a.calibrate_design, log=lambda m: print(m, flush=True))
+            profile = str(prof)
+            index["profile"] = profile
+            index["calibration"] = {"minutes": a.calibrate_first, "wall_s": round(time.monotonic() - t0, 1),
+                                    "heldout_error": fit.get("heldout_error"), "points": fit.get("points")}
+            save_index()
+            if a.device == "cuda":
+                import torch
+
+                torch.cuda.empty_cache()
         t0 = time.monotonic()
         model, tok = load(ServingConfig(model=a.model, acceptance=a.acceptance), opts)
         import torch
