@@ -571,9 +571,11 @@ class FastPath:
         plain = []  # (column, first pass, passes) of plain spans until a zero target expires
         # the pass where the pages run out (`_cut_cycles` ends the segment there): planning stops
         # there once every column is planned through it (synchronous batches and re-asked
-        # plain passes are not summed: no stop)
+        # plain passes are not summed: no stop), within the first 256 passes (segments are
+        # shorter: Mooncake aspire 24 passes on average; a zero target's plain span can be
+        # thousands of passes, each summed)
         cover = None if sync else PageSums(self.pool.capacity - self.pool.used + sum(t.pages[run].tolist()),
-                                           cfg.page_size, t.shared_tokens[run].tolist(), min(n, 1024)).cover
+                                           cfg.page_size, t.shared_tokens[run].tolist(), min(n, 256)).cover
         cut = n
         every = rounds == -1  # a policy asked every pass (`_plan_every`): its first pass asked already
         max_rounds, min_n = (self.MAX_ROUNDS if rounds in (0, -1) else rounds), 1 if rounds in (1, -1) else 2
