@@ -41,6 +41,17 @@ from .stretch import Stretch, StretchBase
 _FMAX = float(np.finfo(np.float64).max)
 
 
+def _table_marginals() -> tuple:
+    """Cost models whose `marginal` on (request, k) grids reads `draft_table` / `verify_table`
+    where they fit (one budget and method)."""
+    from spsim.cost.calibrated import CalibratedCostModel
+    from spsim.cost.roofline import RooflineCostModel
+    return (RooflineCostModel.marginal, CalibratedCostModel.marginal)
+
+
+_TABLE_MARGINALS = _table_marginals()
+
+
 def _pairwise(a: list[float], w: int) -> float:
     """numpy's sum of a row of w columns holding `a` then zeros (8 accumulators from 8 columns)."""
     a = a + [0.0] * (w - len(a))
@@ -117,9 +128,18 @@ class StretchPlanner(StretchBase):
         (a request's context grows by at most one token a pass, past the drafts it holds), plus the pass overhead's share:
         the step path's grids and additions (`Entropy._marginal_costs`), in one call."""
         r, c = len(view.ids), view.max_draft + 1
+        cost = self.pol.ctx.cost
+        if type(cost).marginal in _TABLE_MARGINALS:  # its table path, taken directly: no (request, k)
+            # grid for the draft cost (one column read), whole table rows for the verify costs
+            ctx = view.context[:, None] + np.arange(H, dtype=np.int64)
+            if cost.tables_fit(int(ctx.max()) + 1, c + 1):
+                dt = cost.draft_table(int(view.budget[0]), int(view.method[0]))
+                self._cd = dt[ctx, 0] + share
+                self._vc = cost.verify_table().take(ctx, axis=0)[:, :, 1:c + 1] + share
+                return
         ctx = (view.context[:, None] + np.arange(H, dtype=np.int64)).ravel()
         k = len(ctx)
-        dm, vm = self.pol.ctx.cost.marginal(ctx[:, None].repeat(c, 1), np.full((k, c), view.budget[0]),
+        dm, vm = cost.marginal(ctx[:, None].repeat(c, 1), np.full((k, c), view.budget[0]),
                                             np.full((k, c), view.method[0]), np.arange(1, c + 1)[None, :].repeat(k, 0))
         self._cd, self._vc = (dm[:, 0] + share).reshape(r, H), (vm + share).reshape(r, H, c)
 
@@ -318,17 +338,18 @@ class StretchPlanner(StretchBase):
             x0 = d[j]
             cx = ctx[j] - ctx0[j]
             vcr, cd = vct[j, cx].tolist(), cdl[j][cx]
+            # the prior's powers, cycle by cycle (this one's, then the next one's once its outcome
+            # is known): elementwise, so the same bits as in one call
+            G0 = (np.array([c0 / c1]) ** mL).cumsum().tolist()
             if x0 == 0:  # holding no drafts: whether it drafts at all reads no estimate (a fifth of
                 # the cycles are plain), so that is decided first, from the prior's powers alone
-                p0 = c0 / c1
-                if not cycle_more(None, 0, (np.array([p0]) ** mL).cumsum().tolist(), cd, vcr, cap, L):
-                    take(j, 0, [], [], 0, p0, cd, vcr, cap)
+                if not cycle_more(None, 0, G0, cd, vcr, cap, L):
+                    take(j, 0, [], [], 0, c0 / c1, cd, vcr, cap)
                     return
             k0, k1 = keep * c0, keep * c1
             P = [c0 / c1]
             P += [(k0 + b) / (k1 + (b + 1)) for b in range(cap)]  # b accepted of more
             P += [(k0 + b) / (k1 + b) for b in range(1, cap + 1)]  # all b accepted
-            Pa = np.array(P)
             t = etab.get(rids[j])
             if not (t is not None and 0 <= cj - t[0] and min(cj + cap + 2, out[j]) - t[0] <= t[1]
                     and ctx[j] - cj == t[3]):
@@ -338,15 +359,16 @@ class StretchPlanner(StretchBase):
             q = t[2][1][i:i + cap + 2]
             if len(q) < cap + 2:  # past the request's end: never read
                 q = np.concatenate([q, np.full((cap + 2 - len(q), md), np.nan)])
-            p = np.minimum(np.maximum(Pa, 1e-6), 1 - 1e-6)  # token_acceptance, with the entropy term drawn
-            lp = np.log(p / (1 - p))
+            # token_acceptance, with the entropy term drawn (its clip and odds on Python floats: IEEE
+            # operations, the same bits)
+            lp = np.log(np.array([x / (1 - x) for x in [(1 - 1e-6 if x > 1 - 1e-6 else x) if x > 1e-6 else 1e-6
+                                                        for x in P]]))
             est = 1.0 / (1.0 + np.exp(-(lp[:, None] + q[offsets(cap)])))
-            G = (Pa[:, None] ** mL).cumsum(axis=1)  # draft_more's gain factors (cumsum's method: no wrapper)
             et = t[2][0]
             el = est[0].tolist()
             if held[j]:  # estimates made on earlier looks
                 el[:len(held[j])] = held[j]
-            x = cycle_more(el, x0, G[0].tolist(), cd, vcr, cap, L)
+            x = cycle_more(el, x0, G0, cd, vcr, cap, L)
             # (the entropies as a row of the table: listed only where `commit` reads them)
             b = take(j, x0, el, et[i], x, P[0], cd, vcr, cap)
             if x == 0 or done[j] or start[j] >= hz:
@@ -356,7 +378,7 @@ class StretchPlanner(StretchBase):
             cap1 = min(md, out[j] - com[j] - 1)
             vcr, cd = vct[j, cx].tolist(), cdl[j][cx]
             el = est[r1].tolist()
-            x = cycle_more(el, 0, G[r1].tolist(), cd, vcr, cap1, L)
+            x = cycle_more(el, 0, (np.array([P[r1]]) ** mL).cumsum().tolist(), cd, vcr, cap1, L)
             take(j, 0, el, et[i + b + 1], x, P[r1], cd, vcr, cap1)
 
         def whole_cycles(J):
