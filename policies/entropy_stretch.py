@@ -52,6 +52,13 @@ def _table_marginals() -> tuple:
 _TABLE_MARGINALS = _table_marginals()
 
 
+def _odds(x: float) -> float:
+    """token_acceptance's clip of a prior to [1e-6, 1 - 1e-6] and its odds, on a Python float (IEEE
+    operations: the same bits as numpy's)."""
+    x = (1 - 1e-6 if x > 1 - 1e-6 else x) if x > 1e-6 else 1e-6
+    return x / (1 - x)
+
+
 def _pairwise(a: list[float], w: int) -> float:
     """numpy's sum of a row of w columns holding `a` then zeros (8 accumulators from 8 columns)."""
     a = a + [0.0] * (w - len(a))
@@ -81,6 +88,9 @@ def cycle_more(est: list[float] | None, d0: int, G: list[float], cd: float, vc: 
     running sums of prior ** m, m = 1..L; None with d0 = 0: only the first state is decided (1:
     it drafts), which reads no estimate."""
     last = len(vc) - 1
+    if last < cap + L:  # the verify costs past the last column: the last one's (draft_more's clamp)
+        vc = vc + [vc[last]] * (cap + L - last)
+    mcd = [m * cd for m in range(1, L + 1)]
     cps = []
     cp, e = 1.0, 0.0
     for i in range(d0):
@@ -96,13 +106,11 @@ def cycle_more(est: list[float] | None, d0: int, G: list[float], cd: float, vc: 
             e = _pairwise(cps, s + 7)
         sv = cp if s else 1.0
         spent = s * cd
-        now = (e + 1.0) / (spent + vc[s if s < last else last])
+        now = (e + 1.0) / (spent + vc[s])
         more = False
-        for m in range(1, L + 1):
-            na = s + m
-            if na > cap:
-                break
-            if (e + sv * G[m - 1] + 1.0) / (spent + m * cd + vc[na if na < last else last]) > now:
+        k = cap - s if cap - s < L else L  # states up to cap drafts only
+        for g, mc, v in zip(G[:k], mcd, vc[s + 1:s + 1 + k]):
+            if (e + sv * g + 1.0) / (spent + mc + v) > now:
                 more = True
                 break
         if not more or est is None:
@@ -323,7 +331,7 @@ class StretchPlanner(StretchBase):
                 hz = c
             return a_
 
-        etab, offsets = self._etab, self._offsets
+        etab = self._etab
 
         def whole1(j):
             """Whole cycles of column j, its states "holding s drafts" decided in turn until it
@@ -340,46 +348,40 @@ class StretchPlanner(StretchBase):
             vcr, cd = vct[j, cx].tolist(), cdl[j][cx]
             # the prior's powers, cycle by cycle (this one's, then the next one's once its outcome
             # is known): elementwise, so the same bits as in one call
-            G0 = (np.array([c0 / c1]) ** mL).cumsum().tolist()
+            p0 = c0 / c1
+            G0 = (np.array([p0]) ** mL).cumsum().tolist()
             if x0 == 0:  # holding no drafts: whether it drafts at all reads no estimate (a fifth of
                 # the cycles are plain), so that is decided first, from the prior's powers alone
                 if not cycle_more(None, 0, G0, cd, vcr, cap, L):
-                    take(j, 0, [], [], 0, c0 / c1, cd, vcr, cap)
+                    take(j, 0, [], [], 0, p0, cd, vcr, cap)
                     return
-            k0, k1 = keep * c0, keep * c1
-            P = [c0 / c1]
-            P += [(k0 + b) / (k1 + (b + 1)) for b in range(cap)]  # b accepted of more
-            P += [(k0 + b) / (k1 + b) for b in range(1, cap + 1)]  # all b accepted
             t = etab.get(rids[j])
             if not (t is not None and 0 <= cj - t[0] and min(cj + cap + 2, out[j]) - t[0] <= t[1]
                     and ctx[j] - cj == t[3]):
                 self._ent_tables([j], [cap + 2])
                 t = etab[rids[j]]
             i = cj - t[0]
-            q = t[2][1][i:i + cap + 2]
-            if len(q) < cap + 2:  # past the request's end: never read
-                q = np.concatenate([q, np.full((cap + 2 - len(q), md), np.nan)])
+            Q = t[2][1]
             # token_acceptance, with the entropy term drawn (its clip and odds on Python floats: IEEE
-            # operations, the same bits)
-            lp = np.log(np.array([x / (1 - x) for x in [(1 - 1e-6 if x > 1 - 1e-6 else x) if x > 1e-6 else 1e-6
-                                                        for x in P]]))
-            est = 1.0 / (1.0 + np.exp(-(lp[:, None] + q[offsets(cap)])))
+            # operations, the same bits), a row per cycle: this one's now, the next one's (its row of
+            # the table: it starts b + 1 on) once its outcome is known
             et = t[2][0]
-            el = est[0].tolist()
+            el = (1.0 / (1.0 + np.exp(-(np.log(np.array([_odds(p0)])) + Q[i])))).tolist()
             if held[j]:  # estimates made on earlier looks
                 el[:len(held[j])] = held[j]
             x = cycle_more(el, x0, G0, cd, vcr, cap, L)
             # (the entropies as a row of the table: listed only where `commit` reads them)
-            b = take(j, x0, el, et[i], x, P[0], cd, vcr, cap)
+            b = take(j, x0, el, et[i], x, p0, cd, vcr, cap)
             if x == 0 or done[j] or start[j] >= hz:
                 return
-            r1 = 1 + b if b < x else cap + b
+            # its estimate after b accepted of more drafts, or of exactly b (AcceptanceEMA.update)
+            p1 = (keep * c0 + b) / (keep * c1 + (b + 1)) if b < x else (keep * c0 + b) / (keep * c1 + b)
             cx = ctx[j] - ctx0[j]
             cap1 = min(md, out[j] - com[j] - 1)
             vcr, cd = vct[j, cx].tolist(), cdl[j][cx]
-            el = est[r1].tolist()
-            x = cycle_more(el, 0, (np.array([P[r1]]) ** mL).cumsum().tolist(), cd, vcr, cap1, L)
-            take(j, 0, el, et[i + b + 1], x, P[r1], cd, vcr, cap1)
+            el = (1.0 / (1.0 + np.exp(-(np.log(np.array([_odds(p1)])) + Q[i + b + 1])))).tolist()
+            x = cycle_more(el, 0, (np.array([p1]) ** mL).cumsum().tolist(), cd, vcr, cap1, L)
+            take(j, 0, el, et[i + b + 1], x, p1, cd, vcr, cap1)
 
         def whole_cycles(J):
             """Cycle after cycle of the columns in J while each keeps its own estimate, the column
@@ -522,9 +524,13 @@ class StretchPlanner(StretchBase):
         km = kmax.tolist()
         hot = np.concatenate(([0], np.cumsum(kmax > 0))).tolist()  # passes at 8 drafts or more, running count
         for j, f, d0, x, a, cd, vc, cap, ests, upto in checks:
-            if f >= n or hot[min(f + upto - d0 + 1, n)] == hot[f]:
+            # a state holding 3 drafts or fewer sums them the same way at any width (the pairwise
+            # sum's accumulators hold one each, added ((a0 + a1) + (a2 + 0)) + ..., and zeros
+            # after: exactly the running sum), so its answer cannot change: from 4 on
+            lo = f + (4 - d0 if d0 < 4 else 0)
+            if lo >= n or hot[min(f + upto - d0 + 1, n)] == hot[lo]:
                 continue
-            for s in range(d0, upto + 1):
+            for s in range(d0 if d0 > 4 else 4, upto + 1):
                 p = f + s - d0
                 if p >= n:
                     break
