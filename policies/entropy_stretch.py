@@ -11,8 +11,9 @@ Two things couple requests:
   folded in, in pass and running order), a cycle at a time while the rate cannot change (until the
   pass after the next verification with drafts, planned or possible). A request whose estimate is
   its own (an outcome, no relaxation due) keeps it through its cycle, so its whole cycle is decided
-  at once, and its next one too: its estimate after each outcome of this one is one of 2 cap + 1
-  values, whose draft estimates are made in the same numpy call;
+  at once, and its next one too: its estimate after this one's outcome follows from the outcome,
+  and its draft estimates are made then, a row of numpy calls per cycle (elementwise operations,
+  so the same bits as the step path's grid);
 - the estimate grid's width (the batch's most drafts held): numpy sums a row in order below 8
   columns and pairwise from 8, so the sum at n drafts depends on the width's eighth. A cycle is
   decided at the narrowest width its states allow; afterwards the passes where the batch holds 8 or
@@ -336,8 +337,9 @@ class StretchPlanner(StretchBase):
         def whole1(j):
             """Whole cycles of column j, its states "holding s drafts" decided in turn until it
             verifies (`cycle_more`), at the narrowest width each allows: this cycle, and the next
-            one too, whose estimate after any outcome b of this one is one of 2 * cap + 1 (b
-            accepted of more drafts, or of exactly b): their estimates made in the same call.
+            one too, whose estimate follows from this one's outcome b (b accepted of more drafts,
+            or of exactly b): each cycle's estimates and prior powers made as a row of their own
+            (only 2 of the 2 * cap + 1 rows a grid of all outcomes would hold are ever read).
             Column by column: a column's cycles read only its own state, and numpy calls on one
             column's rows cost less than gathering several columns' rows into one."""
             c0, c1 = counts[j]
