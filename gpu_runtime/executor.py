@@ -89,7 +89,7 @@ class RuntimeExecutor:
         if self.events is not None:
             self.events = []
         if self.padding is not None:
-            self.padding.passes = self.padding.dummies = self.padding.filler = 0
+            self.padding.reset_stats()
 
     # ---------------------------------------------------------------- bookkeeping
     def _state(self, rid: int) -> RequestTokens:

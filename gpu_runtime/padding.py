@@ -38,12 +38,15 @@ class PassPadding:
     def __init__(self, scratch_first_page: int, page_size: int, scratch_pages: int = SCRATCH_PAGES):
         self.first, self.ps, self.n_pages = int(scratch_first_page), int(page_size), int(scratch_pages)
         self.table = np.arange(self.first, self.first + self.n_pages, dtype=np.int64)
-        self.passes = self.dummies = self.filler = 0  # padded passes, dummy requests, filler tokens
+        self.reset_stats()  # padded passes, dummy requests, filler tokens
 
     def note(self, dummies: int, filler: int) -> None:
         self.passes += 1
         self.dummies += dummies
         self.filler += filler
+
+    def reset_stats(self) -> None:
+        self.passes = self.dummies = self.filler = 0
 
     def stats(self) -> dict:
         return {"padded_passes": self.passes, "dummy_requests": self.dummies, "filler_tokens": self.filler}
