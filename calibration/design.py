@@ -309,6 +309,17 @@ def smoke_design(window: int, kv_tokens: int) -> list[Point]:
     return _unique([p for p in pts if p.own_kv_tokens() <= kv_tokens and p.max_tokens() <= window])
 
 
+def anchor_points(window: int, kv_tokens: int) -> list[Point]:
+    """Passes re-measured at intervals through a sweep (`measure.ANCHOR_EVERY`): a decode step and a
+    drafting pass whose drift over the sweep says how much the machine's speed moved while it ran
+    (clocks, host load), apart from what the design's points differ in. Not fitted."""
+    c = min(16384, max(64, window // 8))
+    while c > 64 and 8 * c > kv_tokens:
+        c //= 2
+    return [Point("ar", int(DraftMethod.STATIC), verifies=((c, 1),) * 8),
+            Point("draft", int(DraftMethod.STATIC), min(BUDGET, c), drafts=((2 * c, 0),) * 8)]
+
+
 def _unique(pts: list[Point]) -> list[Point]:
     seen, out = set(), []
     for p in pts:

@@ -32,7 +32,7 @@ import numpy as np
 from spsim.errors import SpsimError
 from spsim.plan import DraftMethod, PassPlan
 
-from .design import Point, default_design, smoke_design, sweep_order
+from .design import Point, anchor_points, default_design, smoke_design, sweep_order
 from .records import Writer, read_measurements
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +41,7 @@ KERNEL_FILES = ("attention.py", "quest.py", "fused.py", "selection.py", "pages.p
                 "draft_store.py")
 MEM_FRAC = 0.9  # of free memory for KV, as `spsim run` sizes its pool (engine.RuntimeOptions.mem_frac)
 SWEEP_FRAC = 0.75  # of free memory the sweep's cache may take (Quest bounds, graphs, logits beside it)
+ANCHOR_EVERY = 12  # design points between two measurements of the drift controls (design.anchor_points)
 
 
 class NoRoom(Exception):
@@ -165,6 +166,7 @@ class Bench:
 
         tables = page_tables(point, self.num_pages, self.cache.page_size, self.perm)
         ex = self._executor(point, tables)
+        ex.time_gpu = self.dev.type == "cuda"
         base = _token_state(point)
         vocab = self.model.cfg.vocab
         states = {rid: RequestTokens([(7 * rid + 1) % vocab] * n, prompt) for rid, (n, prompt, _) in base.items()}
@@ -189,11 +191,13 @@ class Bench:
         replays0 = getattr(ex.graphs, "replays", 0) if ex.graphs is not None else 0
         samples: list[float] = []
         prep: list[float] = []  # host input preparation inside each sample (the runtime's own split)
+        gpu: list[float] = []  # the forward on the device (CUDA events: first launch to logits)
         pad0 = ex.padding.stats() if ex.padding is not None else None
         while len(samples) < self.max_reps:
             reset()
             samples.append(ex.execute(plan).elapsed_s)
             prep.append(float(getattr(ex, "last_prep_s", 0.0)))
+            gpu.append(float(getattr(ex, "last_gpu_s", float("nan"))))
             spent = sum(samples)
             if (len(samples) >= self.min_reps and spent >= self.target_s) or (len(samples) >= 2 and spent >= 1.0):
                 break
@@ -204,6 +208,8 @@ class Bench:
         out = {"seconds": statistics.median(samples), "samples": [round(s, 7) for s in samples],
                "prep_s": [round(s, 7) for s in prep], "first_s": round(first, 6), "graphed": bool(graphed),
                "shared_pages": bool(shared)}
+        if ex.time_gpu:
+            out["gpu_s"] = [round(s, 7) for s in gpu]
         if pad0 is not None:  # what the dummies added to the point's pass (the timed runs' mean)
             d = {k: v - pad0[k] for k, v in ex.padding.stats().items()}
             n = len(samples)
@@ -322,11 +328,12 @@ class _Progress:
 def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cuda", design: str = "default",
             deadline: float | None = None, page_size: int = 16, dtype: str | None = None, graphs: bool = True,
             cpu_kv_pages: int = 4096, log=print, bench_kw: dict | None = None, max_points: int | None = None,
-            pad: bool | None = None) -> dict:
+            pad: bool | None = None, anchor: bool = True) -> dict:
     """Measure the design's points missing from `out` (appending each as it is taken) until done,
     `deadline` (time.monotonic()) or `max_points` this session; returns counts. `design`: default
     or smoke. `pad`: passes padded with dummy requests as `spsim run` pads them (None: with CUDA
-    graphs); a measurements file holds padded or unpadded passes, not both."""
+    graphs); a measurements file holds padded or unpadded passes, not both. `anchor`: re-measure
+    the drift controls (`design.anchor_points`) every `ANCHOR_EVERY` points and at the end."""
     from spsim.gpu_runtime.padding import SCRATCH_PAGES
 
     import torch
@@ -373,7 +380,8 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
     if not todo:
         log(f"all {len(points)} points of the {design} design are in {out} already")
         return {"measured": 0, "failed": 0, "skipped": len(points), "left": 0, "design": len(points)}
-    pages = min(sweep_max, max(_pages_needed(p, page_size) for p in todo))
+    anchors = anchor_points(cfg.max_context, sweep_max * page_size) if anchor else []
+    pages = min(sweep_max, max(_pages_needed(p, page_size) for p in todo + anchors))
     cache = PagedKVCache(cfg, pages + (SCRATCH_PAGES if padded else 0), page_size, device=dev, dtype=model.dtype)
     cache.k.normal_()
     cache.v.normal_()
@@ -391,6 +399,22 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
     walls: list[float] = []
     prog = _Progress(len(todo), log)
     ctx = _device_context(dev)
+    anchors = [a for a in anchors if _pages_needed(a, page_size) <= bench.num_pages]
+    t_start = time.monotonic()
+
+    def measure_anchors(after: int) -> None:
+        for a in anchors:
+            rec = {"anchor": a.key, "label": f"anchor:{a.label}", "after": after,
+                   "t_s": round(time.monotonic() - t_start, 3), "point": a.to_dict()}
+            try:
+                rec.update(bench.run(a), ok=True)
+            except Exception as e:  # noqa: BLE001  (a control that fails is recorded, the sweep goes on)
+                rec.update(ok=False, error=f"{type(e).__name__}: {str(e)[:200]}")
+            clocks = _clocks(dev)
+            if clocks:
+                rec["clocks"] = clocks
+            writer.write(rec)
+
     try:
         with ctx:
             for i, p in enumerate(todo):
@@ -398,7 +422,10 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
                 if (deadline is not None and time.monotonic() + est > deadline) or i == max_points:
                     counts["left"] = len(todo) - i
                     break
-                rec = {"id": p.key, "group": p.group, "label": p.label, "heldout": p.heldout, "point": p.to_dict()}
+                if i % ANCHOR_EVERY == 0:
+                    measure_anchors(i)
+                rec = {"id": p.key, "group": p.group, "label": p.label, "heldout": p.heldout, "point": p.to_dict(),
+                       "t_s": round(time.monotonic() - t_start, 3)}
                 w0 = time.monotonic()
                 failed = False
                 try:
@@ -420,10 +447,27 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
                     _recover(dev, p)
                 elif dev.type == "cuda":  # the point's graphs and Quest bounds back to the device
                     torch.cuda.empty_cache()
+            if counts["measured"] + counts["failed"]:
+                measure_anchors(counts["measured"] + counts["failed"])
     finally:
         prog.close()
         writer.close()
     return counts
+
+
+def _clocks(dev) -> dict | None:
+    """The GPU's clocks, power and temperature now (nvidia-smi), or None where there is none."""
+    if dev.type != "cuda":
+        return None
+    q = "clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu"
+    try:
+        idx = dev.index if dev.index is not None else 0
+        r = subprocess.run(["nvidia-smi", f"--id={idx}", f"--query-gpu={q}", "--format=csv,noheader,nounits"],
+                           capture_output=True, text=True, timeout=5)
+        vals = [v.strip() for v in r.stdout.strip().split(",")]
+        return {k: float(v) for k, v in zip(q.split(","), vals) if v.replace(".", "", 1).isdigit()} or None
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
 
 
 def _device_context(dev):

@@ -3,6 +3,8 @@
     {"spsim_calibration": 1, "session": {...}}           one per measuring session (machine, versions)
     {"id": KEY, "point": {...}, "ok": true, "seconds": s, "samples": [...], ...}   a measured pass
     {"id": KEY, "point": {...}, "ok": false, "error": "OutOfMemoryError: ..."}    a point that failed
+    {"anchor": KEY, "point": {...}, "ok": true, "seconds": s, "t_s": ..., ...}  a drift control
+                                                  (`design.anchor_points`; read by `read_anchors`)
 
 Each line is flushed as soon as it is written, so a sweep killed at any moment loses at most the
 point it was timing; a torn last line (no newline) is dropped on reading, with a warning. Any other
@@ -63,8 +65,32 @@ def read_measurements(path: str | Path) -> tuple[list[dict], list[Measurement]]:
                                  f"reads {FORMAT}")
             sessions.append(rec.get("session") or {})
             continue
+        if "anchor" in rec:  # drift controls, not design points: read_anchors
+            continue
         out.append(_measurement(path, i, rec))
     return sessions, out
+
+
+def read_anchors(path: str | Path) -> list[dict]:
+    """The drift-control records of a measurements file, in the order measured (each with its
+    session's index under `session`)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    out, session = [], -1
+    for i, line in enumerate(path.read_text().split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # read_measurements reports malformed lines
+        if isinstance(rec, dict) and "spsim_calibration" in rec:
+            session += 1
+        elif isinstance(rec, dict) and "anchor" in rec:
+            m = _measurement(path, i, {**rec, "id": rec["anchor"]})
+            out.append({**rec, "session": session, "line": i, "seconds": m.seconds})
+    return out
 
 
 def _measurement(path, i: int, rec: dict) -> Measurement:

@@ -74,6 +74,10 @@ class RuntimeExecutor:
         self._tables: dict[int, tuple] = {}  # rid -> (pool stamp, page table as an array): see _table
         self.synthetic_prefill = synthetic_prefill
         self.last_prep_s = 0.0  # host time of the last pass's input preparation (part of its elapsed time)
+        # CUDA events around the forward (calibration's split of a pass into device and host time);
+        # off in runs: an event pair costs a few us and nothing reads it there
+        self.time_gpu = False
+        self.last_gpu_s = float("nan")  # the last pass's forward, first launch to logits, on the device
         self.padding = padding
 
     def reset(self, pool, table, acceptance) -> None:
@@ -210,13 +214,21 @@ class RuntimeExecutor:
         tok_t = torch.as_tensor(np.asarray(toks, np.int64), device=self.dev)
         rows_t = torch.as_tensor(np.asarray(logit_rows, np.int64), device=self.dev)
         self.last_prep_s = time.perf_counter() - t0
+        ev = None
+        if self.time_gpu and sync:
+            ev = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            ev[0].record()
         if self.graphs is not None and self.graphs.eligible(attn):
             logits = self.graphs.forward(attn, tok_t, rows_t)
         else:
             logits = self.model(tok_t, attn.positions, attn, logit_rows=rows_t)
+        if ev is not None:
+            ev[1].record()
         entropy, accepted = self._outcomes(plan, logits)
         if sync:
             torch.cuda.synchronize(self.dev)
+        if ev is not None:
+            self.last_gpu_s = ev[0].elapsed_time(ev[1]) / 1e3
         return Outcome(time.perf_counter() - t0, entropy, accepted)
 
     def _add(self, rids, tables, start, qlen, rid, s, n, table=None) -> None:

@@ -115,3 +115,24 @@ def test_cli_gpu_without_a_gpu_says_so(tmp_path):
                        capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert r.returncode == 2 and "no CUDA GPU" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "p.measurements.jsonl").exists()
+
+
+def test_anchors_are_measured_through_the_sweep_and_kept_apart(tmp_path):
+    """Drift controls: measured before every ANCHOR_EVERY points and at the end, with the time
+    into the session; read_measurements leaves them out, read_anchors returns them."""
+    from spsim.calibration import measure as M
+    from spsim.calibration.design import anchor_points
+    from spsim.calibration.records import read_anchors
+
+    f = tmp_path / "m.jsonl"
+    n = M.ANCHOR_EVERY + 2
+    M.measure(f, "tiny", "cpu", design="smoke", max_points=n, bench_kw=FAST, log=lambda s: None)
+    _, recs = read_measurements(f)
+    assert len(recs) == n and all("anchor" not in r.record and r.record["t_s"] >= 0 for r in recs)
+    anchors = read_anchors(f)
+    kinds = {a.key for a in anchor_points(4096, 4096 * 16)}
+    # before point 0, before point ANCHOR_EVERY, after the last: each time every control
+    assert [a["after"] for a in anchors] == [x for x in (0, M.ANCHOR_EVERY, n) for _ in kinds]
+    assert {a["anchor"] for a in anchors} == kinds and all(a["ok"] and a["seconds"] > 0 for a in anchors)
+    t = [a["t_s"] for a in anchors]
+    assert t == sorted(t) and all(a["session"] == 0 for a in anchors)
