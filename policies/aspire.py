@@ -65,7 +65,7 @@ def _table_marginal(cost, view: DecodeView, query: np.ndarray):
     at every decision, on a few requests, where building them was most of the cost). None where
     the tables would not be read (the caller asks `marginal` itself)."""
     ctx = view.context
-    if type(cost).marginal not in _GRID_MARGINALS or not len(ctx):
+    if getattr(type(cost), "marginal", None) not in _GRID_MARGINALS or not len(ctx):
         return None
     b, m = view.budget, view.method
     b0, m0 = int(b[0]), int(m[0])

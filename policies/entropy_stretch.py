@@ -138,7 +138,7 @@ class StretchPlanner(StretchBase):
         the step path's grids and additions (`Entropy._marginal_costs`), in one call."""
         r, c = len(view.ids), view.max_draft + 1
         cost = self.pol.ctx.cost
-        if type(cost).marginal in _TABLE_MARGINALS:  # its table path, taken directly: no (request, k)
+        if getattr(type(cost), "marginal", None) in _TABLE_MARGINALS:  # its table path, taken directly: no (request, k)
             # grid for the draft cost (one column read), whole table rows for the verify costs
             ctx = view.context[:, None] + np.arange(H, dtype=np.int64)
             if cost.tables_fit(int(ctx.max()) + 1, c + 1):
