@@ -159,21 +159,25 @@ def main() -> int:
 
     try:
         if a.calibrate_first:
-            from spsim.calibration.calibrate import calibrate_gpu
+            # in a process of its own: everything the sweep held on the GPU is gone before the runs
+            # size their KV pools (in one process, aspire's rehearsal once ran out of memory after it)
+            import subprocess
 
             t0 = time.monotonic()
             prof = out / f"profile-{a.model}{a.tag}.json"
-            fit = calibrate_gpu(a.model, a.calibrate_first, str(prof), str(prof.with_suffix(".measurements.jsonl")),
-                                device=a.device, design=a.calibrate_design, log=lambda m: print(m, flush=True))
+            cmd = [sys.executable, str(ROOT / "benchmarks" / "calibrate_gpu.py"), "--model", a.model, "--minutes",
+                   str(a.calibrate_first), "--out", str(prof), "--measurements",
+                   str(prof.with_suffix(".measurements.jsonl")), "--device", a.device, "--design", a.calibrate_design]
+            rc = subprocess.run(cmd).returncode
+            if rc:
+                print(f"error: the calibration failed (exit code {rc}): {' '.join(cmd)}", file=sys.stderr)
+                return 2
+            meta = json.loads(prof.read_text()).get("metadata", {})
             profile = str(prof)
             index["profile"] = profile
             index["calibration"] = {"minutes": a.calibrate_first, "wall_s": round(time.monotonic() - t0, 1),
-                                    "heldout_error": fit.get("heldout_error"), "points": fit.get("points")}
+                                    "heldout_error": meta.get("heldout_error"), "points": meta.get("points")}
             save_index()
-            if a.device == "cuda":
-                import torch
-
-                torch.cuda.empty_cache()
         t0 = time.monotonic()
         model, tok = load(ServingConfig(model=a.model, acceptance=a.acceptance), opts)
         import torch
