@@ -103,7 +103,7 @@ class Point:
                         draft_budget=np.full(n_dr, self.budget, np.int64),
                         draft_method=np.full(n_dr, self.method, np.int64), draft_pos=a(self.drafts, 1),
                         verify_ids=ids[n_pre + n_dr:], verify_query=a(self.verifies, 1),
-                        verify_context=a(self.verifies, 0))
+                        verify_context=a(self.verifies, 0), keep_scores=self.method == DraftMethod.VERIFY_ATTN)
 
     def own_kv_tokens(self) -> int:
         """KV tokens the full-attention requests (prefill, verify) need in pages of their own."""

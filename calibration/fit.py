@@ -46,11 +46,12 @@ class Fitter:
     two apart: methods that select at every step have no first/later difference)."""
 
     def __init__(self, labels: set[str], base: CalibratedCostModel, host_overhead_s: float = 0.0,
-                 spec_pass: bool = True, ties: dict | None = None):
+                 spec_pass: bool = True, ties: dict | None = None, keeps_scores: bool = False):
         """`base`: the model with neutral constants (the roofline's), for starting values. `spec`,
         `spec_pass`: whether the points verify drafts (a query > 1) and so show the acceptance
         path. `ties`: {method: like method} for draft-KV methods with
-        no usable points whose draft terms are taken from a method running the same code."""
+        no usable points whose draft terms are taken from a method running the same code.
+        `keeps_scores`: some points keep page scores (verify-attn passes that verify or prefill)."""
         d = RooflineParams()
         # physical limits: nothing streams faster than the HBM's peak (the scales multiply read
         # times at the copy bandwidth, bw_eff of the peak) or computes faster than the tensor
@@ -80,6 +81,8 @@ class Fitter:
             spec.append(("spec_pass_s", None, 1e-3, 0.0, 0.1, 1e-3))
         if any(x.startswith("mixed") for x in labels):  # passes that draft and verify: both sampling paths
             spec.append(("mixed_pass_s", None, 1e-4, 0.0, 0.1, 1e-3))
+        if keeps_scores:  # the attention kernel writing page scores (measured ~1.3-1.5x on the H200)
+            spec.append(("score_attn_frac", None, 0.1, 0.0, 3.0, 0.1))
         # the attention tiles' flop rates (32, 64, 128 rows; 16 rows: attn_flops_eff) and the overlap
         # of a request's KV read with its flops; prefill chunks run 128-row tiles
         for i in range(3):
@@ -182,8 +185,9 @@ def fit(measurements: list[Measurement], model, gpu="h200", tp: int = 1, weight_
         like = _SAME_CODE.get(m)
         if like is not None and f"draft:{m.label}" not in labels and f"draft:{like.label}" in labels:
             ties[int(m)] = int(like)
+    keeps = any(m.point.plan().keep_scores and (m.point.verifies or m.point.prefill) for m in train)
     fitter = Fitter(labels, CalibratedCostModel(params=CalibratedParams(), **shape), spec_pass=spec_pass,
-                    ties=ties)
+                    ties=ties, keeps_scores=keeps)
     b_train = PlanBatch.of([m.point.plan() for m in train])
     y_train = np.array([m.seconds for m in train])
     log_y = np.log(y_train)

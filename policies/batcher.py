@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spsim.plan import Outcome, PassPlan
+from spsim.plan import DraftMethod, Outcome, PassPlan
 
 from .base import DecodeView, Policy
 from .kv import KVPool
@@ -94,6 +94,7 @@ class Batcher:
         # read-only: a batch never holds more than max_batch requests
         self._budget = np.full(cfg.max_batch, cfg.draft_budget, I64)
         self._method = np.full(cfg.max_batch, cfg.draft_method, I64)
+        self._keep_scores = cfg.draft_method == DraftMethod.VERIFY_ATTN  # PassPlan.keep_scores
         self._budget.flags.writeable = self._method.flags.writeable = False
 
     # ---------------------------------------------------------------- arrivals and admission
@@ -313,8 +314,10 @@ class Batcher:
             ctxs.append(int(t.prefilled[rid]))
             last.append(chunk == todo)
             left -= chunk
-        plan = (PassPlan(NO_IDS, NO_IDS, NO_IDS, NO_BOOL, **decode) if not ids else
-                PassPlan(np.asarray(ids, I64), np.asarray(toks, I64), np.asarray(ctxs, I64), np.asarray(last), **decode))
+        keep = self._keep_scores
+        plan = (PassPlan(NO_IDS, NO_IDS, NO_IDS, NO_BOOL, **decode, keep_scores=keep) if not ids else
+                PassPlan(np.asarray(ids, I64), np.asarray(toks, I64), np.asarray(ctxs, I64), np.asarray(last), **decode,
+                         keep_scores=keep))
         if self.announce:
             self._announce(plan)
         return plan

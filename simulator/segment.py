@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spsim.plan import PassPlan
+from spsim.plan import DraftMethod, PassPlan
 from spsim.policies.base import DecodeView
 from spsim.policies.batcher import Batcher
 from spsim.policies.stretch import PageSums
@@ -69,7 +69,8 @@ class DecodeSegment:
         ctx = np.concatenate([plan.draft_context, plan.verify_context])[None, :]
         dpos = np.concatenate([plan.draft_pos, plan.verify_query - 1])[None, :]
         budget = np.concatenate([plan.draft_budget, np.zeros(nv, I64)])
-        method = np.concatenate([plan.draft_method, np.zeros(nv, I64)])
+        vm = int(DraftMethod.VERIFY_ATTN) if plan.keep_scores else 0  # the run's method, where it shows
+        method = np.concatenate([plan.draft_method, np.full(nv, vm, I64)])
         return cls(kind, query, ctx, dpos, budget, method)
 
 

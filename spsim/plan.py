@@ -100,6 +100,9 @@ class PassPlan:
     verify_ids: np.ndarray = field(default_factory=_ints)
     verify_query: np.ndarray = field(default_factory=_ints)  # drafted + 1
     verify_context: np.ndarray = field(default_factory=_ints)
+    # the run keeps its verifications' (and last prefill chunks') page scores for the next drafts'
+    # selection (verify-attn): the attention kernel then writes a score per page, a slower pass
+    keep_scores: bool = False
 
     # Outside the pass, before it: requests preempted since the last plan (free their KV, keep
     # their committed tokens: they are recomputed later as prefill), requests finished since the

@@ -29,7 +29,7 @@ TRUE = CalibratedParams(
     draft_page_s=((0.0, 0.0), (2e-7, 1e-8), (1e-8, 1e-8), (1e-7, 1e-8), (3e-7, 3e-7)),
     first_pass_s=(0.0, 1e-3, 0.0, 1.5e-3, 0.0), spec_pass_s=0.5e-3, attn_tile_eff=(0.2, 0.55, 0.45), attn_p=3.0,
     eager_launch_s=15e-3, eager_p=10.0, mixed_pass_s=0.3e-3, select_col_s=(0.0, 2e-8, 1e-8, 3e-8, 2e-8),
-    score_col_s=1e-8)
+    score_col_s=1e-8, score_attn_frac=0.4)
 
 
 # ---- design
@@ -176,7 +176,7 @@ def test_fit_recovers_known_constants(design, synthetic):
     for g, e in rep["heldout_error"]["groups"].items():
         assert e["max_abs_rel"] < 5e-3, g
     for name in ("gemm_eff", "smooth_p", "weight_scale", "attn_bw_scale", "eager_pass_s", "eager_launch_s",
-                 "spec_pass_s", "mixed_pass_s", "score_col_s", "verify_req_s"):
+                 "spec_pass_s", "mixed_pass_s", "score_col_s", "score_attn_frac", "verify_req_s"):
         assert getattr(got.p, name) == pytest.approx(getattr(TRUE, name), rel=0.05), name
     # the tall tiles' rates show beside the KV read; the 16-row tile's hides under it (the overlap
     # exponent and that rate trade off at this precision, the weak prior decides between them)

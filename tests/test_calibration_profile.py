@@ -28,7 +28,8 @@ PARAMS = CalibratedParams(
     draft_req_s=((40e-6, 40e-6), (60e-6, 25e-6), (50e-6, 50e-6), (70e-6, 30e-6), (80e-6, 80e-6)),
     draft_page_s=((0.0, 0.0), (2e-7, 1e-8), (1e-8, 1e-8), (1e-7, 1e-8), (3e-7, 3e-7)),
     first_pass_s=(0.0, 1.5e-3, 0.0, 1e-3, 0.0), spec_pass_s=2.5e-3, attn_tile_eff=(0.12, 0.6, 0.3), attn_p=6.0,
-    eager_launch_s=14e-3, eager_p=8.0, mixed_pass_s=1.5e-3, select_col_s=(0.0, 1e-7, 2e-7, 3e-7, 4e-7))
+    eager_launch_s=14e-3, eager_p=8.0, mixed_pass_s=1.5e-3, select_col_s=(0.0, 1e-7, 2e-7, 3e-7, 4e-7),
+    score_col_s=2e-8, score_attn_frac=0.4)
 
 
 @pytest.fixture(scope="module", params=[0, 132], ids=["no-tail", "work-item-tail"])
@@ -189,9 +190,11 @@ def test_simulator_segments_equal_per_pass_time(cm):
         got = sc.segment_times(seg)
         for i in range(n):
             d, v = kind[i] == 1, kind[i] == 2
+            # a verify-attn run keeps its verifications' page scores (the segment: any request's method)
             plan = PassPlan(draft_ids=np.flatnonzero(d), draft_context=ctx[i, d], draft_budget=budget[d],
                             draft_method=method[d], draft_pos=dpos[i, d], verify_ids=np.flatnonzero(v),
-                            verify_query=query[i, v], verify_context=ctx[i, v])
+                            verify_query=query[i, v], verify_context=ctx[i, v],
+                            keep_scores=bool((method[d | v] == DraftMethod.VERIFY_ATTN).any()))
             assert got[i] == pytest.approx(cm.time(plan), rel=1e-12)
     for context in ([5000], [100, 70000, 3000], list(range(1000, 30000, 2500))):
         assert np.array_equal(sc.decode_times(context, 5), sc.segment_times(DecodeSegment.plain(context, 5)))
@@ -379,3 +382,30 @@ def test_selection_pays_the_longest_page_list(cm):
     assert sel(plan([4096, 100_000], [1, 3], 1)) == 0.0
     assert sel(plan([4096, 100_000], [1, 3], 4)) == pytest.approx(4e-7 * 2 * 8192)
     assert sel(plan([4096, 100_000], [0, 0], 0)) == 0.0  # static
+
+
+def test_a_verify_attn_run_pays_for_its_page_scores_in_every_pass_that_verifies(cm):
+    """The runtime's attention kernel writes page scores in every pass of a verify-attn run that
+    verifies (pass_attention.py), drafts in it or not; measured 1.3-1.5x on the H200 for 16 x 32K
+    verifications of 5 and 9 tokens. The plan, batch and segment prices agree, and a run of
+    another method pays nothing."""
+    from spsim.cost.calibrated import PlanBatch
+    from spsim.simulator.segment import DecodeSegment
+
+    def plan(keep, drafts=0):
+        return PassPlan(draft_ids=np.arange(drafts), draft_context=np.full(drafts, 32768),
+                        draft_budget=np.full(drafts, 2048), draft_method=np.full(drafts, 3 if keep else 1),
+                        draft_pos=np.zeros(drafts, np.int64), verify_ids=np.arange(drafts, drafts + 16),
+                        verify_query=np.full(16, 9), verify_context=np.full(16, 32768), keep_scores=keep)
+
+    for drafts in (0, 4):
+        kept, plain = cm.time(plan(True, drafts)), cm.time(plan(False, drafts))
+        assert kept > plain * 1.2
+        batch = cm.times(PlanBatch.of([plan(True, drafts), plan(False, drafts)]))
+        assert batch[0] == pytest.approx(kept, rel=1e-12) and batch[1] == pytest.approx(plain, rel=1e-12)
+        seg = DecodeSegment.from_plan(plan(True, drafts))
+        assert float(cm.segment_times(seg)[0]) == pytest.approx(kept, rel=1e-12)
+    from dataclasses import replace
+
+    off = CalibratedCostModel("llama-3.1-8b", "h200", params=replace(cm.p, score_attn_frac=0.0, score_col_s=0.0))
+    assert off.time(plan(True)) == pytest.approx(off.time(plan(False)), rel=1e-12)

@@ -101,6 +101,8 @@ class CalibratedParams(RooflineParams):
     mixed_pass_s: float = 0.0  # per pass holding both drafts and verifications (two sampling paths)
     select_col_s: tuple = _ZEROS  # [method]: per selecting request per top-k column (see _select1)
     score_col_s: float = 0.0  # per request per page-score column, verify-attn passes that keep scores
+    score_attn_frac: float = 0.0  # a pass keeping page scores: its attention kernel this much slower (the
+    #                               per-block page max and atomic store in the kernel's loop)
     attn_sms: int = 0  # SMs the attention's work items are scheduled on (see work_ratio); 0: no tail term
     attn_item_tokens: float = 128.0  # an item's fixed cost (prologue, partial store), in KV tokens of streaming
 
@@ -513,12 +515,18 @@ class CalibratedCostModel(RooflineCostModel):
             logits += nq
         if tokens == 0:
             return 0.0
-        if self.p.attn_sms:  # the attention kernel's tail: total less the per-request extras
+        keep = (plan.keep_scores or (n_dr and DraftMethod.VERIFY_ATTN in methods)) and (n_ver or n_pre)
+        if self.p.attn_sms or (keep and self.p.score_attn_frac):  # the attention kernel: less the extras
             kern = total - n_ver * self.p.verify_req_s
             if n_dr:
                 kern -= float(self.draft_extra(plan.draft_context, plan.draft_budget, plan.draft_method,
                                                plan.draft_pos).sum())
-            total += kern * (self.plan_work_ratio(plan) - 1.0)
+            if self.p.attn_sms:  # its tail
+                r = self.plan_work_ratio(plan)
+                total += kern * (r - 1.0)
+                kern *= r
+            if keep:
+                total += kern * self.p.score_attn_frac
         t = self.pass_overhead(tokens, num_logits=logits) + total + self.pass_terms(n_pre > 0, methods)
         if n_dr:
             pos0 = plan.draft_pos == 0
@@ -530,7 +538,7 @@ class CalibratedCostModel(RooflineCostModel):
             t += self.p.mixed_pass_s
         if n_dr and self._selects:
             t += self._select1(plan, methods)
-        if n_dr and self.p.score_col_s and (n_ver or n_pre) and DraftMethod.VERIFY_ATTN in methods:
+        if keep and self.p.score_col_s:
             t += self._scores1(plan)
         return self._eager(t) if n_pre else t
 
@@ -670,16 +678,23 @@ class CalibratedCostModel(RooflineCostModel):
                     self.draft_attn(ctx, b, m, seg.draft_pos)
                 att = att + np.where(draft, d, 0.0)
         tokens = q.sum(axis=1) + draft.sum(axis=1)
-        if self.p.attn_sms:  # the attention kernel's tail (see work_ratio), pass by pass
+        # passes keeping page scores: the run's method (every request's) is verify-attn, and they verify
+        keep = verify.any(axis=1) & ((seg.method == DraftMethod.VERIFY_ATTN)[None, :] & (draft | verify)).any(axis=1)
+        frac = self.p.score_attn_frac if keep.any() else 0.0
+        if self.p.attn_sms or frac:  # the attention kernel, less the per-request extras
             kern = att - np.where(verify, self.p.verify_req_s, 0.0)
             if has_draft:
                 b, m = np.broadcast_to(seg.budget, kind.shape), np.broadcast_to(seg.method, kind.shape)
                 kern = kern - np.where(draft, self.draft_extra(ctx, b, m, seg.draft_pos), 0.0)
-            sparse = np.minimum(np.broadcast_to(seg.budget, kind.shape), ctx) + seg.draft_pos + 1
-            # pass order (of the passes of more than one round): drafts, then verifications
-            r = self.work_ratios(np.where(draft, 1, q), np.where(draft, sparse, ctx + q), draft | verify,
-                                 rank=verify)
-            att = att + kern * (r - 1.0)[:, None]
+            if self.p.attn_sms:  # its tail (see work_ratio), pass by pass
+                sparse = np.minimum(np.broadcast_to(seg.budget, kind.shape), ctx) + seg.draft_pos + 1
+                # pass order (of the passes of more than one round): drafts, then verifications
+                r = self.work_ratios(np.where(draft, 1, q), np.where(draft, sparse, ctx + q), draft | verify,
+                                     rank=verify)
+                att = att + kern * (r - 1.0)[:, None]
+                kern = kern * r[:, None]
+            if frac:
+                att = att + np.where(keep[:, None], kern * frac, 0.0)
         t = self.overhead_table(int(tokens.max()))[tokens] + att.sum(axis=1)
         if has_draft:  # no prefill here
             t = t + np.where(draft, self.draft_pass[seg.method][None, :], 0.0).max(axis=1)
@@ -709,16 +724,13 @@ class CalibratedCostModel(RooflineCostModel):
                                        np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1))
                 w = -(-np.maximum(w, 1) // self.SELECT_COLS) * self.SELECT_COLS
                 t = t + c * n * _pow2(w)
-        if has_draft and self.p.score_col_s:
+        if self.p.score_col_s and keep.any():
             ps = self.page_size
-            va = draft & (seg.method == DraftMethod.VERIFY_ATTN)[None, :]
-            keep = va.any(axis=1) & verify.any(axis=1)
-            if keep.any():
-                w = np.maximum(np.where(draft, (ctx + seg.draft_pos + ps) // ps, 0).max(axis=1),
-                               np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1))
-                w = -(-w // self.SELECT_COLS) * self.SELECT_COLS
-                nreq = (draft | verify).sum(axis=1)
-                t = t + np.where(keep, self.p.score_col_s * nreq * w, 0.0)
+            w = np.maximum(np.where(draft, (ctx + seg.draft_pos + ps) // ps, 0).max(axis=1),
+                           np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1))
+            w = -(-w // self.SELECT_COLS) * self.SELECT_COLS
+            nreq = (draft | verify).sum(axis=1)
+            t = t + np.where(keep, self.p.score_col_s * nreq * w, 0.0)
         return t
 
     def decode_times(self, context: list[int], n: int) -> np.ndarray:
@@ -748,12 +760,19 @@ class CalibratedCostModel(RooflineCostModel):
             v = self.full_attn(batch.ver_ctx, batch.ver_q, cls[batch.ver_of]) if self.tiles else \
                 self.full_attn(batch.ver_ctx, batch.ver_q)
             att += np.bincount(batch.ver_of, v, n)
-        if self.p.attn_sms:  # the attention kernel's tail (see work_ratio)
+        keep = batch.keeps()
+        frac = self.p.score_attn_frac
+        if self.p.attn_sms or (frac and keep.any()):  # the attention kernel's tail (see work_ratio)
             kern = att - np.bincount(batch.ver_of, minlength=n) * self.p.verify_req_s
             if len(batch.dr_of):
                 kern = kern - np.bincount(batch.dr_of, self.draft_extra(batch.dr_ctx, batch.dr_budget, batch.dr_method,
                                                                          batch.dr_pos), n)
-            att = att + kern * (batch.work_ratios(self) - 1.0)
+            if self.p.attn_sms:
+                r = batch.work_ratios(self)
+                att = att + kern * (r - 1.0)
+                kern = kern * r
+            if frac:
+                att = att + np.where(keep, kern * frac, 0.0)
         lin = self.overhead_vec(batch.tokens, batch.logits)
         per = np.zeros(n)
         np.maximum.at(per, batch.dr_of, self.draft_pass[batch.dr_method])  # the largest method's (as time())
@@ -769,8 +788,8 @@ class CalibratedCostModel(RooflineCostModel):
             per = per + np.where(batch.has_draft & has_v, self.p.mixed_pass_s, 0.0)
             if self._selects:
                 per = per + self._select_batch(batch)
-            if self.p.score_col_s:
-                per = per + self._scores_batch(batch)
+        if self.p.score_col_s:
+            per = per + self._scores_batch(batch)
         t = lin + att + per
         if self.p.eager_launch_s and batch.has_prefill.any():
             P = self.p
@@ -812,8 +831,7 @@ class CalibratedCostModel(RooflineCostModel):
     def _scores_batch(self, batch: "PlanBatch") -> np.ndarray:
         """`_scores1` of many plans (vector)."""
         n, ps = batch.n, self.page_size
-        va = np.bincount(batch.dr_of[batch.dr_method == DraftMethod.VERIFY_ATTN], minlength=n) > 0
-        keep = va & ((np.bincount(batch.ver_of, minlength=n) > 0) | batch.has_prefill)
+        keep = batch.keeps()
         w = np.zeros(n, np.int64)
         np.maximum.at(w, batch.dr_of, (batch.dr_ctx + batch.dr_pos + ps) // ps)
         np.maximum.at(w, batch.ver_of, (batch.ver_ctx + batch.ver_q + ps - 1) // ps)
@@ -881,8 +899,18 @@ class PlanBatch:
     logits: np.ndarray
     has_prefill: np.ndarray
     has_draft: np.ndarray
+    keep_scores: np.ndarray | None = None  # PassPlan.keep_scores of each plan
     plans: list | None = None
     _ratios: dict | None = None
+
+    def keeps(self) -> np.ndarray:
+        """Plans whose pass keeps page scores (verify-attn runs, or drafts of that method beside
+        them): those with a verification or a prefill chunk."""
+        n = self.n
+        va = np.bincount(self.dr_of[self.dr_method == DraftMethod.VERIFY_ATTN], minlength=n) > 0
+        if self.keep_scores is not None:
+            va = va | self.keep_scores
+        return va & ((np.bincount(self.ver_of, minlength=n) > 0) | self.has_prefill)
 
     def work_ratios(self, model: CalibratedCostModel) -> np.ndarray:
         """`plan_work_ratio` of every plan (cached: they depend on no fitted constant)."""
@@ -910,7 +938,7 @@ class PlanBatch:
             cat([p.draft_method for p in plans]), cat([p.draft_pos for p in plans]),
             idx(lambda p: p.verify_ids), cat([p.verify_context for p in plans]), cat([p.verify_query for p in plans]),
             tokens=pre_tok + n_dr + ver_tok, logits=n_pre + n_dr + ver_tok, has_prefill=n_pre > 0,
-            has_draft=n_dr > 0, plans=list(plans))
+            has_draft=n_dr > 0, keep_scores=np.array([bool(p.keep_scores) for p in plans], bool), plans=list(plans))
 
 
 def _load(prof: dict) -> CalibratedCostModel:
