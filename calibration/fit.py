@@ -185,10 +185,10 @@ def fit(measurements: list[Measurement], model, gpu="h200", tp: int = 1, weight_
         like = _SAME_CODE.get(m)
         if like is not None and f"draft:{m.label}" not in labels and f"draft:{like.label}" in labels:
             ties[int(m)] = int(like)
-    keeps = any(m.point.plan().keep_scores and (m.point.verifies or m.point.prefill) for m in train)
-    fitter = Fitter(labels, CalibratedCostModel(params=CalibratedParams(), **shape), spec_pass=spec_pass,
-                    ties=ties, keeps_scores=keeps)
     b_train = PlanBatch.of([m.point.plan() for m in train])
+    # the score terms' constant only where some pass pays it (the rule that prices it: PlanBatch.keeps)
+    fitter = Fitter(labels, CalibratedCostModel(params=CalibratedParams(), **shape), spec_pass=spec_pass,
+                    ties=ties, keeps_scores=bool(b_train.keeps().any()))
     y_train = np.array([m.seconds for m in train])
     log_y = np.log(y_train)
     w_prior = PRIOR_WEIGHT

@@ -789,7 +789,7 @@ class CalibratedCostModel(RooflineCostModel):
             if self._selects:
                 per = per + self._select_batch(batch)
         if self.p.score_col_s:
-            per = per + self._scores_batch(batch)
+            per = per + self._scores_batch(batch, keep)
         t = lin + att + per
         if self.p.eager_launch_s and batch.has_prefill.any():
             P = self.p
@@ -828,10 +828,9 @@ class CalibratedCostModel(RooflineCostModel):
             out += c * cnt * _pow2(w)
         return out
 
-    def _scores_batch(self, batch: "PlanBatch") -> np.ndarray:
-        """`_scores1` of many plans (vector)."""
+    def _scores_batch(self, batch: "PlanBatch", keep: np.ndarray) -> np.ndarray:
+        """`_scores1` of many plans (vector); `keep`: `batch.keeps()`."""
         n, ps = batch.n, self.page_size
-        keep = batch.keeps()
         w = np.zeros(n, np.int64)
         np.maximum.at(w, batch.dr_of, (batch.dr_ctx + batch.dr_pos + ps) // ps)
         np.maximum.at(w, batch.ver_of, (batch.ver_ctx + batch.ver_q + ps - 1) // ps)
