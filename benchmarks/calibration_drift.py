@@ -30,10 +30,13 @@ def spread(x) -> dict:
 
 def summarise(path: str) -> dict:
     from spsim.calibration.records import read_anchors
+    from spsim.errors import SpsimError
 
+    if not Path(path).is_file():
+        raise SpsimError(f"{path}: no such file")
     anchors = [a for a in read_anchors(path) if a.get("ok")]
     if not anchors:
-        raise SystemExit(f"{path}: no drift controls (measured before they existed?)")
+        raise SpsimError(f"{path}: no drift controls (measured before they existed?)")
     out = {}
     for label in sorted({a["label"] for a in anchors}):
         rows = [a for a in anchors if a["label"] == label]
@@ -55,8 +58,15 @@ def main() -> None:
     ap.add_argument("measurements")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
+    from spsim.errors import SpsimError
+
+    try:
+        controls = summarise(a.measurements)
+    except (SpsimError, OSError) as e:  # a bad or missing file: one line, exit code 2
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     res = {"benchmark": "calibration_drift", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "measurements": a.measurements, "controls": summarise(a.measurements)}
+           "measurements": a.measurements, "controls": controls}
     sessions = [json.loads(line)["session"] for line in Path(a.measurements).read_text().splitlines()
                 if line.startswith('{"spsim_calibration"')]
     if sessions:
