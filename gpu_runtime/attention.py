@@ -226,10 +226,17 @@ class AttentionPlan:
     merge_slots: int = 32  # partials per merge step
     fused_merge: bool = True  # the last split of a unit merges (False: a separate merge launch)
     arrived: torch.Tensor | None = None  # (merges,) int32 arrival counters, zero between launches
+    # the pass's tall requests (prefill chunks, long verifications) in a launch of their own, with
+    # prefill tiles (`plan_attention`, SPLIT_TALL); None: this plan covers every request
+    tall: "AttentionPlan | None" = None
 
     @property
     def group(self) -> int:
         return self.num_q_heads // self.lists.num_kv_heads
+
+    def parts(self) -> list["AttentionPlan"]:
+        """The launches of this plan: itself, then the tall requests' plan if split off."""
+        return [self] if self.tall is None else [self, self.tall]
 
 
 # Units of at most this many splits merge in the main kernel (the last split to finish merges);
@@ -261,7 +268,7 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
                    waves: float = 8.0, min_split_tokens: int = 4096, block_m: int | None = None,
                    block_n: int | None = None, tokens_per_split: int | None = None,
                    num_warps: int | None = None, num_stages: int | None = None,
-                   fused_merge: bool | None = None) -> AttentionPlan:
+                   fused_merge: bool | None = None, split=None, requests=None) -> AttentionPlan:
     """Cut the pass into work items.
 
     Split size: the KV blocks of all (row, query block) units over `num_sms * waves` items, but
@@ -270,6 +277,9 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     splits that still fit one wave. (H200, bf16, v4: batch 1 at 32K is fastest with 128 splits of
     2048 tokens, at 128K with 256 of 4096; see NOTES.md.) Prefill query blocks stop at their last
     query's causal bound. Tile widths, warps and stages: SHORT_TILE (LONG_TILE over many items), TALL_TILE, PREFILL_TILE.
+    `split`: requests (indices) planned apart, in a launch of their own with its own tile
+    (`AttentionPlan.tall`: prefill chunks beside decode-like requests, see `PassAttention`).
+    `requests`: plan only these requests (the others get no work).
     """
     device = lists.count.device
     q_len = np.asarray(q_len, dtype=np.int64)
@@ -277,7 +287,16 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     hkv, ps = lists.num_kv_heads, lists.page_size
     g = num_q_heads // hkv
     assert g * hkv == num_q_heads and lists.num_rows == n_req * hkv
-    bm = block_m or choose_block_m(q_len, g)
+    kw = dict(num_sms=num_sms, waves=waves, min_split_tokens=min_split_tokens, tokens_per_split=tokens_per_split,
+              num_warps=num_warps, num_stages=num_stages, fused_merge=fused_merge)
+    if split is not None and 0 < len(split) < n_req:
+        kw.update(block_m=block_m, block_n=block_n)
+        rest = np.setdiff1d(np.arange(n_req), split)
+        plan = plan_attention(q_len, lists, num_q_heads, requests=rest, **kw)
+        plan.tall = plan_attention(q_len, lists, num_q_heads, requests=split, **kw)
+        return plan
+    sub = None if requests is None else np.asarray(requests, np.int64)
+    bm = block_m or choose_block_m(q_len if sub is None else q_len[sub], g)
     cfg_bn, cfg_nw, cfg_st = SHORT_TILE if bm <= 32 else TALL_TILE if bm < 128 else PREFILL_TILE
     bn = block_n or max(ps, cfg_bn)
     assert bn % ps == 0 and bm >= g
@@ -287,6 +306,8 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
 
     # units: (request, head, query block)
     nqb = np.maximum(1, -(-q_len // qb_size))
+    if sub is not None:
+        nqb = np.where(np.isin(np.arange(n_req), sub), nqb, 0)
     u_req = np.repeat(np.arange(n_req), nqb * hkv)
     u_head = np.concatenate([np.repeat(np.arange(hkv), k) for k in nqb]) if n_req else np.zeros(0, np.int64)
     u_qb = np.concatenate([np.tile(np.arange(k) * qb_size, hkv) for k in nqb]) if n_req else np.zeros(0, np.int64)
@@ -353,6 +374,8 @@ def pad_plan(plan: AttentionPlan) -> AttentionPlan:
         pad = torch.full((n - t.shape[0], t.shape[1]), -1, dtype=t.dtype, device=t.device)
         return torch.cat([t, pad])
 
+    if plan.tall is not None:
+        pad_plan(plan.tall)
     n_merge = bucket(plan.merge.shape[0], 8)
     plan.work = grow(plan.work, bucket(plan.work.shape[0]))
     plan.merge = grow(plan.merge, n_merge)
@@ -365,7 +388,8 @@ def mixed_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                     out: torch.Tensor | None = None, sm_scale: float | None = None,
                     page_scores: torch.Tensor | None = None, num_warps: int | None = None,
                     num_stages: int | None = None) -> torch.Tensor:
-    """Attention for every request of a pass in one launch (plus a merge launch if any request is
+    """Attention for every request of a pass in one launch per tile height (`AttentionPlan.parts`;
+    plus a merge launch if any request is
     split and the plan does not fuse the merge; a fused plan must not run in two streams at once:
     its arrival counters are shared).
 
@@ -381,12 +405,20 @@ def mixed_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     assert k_cache.stride() == v_cache.stride() and k_cache.stride(3) == 1 and q.stride(2) == 1
     out = torch.empty_like(q) if out is None else out
     sm_scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(d)
+    if page_scores is not None:
+        page_scores.fill_(float("-inf"))
+    for part in plan.parts():  # the parts' requests are disjoint: each writes its own rows
+        _launch(q, k_cache, v_cache, part, out, sm_scale, page_scores, num_warps, num_stages)
+    return out
+
+
+def _launch(q, k_cache, v_cache, plan: AttentionPlan, out, sm_scale, page_scores, num_warps, num_stages) -> None:
+    d = q.shape[2]
+    hkv, ps = k_cache.shape[1], k_cache.shape[2]
     bm, bn = plan.block_m, plan.block_n
     po = q.new_empty((max(plan.num_slots, 1) * bm, d), dtype=torch.float32)
     pm = q.new_empty((max(plan.num_slots, 1) * bm,), dtype=torch.float32)
     pl = torch.empty_like(pm)
-    if page_scores is not None:
-        page_scores.fill_(float("-inf"))
     scores = page_scores if page_scores is not None else pm
     n_items = plan.work.shape[0]
     nw = num_warps or plan.num_warps
@@ -406,4 +438,3 @@ def mixed_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         _attn_merge[(plan.merge.shape[0], bm // mb, d // db)](
             out, po, pm, pl, plan.merge, plan.q_start, plan.q_len, out.stride(0), out.stride(1),
             G=plan.group, D=d, BLOCK_M=bm, MB=mb, DB=db, CS=plan.merge_slots, num_warps=4)
-    return out

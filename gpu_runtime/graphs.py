@@ -42,7 +42,7 @@ def _copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
 
 
 def _plan_tensors(plan) -> list[torch.Tensor]:
-    return [plan.work, plan.merge, plan.q_start, plan.q_len]
+    return [t for p in plan.parts() for t in (p.work, p.merge, p.q_start, p.q_len)]
 
 
 class _Captured:
@@ -131,7 +131,7 @@ class GraphedPasses:
         # the kernels read token ranges from the work list: the split size itself is not a shape
         plan_key = tuple((int(p.work.shape[0]), int(p.merge.shape[0]), p.num_slots, p.block_m, p.block_n,
                           p.num_warps, p.num_stages, p.fused_merge, p.merge_rows, p.merge_dims, p.merge_slots,
-                          p.num_q_heads) for p in plans)
+                          p.num_q_heads) for plan in plans for p in plan.parts())
         return (attn.graph_key(), int(tokens.shape[0]), int(logit_rows.shape[0]), tuple(caps), plan_key), plans, caps
 
     def forward(self, attn, tokens: torch.Tensor, logit_rows: torch.Tensor) -> torch.Tensor:

@@ -84,6 +84,9 @@ class PagedAttention:
         # the query length the attention tile is fitted to (None: the longest query): padding's
         # filler request brings many tokens but must not make the whole pass's tile taller
         self.tile_q: int | None = None
+        # requests planned apart in an attention launch of their own (`attention.plan_attention`'s
+        # `split`): PassAttention's prefill chunks
+        self.split: np.ndarray | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -115,7 +118,9 @@ class PagedAttention:
 
                 block_m = choose_block_m(np.minimum(self.q_len, max(1, self.tile_q)),
                                          num_q_heads // self.cache.cfg.kv_heads)
-            plan = self._plans[id(lists)] = plan_attention(self.q_len, lists, num_q_heads, block_m=block_m)
+            split = self.split if block_m is None else None
+            plan = self._plans[id(lists)] = plan_attention(self.q_len, lists, num_q_heads, block_m=block_m,
+                                                           split=split)
         return plan
 
     def fused_write(self) -> bool:

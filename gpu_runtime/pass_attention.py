@@ -41,6 +41,12 @@ from .pages import PageLists, concat_page_lists, full_page_lists, last_page_len,
 from .selection import PageMeta, select_static, top_pages
 
 SINK, RECENT = 1, 1  # pages always kept at the start and at the end of the context
+# Prefill chunks that fill 128-row attention tiles run in a launch of their own beside a pass's
+# decode-like requests, each launch with its own tile: in one launch every decode row computed a
+# 128-row tile of which 4 rows were real (H200, 8B: a 128-token chunk beside 16 decodes at 16K
+# took 25.5 ms where the decodes alone took 10.7), as serving engines run prefill and decode
+# attention as separate kernels. The cost models price the same split (spsim/cost/calibrated.py).
+SPLIT_PREFILL = True
 TABLE_COLS = 128  # page-table and page-score widths: at least this, rounded up by `buckets.bucket` (fewer graph shapes)
 
 
@@ -63,6 +69,14 @@ SELECT_PAD_RID = -(1 << 40)
 
 def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
+
+
+def tall_prefill(q_len, n_prefill: int, group: int) -> np.ndarray | None:
+    """Indices of the prefill chunks (the first `n_prefill` requests) to plan apart: those whose
+    rows need 128-row tiles (`attention.choose_block_m`), when the pass has other requests."""
+    q = np.asarray(q_len, np.int64)
+    tall = np.flatnonzero(q[:n_prefill] * group > 64)
+    return tall if 0 < len(tall) < len(q) else None
 
 
 def budget_pages(budget: int, page_size: int) -> int:
@@ -113,6 +127,8 @@ class PassAttention(PagedAttention):
                 self._write(self._static_sel)
         super().__init__(cache, page_tables, start, q_len, lists=lists, attention_fn=attention_fn)
         self.lists0 = lists0
+        if SPLIT_PREFILL:
+            self.split = tall_prefill(self.q_len, n_prefill, cfg.q_heads // hkv)
         self._run = None
         if meta is not None and self.fused_write():  # page runs for the bounds (kv_write.py)
             from .kv_write import run_lengths

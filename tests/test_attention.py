@@ -109,6 +109,25 @@ def test_mixed_batch_all_kinds_one_launch():
     assert {1, 9, 37, 19} <= kinds
 
 
+def test_tall_requests_split_into_their_own_launch():
+    """Prefill chunks planned apart run as a second launch with its own tile height; outputs and
+    page scores as the reference; without `split`, or with every request in it, one launch."""
+    reqs = [Req("decode", 90), Req("prefill", 40, q=37), Req("verify", 75, q=9), Req("draft", 200, budget=64),
+            Req("prefill", 0, q=19)]
+    plan, b = run_case("split_tall", reqs, scores=True, split=np.array([1, 4]))
+    assert plan.tall is not None and len(plan.parts()) == 2
+    assert plan.block_m == 64 and plan.tall.block_m == 128  # the 9-token verification sets the short tile
+    short_reqs = set(plan.work[:, 0].tolist())
+    tall_reqs = set(plan.tall.work[:, 0].tolist())
+    assert short_reqs == {0, 2, 3} and tall_reqs == {1, 4}
+    padded = A.pad_plan(plan)
+    assert padded.tall.work.shape[0] >= len(tall_reqs)
+    one, _ = run_case("split_tall_none", reqs)
+    assert one.tall is None and one.block_m == 128
+    alone, _ = run_case("split_tall_all", [Req("prefill", 40, q=37), Req("prefill", 0, q=19)], split=np.array([0, 1]))
+    assert alone.tall is None and alone.block_m == 128
+
+
 @pytest.mark.parametrize("dtype,d,ps", [(torch.float16, 64, 16), (torch.float16, 128, 32), (torch.float32, 64, 128)])
 def test_dtypes_head_dims_page_sizes(dtype, d, ps):
     run_case(f"dtype_{dtype}_{d}_{ps}", [Req("verify", 2 * ps + 3, q=4), Req("draft", 5 * ps, budget=3 * ps)],

@@ -236,6 +236,40 @@ def test_padding_filler_does_not_set_the_attention_tile():
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
 
 
+def test_prefill_chunk_runs_in_an_attention_launch_of_its_own():
+    """A pass of a prefill chunk beside decodes plans the chunk apart (128-row tiles) and the
+    decodes in their own short tile; the output matches the reference. A lone chunk, or a short
+    one (its rows fit a short tile), is not split."""
+    from spsim.gpu_runtime import dispatch
+    from spsim.gpu_runtime.pass_attention import DraftRows, PassAttention, tall_prefill
+    from spsim.gpu_runtime.kv_cache import PagedKVCache
+    from spsim.gpu_runtime.model_config import get_config
+    from spsim.gpu_runtime.reference import mixed_attention_ref
+
+    if not dispatch.use_triton("cpu"):
+        pytest.fail("the Triton interpreter should be on for the CPU tests (conftest)")
+    cfg = get_config("tiny")
+    g = cfg.q_heads // cfg.kv_heads
+    cache = PagedKVCache(cfg, 64, 16)
+    cache.k.normal_()
+    cache.v.normal_()
+    tables = [list(range(0, 20)), list(range(20, 40)), list(range(40, 50))]
+    q_len = [40, 1, 1]  # a prefill chunk, two decodes
+    attn = PassAttention(cache, [0, 1, 2], tables, [100, 150, 70], q_len, 1, DraftRows(), 1, 64, None, None)
+    plan = attn._plan(attn.lists, cfg.q_heads)
+    assert plan.tall is not None and plan.tall.block_m == 128 and plan.block_m == 16
+    assert set(plan.tall.work[:, 0].tolist()) == {0} and set(plan.work[:, 0].tolist()) == {1, 2}
+    q = torch.randn(sum(q_len), cfg.q_heads, cfg.head_dim)
+    k = torch.randn(sum(q_len), cfg.kv_heads, cfg.head_dim)
+    v = torch.randn_like(k)
+    out = attn(0, q, k, v)
+    ref = mixed_attention_ref(q, cache.k[0], cache.v[0], attn.q_len, attn.lists)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    assert tall_prefill([40], 1, g) is None  # nothing to split from
+    assert tall_prefill([64 // g, 1], 1, g) is None  # fits a 64-row tile
+    assert tall_prefill([64 // g + 1, 1], 1, g).tolist() == [0]
+
+
 def test_graph_shapes_counts_a_run_without_a_gpu():
     """benchmarks/graph_shapes.py drives the runtime's executor with a stand-in model: every
     graphable pass is counted once as a replay, a capture or an eager pass, and a run that keeps its
