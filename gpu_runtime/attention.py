@@ -278,7 +278,8 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     2048 tokens, at 128K with 256 of 4096; see NOTES.md.) Prefill query blocks stop at their last
     query's causal bound. Tile widths, warps and stages: SHORT_TILE (LONG_TILE over many items), TALL_TILE, PREFILL_TILE.
     `split`: requests (indices) planned apart, in a launch of their own with its own tile
-    (`AttentionPlan.tall`: prefill chunks beside decode-like requests, see `PassAttention`).
+    (`AttentionPlan.tall`: prefill chunks beside decode-like requests, see `PassAttention`);
+    `block_m`/`block_n` then apply to the other requests only.
     `requests`: plan only these requests (the others get no work).
     """
     device = lists.count.device
@@ -289,10 +290,9 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     assert g * hkv == num_q_heads and lists.num_rows == n_req * hkv
     kw = dict(num_sms=num_sms, waves=waves, min_split_tokens=min_split_tokens, tokens_per_split=tokens_per_split,
               num_warps=num_warps, num_stages=num_stages, fused_merge=fused_merge)
-    if split is not None and 0 < len(split) < n_req:
-        kw.update(block_m=block_m, block_n=block_n)
+    if split is not None and 0 < len(split) < n_req:  # a forced tile is the rest's; the split's is its own
         rest = np.setdiff1d(np.arange(n_req), split)
-        plan = plan_attention(q_len, lists, num_q_heads, requests=rest, **kw)
+        plan = plan_attention(q_len, lists, num_q_heads, requests=rest, block_m=block_m, block_n=block_n, **kw)
         plan.tall = plan_attention(q_len, lists, num_q_heads, requests=split, **kw)
         return plan
     sub = None if requests is None else np.asarray(requests, np.int64)

@@ -27,6 +27,7 @@ from spsim.plan import DraftMethod, Outcome, PassPlan
 from . import sampling as S
 from .kv_cache import PagedKVCache
 from .draft_store import DraftStore
+from .graphs import PREFILL_GRAPH_TOKENS
 from .padding import PassPadding
 from .pass_attention import DraftRows, PassAttention, budget_pages
 from .selection import PageMeta
@@ -163,7 +164,9 @@ class RuntimeExecutor:
             logit_rows.append(row)
             row += 1
         n_pre = 0 if self.synthetic_prefill else len(plan.prefill_ids)
-        pad = self.padding if n_pre == 0 else None  # only graphable passes (no prefill) are padded
+        # graphable passes (graphs.py: no prefill, or few tokens) are padded to a few shapes
+        graphable = n_pre == 0 or row + int(plan.verify_query.sum()) <= PREFILL_GRAPH_TOKENS
+        pad = self.padding if graphable else None
         spare: list[int] = []  # dummies' token rows (their logits, if any, are never read)
         if pad is not None:
             for rid in pad.drafters(len(plan.draft_ids)):
@@ -206,11 +209,16 @@ class RuntimeExecutor:
             return Outcome(time.perf_counter() - t0, entropy, accepted)
         attn = PassAttention(self.cache, rids, tables, start, qlen, n_pre, drafts, self.method, self.budget,
                              self.store, self.meta, score_rows, self.attention_fn)
+        attn.graphable = graphable
         if rids[-1] == PassPadding.FILLER_RID and len(qlen) > 1:
             # the filler's query (up to a quarter of the pass's tokens) runs in several query blocks
             # of the real requests' tile: letting it set the tile made 16 verifications of 16 tokens
-            # at 32K run 128-row tiles (40.5 ms on the H200 where 9 tokens, a 64-row tile, took 25.6)
-            attn.tile_q = int(max(qlen[:-1]))
+            # at 32K run 128-row tiles (40.5 ms on the H200 where 9 tokens, a 64-row tile, took 25.6).
+            # Prefill chunks planned apart keep their own tile.
+            short = np.ones(len(qlen) - 1, bool)
+            if attn.split is not None:
+                short[attn.split] = False
+            attn.tile_q = int(max(np.asarray(qlen[:-1])[short], default=1))
         tok_t = torch.as_tensor(np.asarray(toks, np.int64), device=self.dev)
         rows_t = torch.as_tensor(np.asarray(logit_rows, np.int64), device=self.dev)
         self.last_prep_s = time.perf_counter() - t0
@@ -218,7 +226,7 @@ class RuntimeExecutor:
         if self.time_gpu and sync:
             ev = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
             ev[0].record()
-        if self.graphs is not None and self.graphs.eligible(attn):
+        if self.graphs is not None and graphable and self.graphs.eligible(attn):
             logits = self.graphs.forward(attn, tok_t, rows_t)
         else:
             logits = self.model(tok_t, attn.positions, attn, logit_rows=rows_t)

@@ -1,10 +1,10 @@
-"""CUDA graphs for passes without prefill: the whole forward replayed from a graph, so launch
-overhead does not dominate small batches (a plain decode step of an 8B model is ~800 kernels, a
-drafting pass adds page selection to every layer).
+"""CUDA graphs for a pass's whole forward, replayed, so launch overhead does not dominate small
+batches (a plain decode step of an 8B model is ~800 kernels, a drafting pass adds page selection
+to every layer).
 
-A pass is graphable when it has no prefill chunk (its shape changes every pass and it is long
-enough to hide launches). Decode steps, verifications and drafting passes of every draft-KV method
-qualify: their page selections run on the device (`pass_attention.py`). Each pass's attention
+A pass is graphable when it has no prefill chunk, or at most PREFILL_GRAPH_TOKENS tokens with its
+chunks (past that the kernels hide the launches). Decode steps, verifications and drafting passes
+of every draft-KV method qualify: their page selections run on the device (`pass_attention.py`). Each pass's attention
 plan is built on the host as usual; what a captured graph fixes is only the *shape* of the work
 (`PassAttention.graph_key`: token count, logits rows, page-list rows, selection widths, work
 items, merges, tile sizes). The first pass of a shape is captured and kept: a later pass of the
@@ -35,6 +35,12 @@ from collections import OrderedDict
 import torch
 
 from .attention import pad_plan
+
+# Passes with prefill chunks are graphed too up to this many tokens: run eagerly, the host's
+# launches took 2-4x the kernels' time (H200, 8B, prefill_passes_h200.json: 128 prefill tokens
+# beside 16 decodes at 16K, 17.4 ms of kernels, 36-43 ms eager, 17.0 ms replayed); past it the
+# kernels hide the launches (2048 tokens alone: 46.4 ms eager, 44.9 replayed).
+PREFILL_GRAPH_TOKENS = 2048
 
 
 def _copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
@@ -116,7 +122,9 @@ class GraphedPasses:
 
     @staticmethod
     def eligible(attn) -> bool:
-        return attn.n_pre == 0
+        """Passes without prefill, and passes with prefill of at most PREFILL_GRAPH_TOKENS tokens
+        (the executor marks them `graphable` and pads them)."""
+        return bool(getattr(attn, "graphable", attn.n_pre == 0))
 
     def shape_key(self, attn, tokens: torch.Tensor, logit_rows: torch.Tensor):
         """(key, plans, page-id capacities) of a pass: equal keys replay one graph. None when there

@@ -118,9 +118,8 @@ class PagedAttention:
 
                 block_m = choose_block_m(np.minimum(self.q_len, max(1, self.tile_q)),
                                          num_q_heads // self.cache.cfg.kv_heads)
-            split = self.split if block_m is None else None
             plan = self._plans[id(lists)] = plan_attention(self.q_len, lists, num_q_heads, block_m=block_m,
-                                                           split=split)
+                                                           split=self.split)
         return plan
 
     def fused_write(self) -> bool:

@@ -82,13 +82,17 @@ def full_page_lists(page_tables, kv_lens, num_kv_heads: int, page_size: int, dev
                                num_kv_heads, page_size, device)
 
 
-def concat_page_lists(parts: list[PageLists]) -> PageLists:
-    """Rows of several lists, in order (e.g. draft rows from a selection, then full verify rows)."""
+def concat_page_lists(parts: list[PageLists], layout: list[int] | None = None) -> PageLists:
+    """Rows of several lists, in order (e.g. draft rows from a selection, then full verify rows).
+    `layout`: the order the parts' page ids are stored in (default the rows' order): a part stored
+    first sits at offset 0 whatever the other parts' lengths."""
     p0 = parts[0]
-    offs = np.cumsum([0] + [len(p.indices) for p in parts[:-1]])
+    layout = list(range(len(parts))) if layout is None else list(layout)
+    offs = np.zeros(len(parts), np.int64)
+    offs[layout] = np.cumsum([0] + [len(parts[i].indices) for i in layout[:-1]])
     start = torch.cat([p.start + int(o) for p, o in zip(parts, offs)])
     return PageLists(start, torch.cat([p.count for p in parts]), torch.cat([p.last_len for p in parts]),
-                     torch.cat([p.indices for p in parts]), np.concatenate([p.count_np for p in parts]),
+                     torch.cat([parts[i].indices for i in layout]), np.concatenate([p.count_np for p in parts]),
                      np.concatenate([p.last_len_np for p in parts]), p0.num_kv_heads, p0.page_size)
 
 

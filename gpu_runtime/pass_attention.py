@@ -118,8 +118,10 @@ class PassAttention(PagedAttention):
             pre = full_page_lists(page_tables[:a], kv_len[:a], hkv, ps, dev)
             ver = full_page_lists(page_tables[b:], kv_len[b:], hkv, ps, dev)
             slab = self._setup_drafts(page_tables[a:b], drafts, dev)
-            lists = concat_page_lists([pre, slab, ver])
-            off = int(pre.indices.shape[0])
+            # the slab's page ids stored first: at offset 0 whatever the prefill chunks' lists hold,
+            # so a captured pass's slab view fits every later pass of its shape (graphs.py)
+            lists = concat_page_lists([pre, slab, ver], layout=[1, 0, 2])
+            off = 0
             self._slab = lists.indices[off:off + slab.indices.shape[0]].view(self._rows, self._K)
             if m == DraftMethod.STEP_LAYER:  # layer 0 attends in full and ranks the pages
                 lists0 = concat_page_lists([pre, full_page_lists(page_tables[a:b], kv_len[a:b], hkv, ps, dev), ver])

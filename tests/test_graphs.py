@@ -145,6 +145,60 @@ def test_a_shape_is_captured_when_it_comes_back():
 
 
 @pytest.mark.parametrize("method", [1, 3])
+def test_prefill_passes_replay_alike(method):
+    """A pass with a prefill chunk (planned apart) beside drafts and a verification goes through
+    the captured-pass path: the next chunk of the same size at a later context reuses the first
+    pass's buffers and gives the plain path's logits; the KV and the kept page scores match."""
+    from spsim.gpu_runtime.draft_store import DraftStore
+    from spsim.gpu_runtime.graphs import GraphedPasses
+    from spsim.gpu_runtime.kv_cache import PagedKVCache
+    from spsim.gpu_runtime.model import Transformer
+    from spsim.gpu_runtime.model_config import get_config
+    from spsim.gpu_runtime.pass_attention import DraftRows, PassAttention, budget_pages
+    from spsim.gpu_runtime.selection import PageMeta
+
+    cfg = get_config("tiny")
+    model = Transformer.random(cfg, seed=0)
+    worlds = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        cache = PagedKVCache(cfg, 96, 16)
+        cache.k.normal_()
+        cache.v.normal_()
+        store = DraftStore(cfg.layers, cfg.kv_heads, budget_pages(64, 16), "cpu", slots=4, scores=method == 3)
+        meta = [PageMeta(96, cfg.kv_heads, cfg.head_dim, torch.float32, "cpu") for _ in range(cfg.layers)]
+        for layer in range(cfg.layers):
+            meta[layer].append(cache.k[layer].permute(0, 2, 1, 3).reshape(96 * 16, cfg.kv_heads, -1),
+                               torch.arange(96).repeat_interleave(16), torch.arange(16).repeat(96))
+        worlds.append((cache, store, meta))
+    g = GraphedPasses(model, worlds[0][0], capture=False, capture_after=1)
+    perm = np.random.default_rng(2).permutation(96)
+    tables = [perm[0:30].tolist(), perm[30:60].tolist(), perm[60:90].tolist()]
+    for chunk_at in (0, 40):  # a 40-token chunk (160 rows: 128-row tiles), then the next one
+        ctxs, q = [chunk_at, 300, 200], [40, 1, 3]
+        drafts = DraftRows([1], [301], [True], [300])
+        tok = torch.randint(0, cfg.vocab, (sum(q),))
+        rows = torch.tensor([39, 40, 41, 42, 43])
+        out = []
+        for w, (cache, store, meta) in enumerate(worlds):
+            attn = PassAttention(cache, [0, 1, 2], tables, ctxs, q, 1, drafts, method, 64, store, meta, [0, 2])
+            assert attn.split is not None and attn.split.tolist() == [0]
+            if w == 0:
+                attn.graphable = True
+                assert g.eligible(attn)
+                g.cache = cache
+                out.append(g.forward(attn, tok, rows))
+            else:
+                out.append(model(tok, attn.positions, attn, logit_rows=rows))
+        torch.testing.assert_close(out[0], out[1], rtol=1e-5, atol=1e-5, msg=lambda m: f'chunk at {chunk_at}: ' + m)
+    assert len(g.graphs) == 1  # the second chunk reused the first one's buffers
+    (c0, s0, m0), (c1, s1, m1) = worlds
+    assert torch.equal(c0.k, c1.k) and torch.equal(m0[1].kmax, m1[1].kmax)
+    if method == 3:
+        assert torch.equal(s0.scores, s1.scores)
+
+
+@pytest.mark.parametrize("method", [1, 3])
 def test_first_draft_selection_padded_to_the_drafting_rows(method):
     """Padded passes (`DraftRows.pad_first`): a pass with any first drafts selects for as many
     entries as it has drafting rows, the extra ones over one page into a scratch slot. Logits,
