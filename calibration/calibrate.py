@@ -125,7 +125,7 @@ def calibrate_from(measurements: str | Path, out: str | Path | None = None, host
     if ar is not None:
         info["allreduce_fit"] = {k: v for k, v in ar.items() if k != "per_point"}
     cm, report = fit(recs, model, gpu, tp=1, weight_dtype=info["weight_dtype"], kv_dtype=info["kv_dtype"],
-                     page_size=int(s["page_size"]), host_overhead_s=host, info=info)
+                     page_size=int(s["page_size"]), host_overhead_s=host, info=info, runtime=runtime_of(sessions))
     save_profile(cm, out_p)
     side = out_p.with_name(out_p.stem + ".fit.json")
     side.write_text(json.dumps(report, indent=1) + "\n")
@@ -179,6 +179,18 @@ def gpu_of(session: dict) -> GPU:
         key = name.strip().lower().replace(" ", "-") or "unknown"
         return GPU(key, int(session.get("memory_bytes") or h.mem_bytes), h.hbm_bw, h.bf16_flops, h.fp8_flops,
                    h.nvlink_bw, h.sm_count)
+
+
+def runtime_of(sessions: list[dict]) -> dict:
+    """The measured runtime's facts the cost model prices (`measure.runtime_facts`); sessions from
+    before they were recorded ran every prefill pass eagerly in one attention launch. Sessions
+    that disagree cannot be fitted as one runtime."""
+    facts = {(int(x.get("prefill_graph_tokens", 0)), bool(x.get("prefill_split", False))) for x in sessions}
+    if len(facts) > 1:
+        raise SpsimError("the measurements' sessions ran different runtimes (prefill graphs / split launches: "
+                         f"{sorted(facts)}): measure into a new file")
+    (tokens, split), = facts
+    return {"prefill_graph_tokens": tokens, "prefill_split": split}
 
 
 def profile_info(path: Path, sessions: list[dict]) -> dict:

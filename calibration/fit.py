@@ -160,9 +160,11 @@ def group_errors(pred, meas, labels) -> dict:
 
 def fit(measurements: list[Measurement], model, gpu="h200", tp: int = 1, weight_dtype: str = "bf16",
         kv_dtype: str = "bf16", page_size: int = 16, host_overhead_s: float | None = None, info: dict | None = None,
-        max_nfev: int = 400) -> tuple[CalibratedCostModel, dict]:
+        max_nfev: int = 400, runtime: dict | None = None) -> tuple[CalibratedCostModel, dict]:
     """Fit on the measured points not held out; returns the model (host overhead set) and a report
-    with `fit_error`, `heldout_error` (each overall and per group) and the points' predictions."""
+    with `fit_error`, `heldout_error` (each overall and per group) and the points' predictions.
+    `runtime`: what the measured runtime did (CalibratedParams' prefill_graph_tokens,
+    prefill_split; `calibrate.runtime_of`), fixed, not fitted."""
     from scipy.optimize import least_squares
 
     ok = [m for m in measurements if m.ok]
@@ -195,15 +197,20 @@ def fit(measurements: list[Measurement], model, gpu="h200", tp: int = 1, weight_
 
     qmax = int(max(b_train.pre_q.max(initial=1), b_train.ver_q.max(initial=1))) + 1
 
+    rt = dict(runtime or {})
+
+    def params_of(x):
+        return replace(fitter.params(x), **rt)
+
     def resid(x):
-        cm = CalibratedCostModel(params=fitter.params(x), table_q=qmax, **shape)
+        cm = CalibratedCostModel(params=params_of(x), table_q=qmax, **shape)
         pred = cm.times(b_train)
         r = np.log(np.maximum(pred, 1e-12)) - log_y
         return np.concatenate([r, w_prior * (x - fitter.x0) / fitter.scale])
 
     sol = least_squares(resid, fitter.x0, bounds=(fitter.lo, fitter.hi), x_scale=fitter.scale, loss="soft_l1",
                         f_scale=LOSS_SCALE, max_nfev=max_nfev, method="trf", ftol=1e-12, xtol=1e-12, gtol=1e-12)
-    params = fitter.params(sol.x)
+    params = params_of(sol.x)
     cm = CalibratedCostModel(params=params, **shape)
     allm = train + test
     pred = cm.times(PlanBatch.of([m.point.plan() for m in allm]))

@@ -244,6 +244,15 @@ class Bench:
 
 # ---------------------------------------------------------------------------- the sweep
 
+def runtime_facts(graphs: bool) -> dict:
+    """What the runtime does that its cost model must price alike (recorded per session, read by
+    the fit: `CalibratedParams.prefill_graph_tokens`, `prefill_split`)."""
+    from spsim.gpu_runtime.graphs import PREFILL_GRAPH_TOKENS
+    from spsim.gpu_runtime.pass_attention import SPLIT_PREFILL
+
+    return {"prefill_graph_tokens": PREFILL_GRAPH_TOKENS if graphs else 0, "prefill_split": bool(SPLIT_PREFILL)}
+
+
 def kernel_version() -> str:
     """Hash of the runtime's source files that decide a pass's time."""
     h = hashlib.sha1()
@@ -388,6 +397,7 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
     info = machine_info(model, cache, dev, allocatable, free)
     info["design"] = design
     info["padded"] = padded
+    info.update(runtime_facts(graphs and dev.type == "cuda"))
     info["sweep_cache_pages"] = pages  # the requests' pages (the dummies' scratch pages come after)
     log(f"{info['device_name']}: {allocatable:,} KV pages allocatable ({page_size} tokens), sweep cache "
         f"{pages:,} pages; {len(todo)} of {len(points)} points to measure "

@@ -84,7 +84,15 @@ def test_padded_points_as_spsim_run_pads_them(tmp_path):
     pads = [r.record["padding"] for r in recs if r.ok and r.point.group != "prefill"]
     assert pads and all(p["padded"] for p in pads)
     assert any(p["dummy_requests"] > 0 or p["filler_tokens"] > 0 for p in pads)
-    assert all(not r.record["padding"]["padded"] for r in recs if r.ok and r.point.group == "prefill")
+    from spsim.gpu_runtime.graphs import PREFILL_GRAPH_TOKENS
+
+    def tokens(pt):
+        return sum(n for _, n in pt.prefill) + len(pt.drafts) + sum(q for _, q in pt.verifies)
+
+    # passes with prefill are padded as the runtime graphs them: up to PREFILL_GRAPH_TOKENS tokens
+    pre = [r for r in recs if r.ok and r.point.group == "prefill"]
+    assert pre and all(r.record["padding"]["padded"] == (tokens(r.point) <= PREFILL_GRAPH_TOKENS) for r in pre)
+    assert sessions[0]["prefill_graph_tokens"] == 0 and sessions[0]["prefill_split"] is True  # no graphs on a CPU
     with pytest.raises(SpsimError, match="with padding"):
         measure(f, "tiny", "cpu", design="smoke", max_points=1, bench_kw=FAST, log=lambda s: None, pad=False)
 

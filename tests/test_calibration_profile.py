@@ -32,12 +32,16 @@ PARAMS = CalibratedParams(
     score_col_s=2e-8, score_attn_frac=0.4)
 
 
-@pytest.fixture(scope="module", params=[0, 132], ids=["no-tail", "work-item-tail"])
+@pytest.fixture(scope="module", params=[(0, False), (132, False), (132, True)],
+                ids=["no-tail", "work-item-tail", "graphed-split-prefill"])
 def cm(request):
-    """The test profile, without and with the attention's work-item tail (`attn_sms`)."""
+    """The test profile, without and with the attention's work-item tail (`attn_sms`), and of a
+    runtime that graphs short prefill passes and plans prefill chunks apart."""
     from dataclasses import replace
 
-    return CalibratedCostModel("llama-3.1-8b", "h200", params=replace(PARAMS, attn_sms=request.param),
+    sms, split = request.param
+    return CalibratedCostModel("llama-3.1-8b", "h200", params=replace(PARAMS, attn_sms=sms, prefill_split=split,
+                                                                      prefill_graph_tokens=2048 if split else 0),
                                info={"kv_pages_allocatable": 54321})
 
 
@@ -352,6 +356,7 @@ def test_pass_terms_tile_height_and_acceptance_path(cm_plain):
 def test_eager_passes_take_the_launch_time_at_least(cm):
     """A pass with a prefill chunk runs eager: its GPU work overlaps the host's launches, so a short
     chunk costs about the launch time and a long one about its GPU time."""
+    cm = cm.with_params(prefill_graph_tokens=0)  # every prefill pass eager
     P = cm.p
     pre = lambda n: PassPlan(prefill_ids=np.array([0]), prefill_tokens=np.array([n]),  # noqa: E731
                              prefill_context=np.array([0]))
@@ -362,6 +367,38 @@ def test_eager_passes_take_the_launch_time_at_least(cm):
         assert max(gpu(n), P.eager_launch_s) < t <= max(gpu(n), P.eager_launch_s) * 2 ** (1 / P.eager_p)
     assert cm.time(pre(16)) == pytest.approx(cm.time(pre(128)), rel=0.1)  # launch-bound: about equal
     assert cm.time(pre(8192)) > 5 * cm.time(pre(128))
+
+
+def test_graphed_prefill_passes_and_prefill_chunks_planned_apart(cm):
+    """A runtime that graphs passes of at most `prefill_graph_tokens` tokens prices them without
+    the eager terms; one that plans 128-row prefill chunks apart prices the decodes beside a chunk
+    in their own (16-row) tile, each launch with its own work-item tail."""
+    from dataclasses import replace
+
+    P = replace(cm.p, prefill_split=True, prefill_graph_tokens=2048)
+    on = CalibratedCostModel("llama-3.1-8b", "h200", params=P)
+    off = CalibratedCostModel("llama-3.1-8b", "h200", params=replace(P, prefill_split=False))
+    pre = lambda n, dec=0: PassPlan(  # noqa: E731
+        prefill_ids=np.array([0]), prefill_tokens=np.array([n]), prefill_context=np.array([0]),
+        verify_ids=np.arange(1, dec + 1), verify_query=np.ones(dec, np.int64), verify_context=np.full(dec, 16384))
+    eager = on.with_params(prefill_graph_tokens=0)
+    assert on.time(pre(512)) < eager.time(pre(512)) - P.eager_pass_s * 0.99
+    assert on.time(pre(4096)) == pytest.approx(eager.time(pre(4096)), rel=1e-12)  # past the limit: eager
+    assert on.time(pre(2048 - 16, 16)) < eager.time(pre(2048 - 16, 16))
+    assert on.time(pre(2048 - 15, 16)) == pytest.approx(eager.time(pre(2048 - 15, 16)), rel=1e-12)
+    # 16 decodes beside a 128-token chunk: in one launch they computed 128-row tiles
+    assert on.time(pre(128, 16)) < off.time(pre(128, 16))
+    assert on.time(pre(128)) == pytest.approx(off.time(pre(128)), rel=1e-12)  # nothing to split from
+    assert on.time(pre(16, 16)) == pytest.approx(off.time(pre(16, 16)), rel=1e-12)  # a 64-row chunk: not split
+    dec = PassPlan(verify_ids=np.arange(1, 17), verify_query=np.ones(16, np.int64), verify_context=np.full(16, 16384))
+    plain = on.with_params(attn_sms=0)
+    added = plain.time(pre(128, 16)) - plain.time(dec)
+    alone = plain.time(pre(128)) - plain.pass_overhead(128, num_logits=1)
+    assert added == pytest.approx(alone + plain.pass_overhead(144, num_logits=17) - plain.pass_overhead(16, num_logits=16),
+                                  rel=1e-9)  # the chunk's price is its own, the decodes' unchanged
+    batch = on.times(PlanBatch.of([pre(128, 16), pre(16, 16), pre(128), pre(4096, 3)]))
+    for i, p in enumerate([pre(128, 16), pre(16, 16), pre(128), pre(4096, 3)]):
+        assert batch[i] == pytest.approx(on.time(p), rel=1e-12)
 
 
 def test_selection_pays_the_longest_page_list(cm):

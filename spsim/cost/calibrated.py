@@ -105,6 +105,10 @@ class CalibratedParams(RooflineParams):
     #                               per-block page max and atomic store in the kernel's loop)
     attn_sms: int = 0  # SMs the attention's work items are scheduled on (see work_ratio); 0: no tail term
     attn_item_tokens: float = 128.0  # an item's fixed cost (prologue, partial store), in KV tokens of streaming
+    # What the measured runtime did (set from the measurement session, not fitted):
+    prefill_graph_tokens: int = 0  # passes with prefill of at most this many tokens replay a CUDA graph
+    #                                (no eager terms); 0: every pass holding a prefill chunk ran eagerly
+    prefill_split: bool = False  # prefill chunks of 128-row tiles ran in an attention launch of their own
 
     @classmethod
     def from_dict(cls, d: dict) -> "CalibratedParams":
@@ -416,14 +420,29 @@ class CalibratedCostModel(RooflineCostModel):
             rounds = K == S
         return float(free[-1])
 
-    def plan_work_ratio(self, plan: PassPlan) -> float:
-        """`work_ratio` of a plan."""
+    def plan_work_ratio(self, plan: PassPlan) -> tuple[float, float]:
+        """`work_ratio` of a plan's attention launch, and of its prefill chunks' own launch where
+        they are planned apart (`split_prefill`; else 1.0)."""
         if not self.p.attn_sms:
-            return 1.0
+            return 1.0, 1.0
         sparse = np.minimum(plan.draft_budget, plan.draft_context) + plan.draft_pos + 1
         q = np.concatenate([plan.prefill_tokens, np.ones(len(plan.draft_ids), np.int64), plan.verify_query])
         kv = np.concatenate([plan.prefill_context + plan.prefill_tokens, sparse, plan.verify_context + plan.verify_query])
-        return self.work_ratio(q, kv)
+        tall = self.split_prefill(plan.prefill_tokens, len(q))
+        if not tall.any():
+            return self.work_ratio(q, kv), 1.0
+        m = np.zeros(len(q), bool)
+        m[:len(tall)] = tall
+        return self.work_ratio(q[~m], kv[~m]), self.work_ratio(q[m], kv[m])
+
+    def split_prefill(self, prefill_q, n_requests: int) -> np.ndarray:
+        """Which of a pass's prefill chunks run in an attention launch of their own (the runtime
+        plans chunks of 128-row tiles apart when the pass holds other requests): a mask."""
+        q = np.asarray(prefill_q, np.int64)
+        if not self.p.prefill_split or not len(q):
+            return np.zeros(len(q), bool)
+        tall = self.tile_class(q) == len(TILES) - 1
+        return tall if tall.sum() < n_requests else np.zeros(len(q), bool)
 
     # scalar twins (same operations in the same order)
     def _verify1(self, c: int, q: int, cls: int | None = None) -> float:
@@ -449,10 +468,15 @@ class CalibratedCostModel(RooflineCostModel):
         return t + self._req_rows[m][1 if pos > 0 else 0]
 
     # ---- per-pass terms ----
-    def pass_terms(self, has_prefill: bool, methods) -> float:
-        """Seconds a pass pays once: eager launches (a prefill chunk) and its drafts' selection
-        (the largest of the methods present; a runtime uses one)."""
-        t = self.p.eager_pass_s if has_prefill else 0.0
+    def eager(self, has_prefill, tokens):
+        """Whether a pass runs eagerly (no CUDA graph): it holds a prefill chunk and more tokens
+        than the runtime graphs (`prefill_graph_tokens`). Scalars or arrays."""
+        return has_prefill & (tokens > self.p.prefill_graph_tokens)
+
+    def pass_terms(self, eager: bool, methods) -> float:
+        """Seconds a pass pays once: eager launches (a pass run without a graph) and its drafts'
+        selection (the largest of the methods present; a runtime uses one)."""
+        t = self.p.eager_pass_s if eager else 0.0
         return t + max(self._draft_pass_list[m] for m in methods) if len(methods) else t
 
     def _eager(self, t):
@@ -473,19 +497,28 @@ class CalibratedCostModel(RooflineCostModel):
         tokens = n_dr
         logits = n_dr + n_pre
         qmax = 1
+        tall = self.split_prefill(plan.prefill_tokens, n_pre + n_dr + n_ver) if n_pre else None
+        split = tall is not None and bool(tall.any())
         if n_pre:
-            qmax = max(qmax, int(plan.prefill_tokens.max()))
+            qmax = max(qmax, int(plan.prefill_tokens[~tall].max(initial=1)) if split else int(plan.prefill_tokens.max()))
         if n_ver:
             qmax = max(qmax, int(plan.verify_query.max()))
         cls = self.tile_class(qmax)
+        kern_tall = 0.0  # the split prefill chunks' attention (their own launch)
         if n_pre:
             t = plan.prefill_tokens
             if scalar:
                 f = self._prefill1
-                for c, q in zip(plan.prefill_context.tolist(), t.tolist()):
-                    total += f(c, q, cls)
+                top = len(TILES) - 1
+                for i, (c, q) in enumerate(zip(plan.prefill_context.tolist(), t.tolist())):
+                    if split and tall[i]:
+                        kern_tall += f(c, q, top)
+                    else:
+                        total += f(c, q, cls)
             else:
-                total += float(self.prefill_attn(plan.prefill_context, t, cls).sum())
+                a = self.prefill_attn(plan.prefill_context, t, np.where(tall, len(TILES) - 1, cls) if split else cls)
+                kern_tall = float(a[tall].sum()) if split else 0.0
+                total += float(a.sum()) - kern_tall
             tokens += int(t.sum())
         methods = ()
         if n_dr:
@@ -521,13 +554,17 @@ class CalibratedCostModel(RooflineCostModel):
             if n_dr:
                 kern -= float(self.draft_extra(plan.draft_context, plan.draft_budget, plan.draft_method,
                                                plan.draft_pos).sum())
-            if self.p.attn_sms:  # its tail
-                r = self.plan_work_ratio(plan)
+            if self.p.attn_sms:  # its tail (each launch its own)
+                r, r_tall = self.plan_work_ratio(plan)
                 total += kern * (r - 1.0)
                 kern *= r
+                kern_tall *= r_tall
+            kern += kern_tall
             if keep:
                 total += kern * self.p.score_attn_frac
-        t = self.pass_overhead(tokens, num_logits=logits) + total + self.pass_terms(n_pre > 0, methods)
+        total += kern_tall
+        eager = bool(self.eager(n_pre > 0, tokens))
+        t = self.pass_overhead(tokens, num_logits=logits) + total + self.pass_terms(eager, methods)
         if n_dr:
             pos0 = plan.draft_pos == 0
             if pos0.any():
@@ -540,7 +577,7 @@ class CalibratedCostModel(RooflineCostModel):
             t += self._select1(plan, methods)
         if keep and self.p.score_col_s:
             t += self._scores1(plan)
-        return self._eager(t) if n_pre else t
+        return self._eager(t) if eager else t
 
     def _scores1(self, plan: PassPlan) -> float:
         """A verify-attn pass keeping its verifications' page scores: the attention kernel writes
@@ -595,7 +632,7 @@ class CalibratedCostModel(RooflineCostModel):
 
     def pass_overhead(self, num_tokens: int, prefill_tokens: int = 0, *, num_logits: int | None = None) -> float:
         t = super().pass_overhead(num_tokens, prefill_tokens, num_logits=num_logits)
-        return self._eager(t + self.p.eager_pass_s) if prefill_tokens > 0 else t
+        return self._eager(t + self.p.eager_pass_s) if self.eager(prefill_tokens > 0, num_tokens) else t
 
     def marginal(self, context, budget, method, query, draft_pos=None):
         context, budget, method, query = (np.asarray(a, dtype=np.int64) for a in (context, budget, method, query))
@@ -747,11 +784,15 @@ class CalibratedCostModel(RooflineCostModel):
         n = batch.n
         qmax = np.ones(n, np.int64)
         np.maximum.at(qmax, batch.ver_of, batch.ver_q)
-        np.maximum.at(qmax, batch.pre_of, batch.pre_q)
+        tall = batch.split_prefill(self)
+        np.maximum.at(qmax, batch.pre_of[~tall], batch.pre_q[~tall])
         cls = self.tile_class(qmax)
         att = np.zeros(n)
+        kern_tall = np.zeros(n)  # split prefill chunks' attention (their own launch)
         if len(batch.pre_of):
-            att += np.bincount(batch.pre_of, self.prefill_attn(batch.pre_ctx, batch.pre_q, cls[batch.pre_of]), n)
+            a = self.prefill_attn(batch.pre_ctx, batch.pre_q, np.where(tall, len(TILES) - 1, cls[batch.pre_of]))
+            kern_tall = np.bincount(batch.pre_of[tall], a[tall], n)
+            att += np.bincount(batch.pre_of[~tall], a[~tall], n)
         if len(batch.dr_of):
             d = self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method, batch.dr_pos, cls[batch.dr_of]) \
                 if self.tiles else self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method, batch.dr_pos)
@@ -768,11 +809,15 @@ class CalibratedCostModel(RooflineCostModel):
                 kern = kern - np.bincount(batch.dr_of, self.draft_extra(batch.dr_ctx, batch.dr_budget, batch.dr_method,
                                                                          batch.dr_pos), n)
             if self.p.attn_sms:
-                r = batch.work_ratios(self)
+                r, r_tall = batch.work_ratios(self)
                 att = att + kern * (r - 1.0)
                 kern = kern * r
+                kern_tall = kern_tall * r_tall
+            kern = kern + kern_tall
             if frac:
                 att = att + np.where(keep, kern * frac, 0.0)
+        att = att + kern_tall
+        eager = self.eager(batch.has_prefill, batch.tokens)
         lin = self.overhead_vec(batch.tokens, batch.logits)
         per = np.zeros(n)
         np.maximum.at(per, batch.dr_of, self.draft_pass[batch.dr_method])  # the largest method's (as time())
@@ -781,7 +826,7 @@ class CalibratedCostModel(RooflineCostModel):
         np.maximum.at(first, batch.dr_of[f0], self.first_pass[batch.dr_method[f0]])
         vmax = np.ones(n, np.int64)
         np.maximum.at(vmax, batch.ver_of, batch.ver_q)
-        per = per + first + np.where(batch.has_prefill, self.p.eager_pass_s, 0.0) + \
+        per = per + first + np.where(eager, self.p.eager_pass_s, 0.0) + \
             np.where(vmax > 1, self.p.spec_pass_s, 0.0)
         if len(batch.dr_of):
             has_v = np.bincount(batch.ver_of, minlength=n) > 0
@@ -791,11 +836,11 @@ class CalibratedCostModel(RooflineCostModel):
         if self.p.score_col_s:
             per = per + self._scores_batch(batch, keep)
         t = lin + att + per
-        if self.p.eager_launch_s and batch.has_prefill.any():
+        if self.p.eager_launch_s and eager.any():
             P = self.p
             h, e = P.host_overhead_s, P.eager_p
             rest = np.maximum(t - h, 0.0)
-            t = np.where(batch.has_prefill, h + (rest ** e + P.eager_launch_s ** e) ** (1.0 / e), t)
+            t = np.where(eager, h + (rest ** e + P.eager_launch_s ** e) ** (1.0 / e), t)
         return t
 
     def _select_batch(self, batch: "PlanBatch") -> np.ndarray:
@@ -911,16 +956,28 @@ class PlanBatch:
             va = va | self.keep_scores
         return va & ((np.bincount(self.ver_of, minlength=n) > 0) | self.has_prefill)
 
-    def work_ratios(self, model: CalibratedCostModel) -> np.ndarray:
-        """`plan_work_ratio` of every plan (cached: they depend on no fitted constant)."""
+    def work_ratios(self, model: CalibratedCostModel) -> tuple[np.ndarray, np.ndarray]:
+        """`plan_work_ratio` of every plan: its launch's, its split prefill chunks' (cached: they
+        depend on no fitted constant)."""
         P = model.p
-        key = (model.group, model.model.kv_heads // model.tp, model.page_size, P.attn_sms, P.attn_item_tokens)
+        key = (model.group, model.model.kv_heads // model.tp, model.page_size, P.attn_sms, P.attn_item_tokens,
+               P.prefill_split)
         if self._ratios is None:
             self._ratios = {}
         r = self._ratios.get(key)
         if r is None:
-            r = self._ratios[key] = np.array([model.plan_work_ratio(p) for p in self.plans])
-        return r
+            r = self._ratios[key] = np.array([model.plan_work_ratio(p) for p in self.plans]).reshape(-1, 2).T
+        return r[0], r[1]
+
+    def split_prefill(self, model: CalibratedCostModel) -> np.ndarray:
+        """`CalibratedCostModel.split_prefill` of every prefill chunk (a mask over `pre_of`)."""
+        if not model.p.prefill_split or not len(self.pre_of):
+            return np.zeros(len(self.pre_of), bool)
+        tall = model.tile_class(self.pre_q) == len(TILES) - 1
+        n = self.n
+        n_req = np.bincount(self.pre_of, minlength=n) + np.bincount(self.dr_of, minlength=n) + \
+            np.bincount(self.ver_of, minlength=n)
+        return tall & (np.bincount(self.pre_of[tall], minlength=n) < n_req)[self.pre_of]
 
     @classmethod
     def of(cls, plans: list[PassPlan]) -> "PlanBatch":
