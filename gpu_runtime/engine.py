@@ -167,7 +167,9 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
                          method=serving.method, budget=cfg.draft_budget, temperature=opts.temperature,
                          seed=cfg.seed, acceptance=serving.acceptance, record_events=opts.record_events,
                          drafts_possible=serving.batcher_config.max_draft > 0,
-                         synthetic_prefill=opts.synthetic_prefill, padding=padding)
+                         synthetic_prefill=opts.synthetic_prefill, padding=padding,
+                         # every request that can be live at once, and the padding's scratch slot
+                         store_slots=min(cfg.max_batch, table.n) + 1)
     if opts.synthetic_prefill and cache.device.type == "cuda":  # finite values for attention to read
         for t in (cache.k, cache.v):
             t.normal_()
@@ -187,6 +189,10 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
         rehearsal = {"passes": len(first), **(graphs.stats() if graphs is not None else {})}
         if graphs is not None:
             graphs.reset_counts()
+            # the measured run serves with the graphs the rehearsal captured, as an engine serves
+            # with those it captured at start-up: a shape the rehearsal never met runs eagerly
+            # (a capture mid-run took 50-70 ms on the H200, 2-3 eager passes' time)
+            graphs.frozen = True
         serving, table, b = world()
         ex.reset(b.pool, table, serving.acceptance)
     passes, cat_ns, cat_passes = _serve(trace, cfg, opts, progress, serving, table, b, ex, graphs, arrivals)

@@ -46,13 +46,15 @@ class RuntimeExecutor:
     def __init__(self, model, cache: PagedKVCache, pool, table, prompt_fn, *, method: int, budget: int,
                  temperature: float = 0.0, seed: int = 0, acceptance=None, record_events: bool = True,
                  attention_fn=None, graphs=None, drafts_possible: bool = True, synthetic_prefill: bool = False,
-                 padding: PassPadding | None = None):
+                 padding: PassPadding | None = None, store_slots: int = 16):
         """`pool`: the batcher's `PagedKVPool` (page tables); `table`: its request table;
         `prompt_fn(rid) -> token ids`; `acceptance`: None for real acceptance, else a preset model.
         `synthetic_prefill` (timing benchmarks): prefill chunks are not computed (the KV pages keep
         whatever values they hold) and a prompt's first output token is a keyed random one, so
         decode at long context is timed without paying for its prefill. `padding`: dummy requests on
-        scratch pages bring passes without prefill to a few shapes (padding.py; with CUDA graphs)."""
+        scratch pages bring passes to a few shapes (padding.py; with CUDA graphs). `store_slots`: the
+        draft store's request slots to start with (the most requests live at once: a store that
+        grows mid-run leaves every graph captured before unusable, a rehearsal's too)."""
         self.model, self.cache, self.pool, self.t = model, cache, pool, table
         self.prompt_fn = prompt_fn
         self.method, self.budget = int(method), int(budget)
@@ -71,7 +73,7 @@ class RuntimeExecutor:
         self.dev = cache.device
         # selections of drafting runs and verification page scores, on the GPU by request slot
         self.store = DraftStore(cfg.layers, cfg.kv_heads, budget_pages(self.budget, cache.page_size), self.dev,
-                                scores=self.method == DraftMethod.VERIFY_ATTN)
+                                slots=max(1, int(store_slots)), scores=self.method == DraftMethod.VERIFY_ATTN)
         self._tables: dict[int, tuple] = {}  # rid -> (pool stamp, page table as an array): see _table
         self.synthetic_prefill = synthetic_prefill
         self.last_prep_s = 0.0  # host time of the last pass's input preparation (part of its elapsed time)
