@@ -189,10 +189,6 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
         rehearsal = {"passes": len(first), **(graphs.stats() if graphs is not None else {})}
         if graphs is not None:
             graphs.reset_counts()
-            # the measured run serves with the graphs the rehearsal captured, as an engine serves
-            # with those it captured at start-up: a shape the rehearsal never met runs eagerly
-            # (a capture mid-run took 50-70 ms on the H200, 2-3 eager passes' time)
-            graphs.frozen = True
         serving, table, b = world()
         ex.reset(b.pool, table, serving.acceptance)
     passes, cat_ns, cat_passes = _serve(trace, cfg, opts, progress, serving, table, b, ex, graphs, arrivals)

@@ -79,7 +79,6 @@ class GraphedPasses:
         self.seen: dict[tuple, int] = {}  # shape key -> sightings before its capture
         self.graphs: OrderedDict[tuple, _Captured] = OrderedDict()
         self.pool = torch.cuda.graph_pool_handle() if capture else None
-        self.frozen = False  # no more captures: shapes without a graph run eagerly (after a rehearsal)
         self.captures = 0
         self.replays = 0
         self.eager = 0  # graphable passes run eagerly (shape not seen often enough yet)
@@ -101,7 +100,7 @@ class GraphedPasses:
 
     def reset_counts(self) -> None:
         """Forget sightings and counts (not the graphs) and restore `capture_after`: a measured run
-        after a rehearsal (which sets `frozen`: no captures in it)."""
+        after a rehearsal."""
         self.seen.clear()
         self._parts.clear()
         self.captures = self.replays = self.eager = 0
@@ -152,7 +151,7 @@ class GraphedPasses:
         if st is None:
             self._note_shape(key)
             n = self.seen[key] = self.seen.get(key, 0) + 1
-            if n < self.capture_after or self.frozen:  # not (yet) worth a capture: run this one eagerly
+            if n < self.capture_after:  # not (yet) worth a capture: run this one eagerly
                 if len(self.seen) > 64 * self.max_graphs:  # bounded memory over very long runs
                     self.seen.clear()
                 self.eager += 1

@@ -1,11 +1,11 @@
 """A cost model fitted to pass times measured on a GPU: the roofline's structure with fitted
 constants, plus the terms the real runtime pays and the analytic model leaves out.
 
-    pass = host + [smoothmax_e(the rest, eager_launch_s) if it holds a prefill chunk, else the rest]
+    pass = host + [smoothmax_e(the rest, eager_launch_s) if it runs eagerly, else the rest]
     the rest = per-layer fixed cost + smoothmax(weights' read, GEMM and LM-head flops) + sampling
          (the roofline's linear part, its constants fitted, the weights' read time scaled)
          + attention, per request and layer, in the pass's attention tile (below)
-         + eager_pass_s               once, if it holds a prefill chunk (eager: no CUDA graph)
+         + eager_pass_s               once, if it runs eagerly (no CUDA graph: below)
          + draft_pass_s[method]       once, if it holds drafts (selection kernels, host work)
          + verify_req_s               per verifying request (sampling, acceptance on the host)
          + draft_req_s[method][later] per drafting request
@@ -20,7 +20,10 @@ Attention tiles (`attn_tile_eff` set, as every fit sets it): the runtime's atten
 whole pass with one tile height, fitted to the pass's tallest query (gpu_runtime/attention.py
 `choose_block_m`: 16/32/64/128 rows for 1-4/5-8/9-16/17+ query tokens of an 8B GQA group of 4;
 a prefill chunk makes it 128), and each height has its own tile shape (SHORT/TALL/PREFILL_TILE)
-and so its own MMA throughput. A request with q query tokens in a pass of tile height bm computes
+and so its own MMA throughput. A runtime that plans prefill chunks apart (`prefill_split`: chunks
+of 128-row tiles in an attention launch of their own beside other requests, as ours does since
+2026-12-01) prices those chunks in the 128-row tile and the rest of the pass in the tile of its
+own tallest query, each launch with its own work-item tail (below). A request with q query tokens in a pass of tile height bm computes
 ceil(q / (bm / group)) whole tiles, each reading the KV up to its causal bound once:
 
     per layer = smoothmax_a(KV pages read x page time, tile rows x causal KV x flops / rate[bm])
@@ -48,10 +51,12 @@ makespan is its longest item and the ratio a closed form, for all passes of a se
 (`work_ratios`); longer plans are scheduled in steps of up to a round (`_makespan`) and cached by
 their units (KV blocks), which change only every 64-128 tokens of a request.
 
-Prefill passes run eager (no CUDA graph): the host launches ~30 kernels a layer while the GPU runs
-them, so a short chunk takes about the launch time whatever its size (256 and 512 tokens from an
-empty context took the same 15.4 ms on the H200) and a long one its GPU time:
-smoothmax with exponent `eager_p` of the two.
+Eager passes (no CUDA graph): the host launches ~30 kernels a layer while the GPU runs them, so a
+short pass takes about the launch time whatever its size (256 and 512 tokens from an empty context
+took the same 15.4 ms on the H200) and a long one its GPU time: smoothmax with exponent `eager_p`
+of the two. Which passes run eagerly is the measured runtime's (`prefill_graph_tokens`, recorded
+with the measurements): passes holding a prefill chunk and more tokens than it graphs (every one
+holding a chunk, for runtimes before 2026-12-01 and profiles measured on them).
 `later`: 0 for a run's first draft (draft_pos == 0), 1 after; methods refreshed at verification
 select on the first draft only. With every extra term 0, both scales 1 and no tile rates this is
 the roofline.
