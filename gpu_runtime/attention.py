@@ -28,7 +28,7 @@ import triton.language as tl
 
 from .interpret import INTERPRET as _INTERPRET  # under it, half-precision dots are unreliable: fp32
 from .buckets import bucket
-from .pages import PageLists
+from .pages import PageLists, upload
 
 WORK_FIELDS = 7  # req, kv_head, first query, token lo, token hi, partial slot (-1: write output), merge row
 MERGE_FIELDS = 5  # req, kv_head, first query, first slot, number of slots
@@ -264,6 +264,18 @@ def choose_block_m(q_len: np.ndarray, group: int) -> int:
     return int(min(max(16, triton.next_power_of_2(need)), max(128, triton.next_power_of_2(group))))
 
 
+def _units(nqb: np.ndarray, hkv: int, qb_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(request, KV head, first query) of every unit: request-major, then head, then query block
+    (`nqb[r]` blocks of `qb_size` queries for each of request r's heads). One pass of numpy instead
+    of a repeat and a tile per request (host time of every pass)."""
+    nqb = np.asarray(nqb, np.int64)
+    per_req = nqb * hkv
+    u_req = np.repeat(np.arange(len(nqb)), per_req)
+    j = np.arange(len(u_req)) - np.repeat(np.cumsum(per_req) - per_req, per_req)  # unit within its request
+    k = nqb[u_req]
+    return u_req, j // np.maximum(k, 1), (j % np.maximum(k, 1)) * qb_size
+
+
 def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 132,
                    waves: float = 8.0, min_split_tokens: int = 4096, block_m: int | None = None,
                    block_n: int | None = None, tokens_per_split: int | None = None,
@@ -308,9 +320,7 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     nqb = np.maximum(1, -(-q_len // qb_size))
     if sub is not None:
         nqb = np.where(np.isin(np.arange(n_req), sub), nqb, 0)
-    u_req = np.repeat(np.arange(n_req), nqb * hkv)
-    u_head = np.concatenate([np.repeat(np.arange(hkv), k) for k in nqb]) if n_req else np.zeros(0, np.int64)
-    u_qb = np.concatenate([np.tile(np.arange(k) * qb_size, hkv) for k in nqb]) if n_req else np.zeros(0, np.int64)
+    u_req, u_head, u_qb = _units(nqb, hkv, qb_size)
     u_kv = kv_len[u_req, u_head]
     q_last = np.minimum(u_qb + qb_size, q_len[u_req])  # one past the block's last query
     u_end = np.clip(u_kv - q_len[u_req] + q_last, 0, u_kv)  # causal bound of the block
@@ -321,6 +331,8 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
         # Small passes: the shortest splits that still fit one wave (items <= SMs, counted per unit:
         # 4032-token splits of 32K rows made 144 items, a second wave for 12 of them, 1.5x slower).
         lo_b, hi_b = 1, max(1, int(u_blocks.max(initial=1)))
+        if len(u_blocks) > num_sms:  # a unit is at least one item: no split fits one wave, the search ends at hi_b
+            lo_b = hi_b
         while lo_b < hi_b:
             mid = (lo_b + hi_b) // 2
             if int(np.maximum(1, -(-u_blocks // mid)).sum()) <= num_sms:
@@ -357,9 +369,9 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     first_slot = np.cumsum(np.where(u_splits > 1, u_splits, 0)) - u_splits
     merge = np.stack([u_req[mu], u_head[mu], u_qb[mu], first_slot[mu], u_splits[mu]], 1)
     q_start = np.concatenate([[0], np.cumsum(q_len)[:-1]]) if n_req else np.zeros(0, np.int64)
-    t = lambda a: torch.as_tensor(np.ascontiguousarray(a, dtype=np.int32), device=device)  # noqa: E731
-    return AttentionPlan(t(work).reshape(-1, WORK_FIELDS), t(merge).reshape(-1, MERGE_FIELDS),
-                         t(q_start), t(q_len), lists, num_q_heads, int(multi.sum()), bm, bn,
+    work_t, merge_t, q_start_t, q_len_t = upload([work, merge, q_start, q_len], [np.int32] * 4, device)  # one copy
+    return AttentionPlan(work_t.reshape(-1, WORK_FIELDS), merge_t.reshape(-1, MERGE_FIELDS),
+                         q_start_t, q_len_t, lists, num_q_heads, int(multi.sum()), bm, bn,
                          tokens_per_split, num_warps or cfg_nw, num_stages or cfg_st,
                          fused_merge=fused_merge, arrived=torch.zeros(max(len(mu), 1), dtype=torch.int32, device=device))
 

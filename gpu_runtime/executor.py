@@ -29,6 +29,7 @@ from .kv_cache import PagedKVCache
 from .draft_store import DraftStore
 from .graphs import PREFILL_GRAPH_TOKENS
 from .padding import PassPadding
+from .pages import upload
 from .pass_attention import DraftRows, PassAttention, budget_pages
 from .selection import PageMeta
 
@@ -221,8 +222,7 @@ class RuntimeExecutor:
             if attn.split is not None:
                 short[attn.split] = False
             attn.tile_q = int(max(np.asarray(qlen[:-1])[short], default=1))
-        tok_t = torch.as_tensor(np.asarray(toks, np.int64), device=self.dev)
-        rows_t = torch.as_tensor(np.asarray(logit_rows, np.int64), device=self.dev)
+        tok_t, rows_t = upload([toks, logit_rows], [np.int64, np.int64], self.dev)  # one copy
         self.last_prep_s = time.perf_counter() - t0
         ev = None
         if self.time_gpu and sync:

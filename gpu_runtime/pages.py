@@ -44,9 +44,8 @@ class PageLists:
     def from_host(cls, start, count, last_len, indices, num_kv_heads, page_size, device) -> "PageLists":
         start, count, last_len = (np.asarray(a, dtype=np.int64) for a in (start, count, last_len))
         assert ((last_len >= 1) & (last_len <= page_size) | (count == 0)).all(), "last_len out of range"
-        t = lambda a: torch.as_tensor(np.asarray(a, dtype=np.int32), device=device)  # noqa: E731
-        return cls(t(start), t(count), t(last_len), t(indices), count.copy(), last_len.copy(),
-                   num_kv_heads, page_size)
+        ts = upload([start, count, last_len, indices], [np.int32] * 4, device)  # one host-to-device copy
+        return cls(*ts, count.copy(), last_len.copy(), num_kv_heads, page_size)
 
     @classmethod
     def from_csr(cls, indptr, indices, last_len, num_kv_heads, page_size, device) -> "PageLists":
@@ -73,13 +72,44 @@ def full_page_lists(page_tables, kv_lens, num_kv_heads: int, page_size: int, dev
     """
     kv_lens = np.asarray(kv_lens, dtype=np.int64)
     n = pages_for(kv_lens, page_size)
-    per_req = [np.asarray(pt, dtype=np.int64)[:k] for pt, k in zip(page_tables, n)]
-    assert all(len(p) == k for p, k in zip(per_req, n)), "page table shorter than its context"
-    offs = np.concatenate([[0], np.cumsum(n)[:-1]]) if len(n) else np.zeros(0, np.int64)
-    indices = np.concatenate(per_req) if len(per_req) else np.zeros(0, np.int64)
+    have = np.fromiter(map(len, page_tables), np.int64, len(page_tables))
+    assert (have >= n).all(), "page table shorter than its context"
+    offs = np.cumsum(n) - n
+    indices = (np.concatenate([pt[:k] for pt, k in zip(page_tables, n.tolist())]).astype(np.int64, copy=False)
+               if len(n) else np.zeros(0, np.int64))
     last = np.repeat(last_page_len(kv_lens, page_size), num_kv_heads)
     return PageLists.from_host(np.repeat(offs, num_kv_heads), np.repeat(n, num_kv_heads), last, indices,
                                num_kv_heads, page_size, device)
+
+
+def token_slots(page_tables, start: np.ndarray, q_len: np.ndarray, page_size: int):
+    """(position, physical page, offset in the page) of every query token of a pass, requests back
+    to back (request r's tokens are positions `start[r] .. start[r] + q_len[r]`, whose KV lands in
+    its page table's pages). Vectorised over the pass: per request only a slice of the pages its
+    tokens touch (a loop of a few numpy calls per request took most of a small pass's host time)."""
+    start = np.asarray(start, np.int64)
+    q_len = np.asarray(q_len, np.int64)
+    n = len(q_len)
+    if n == 0 or not q_len.any():
+        z = np.zeros(0, np.int64)
+        return z, z.copy(), z.copy()
+    lo = start // page_size
+    hi = np.where(q_len > 0, (start + q_len - 1) // page_size + 1, lo)  # one past the last page touched
+    touched = np.concatenate([np.asarray(t[a:b], np.int64) for t, a, b in zip(page_tables, lo.tolist(), hi.tolist())])
+    req = np.repeat(np.arange(n), q_len)
+    first = np.cumsum(q_len) - q_len  # each request's first token in the pass
+    pos = np.arange(len(req)) - first[req] + start[req]
+    base = np.cumsum(hi - lo) - (hi - lo)  # each request's first touched page in `touched`
+    page = touched[base[req] + pos // page_size - lo[req]]
+    return pos, page, pos % page_size
+
+
+def upload(arrays, dtypes, device) -> list[torch.Tensor]:
+    """Host arrays as device tensors of `dtypes` (`torch.as_tensor` each). One place for a pass's
+    uploads: packing them into one (pinned or pageable) buffer and one copy measured no clear win on
+    the H200 host (benchmarks/host_prep.py --device cuda: within its run-to-run noise), so each
+    array is copied as before."""
+    return [torch.as_tensor(np.ascontiguousarray(a, dtype=dt), device=device) for a, dt in zip(arrays, dtypes)]
 
 
 def concat_page_lists(parts: list[PageLists], layout: list[int] | None = None) -> PageLists:
