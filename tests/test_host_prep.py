@@ -72,7 +72,7 @@ def test_upload_cpu_dtypes():
     np.testing.assert_array_equal(t[0].numpy(), a)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA only")
+@pytest.mark.gpu
 def test_upload_cuda():
     arrs = [np.arange(3), np.arange(7).reshape(7, 1), np.zeros(0), np.arange(5)]
     dts = [np.int32, np.int64, np.int32, np.int64]
