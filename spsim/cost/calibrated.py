@@ -189,7 +189,7 @@ class CalibratedCostModel(RooflineCostModel):
             self._ap, self._iap = P.attn_p, 1.0 / P.attn_p
         self._defer_tables = False
         self._vt_cls, self._dt_cls = {}, {}  # segment tables per tile class
-        self._work_cache = {}  # work_ratios: makespans of passes of more items than SMs
+        self._work_cache = {}  # work_ratios: ratios by (KV block size, units)
         # per tile class: the attention plan's KV block (tokens), query tokens per block, split cap
         bmt = np.maximum(np.asarray(TILES, np.int64), self.group)
         self._wi_bn = np.maximum(self.page_size, np.where(bmt <= 32, 128, 64))
@@ -306,6 +306,107 @@ class CalibratedCostModel(RooflineCostModel):
     def work_ratios(self, q, kv, live, qmax=None, rank=None) -> np.ndarray:
         """`work_ratio` of many passes: row i holds pass i's requests where `live` (other entries
         are ignored), in pass order, or in the order of `rank` (a stable sort of row i's rank).
+
+        A pass's ratio depends only on its plan's units (KV blocks of each unit, in plan order)
+        and its KV block size (the tile class's), which change only when a request's KV crosses a
+        block boundary (64-128 tokens): each pass's units are built here (a few vector operations
+        for all passes), consecutive passes with the same units share one ratio, and a ratio is
+        computed once per distinct (block size, units) (`_units_ratio`, exactly the arithmetic of
+        `work_ratios_plain`) and cached."""
+        P = self.p
+        S = int(P.attn_sms)
+        n = len(q)
+        if not S:
+            return np.ones(n)
+        if not n:
+            return np.ones(0)
+        hkv = max(1, self.model.kv_heads // self.tp)
+        cls = self.tile_class(np.where(live, q, 0).max(axis=1) if qmax is None else np.asarray(qmax))
+        bn = self._wi_bn[cls]
+        qb = self._wi_qb[cls][:, None]
+        nqb = np.where(live, -(-q // qb), 0)  # query blocks (q >= 1)
+        J = int(nqb.max())
+        # each unit's KV blocks (one head), -1 where there is no unit
+        if J <= 1:  # one query block per request (every decode pass): units = requests
+            code = np.where(live, -(-np.minimum(kv, np.maximum(0, kv - q + np.minimum(qb, q))) // bn[:, None]), -1)
+        else:  # units in request order, query blocks inner (as the plan)
+            j = np.arange(J)
+            q3, kv3 = q[:, :, None], kv[:, :, None]
+            u_end = np.minimum(kv3, np.maximum(0, kv3 - q3 + np.minimum((j + 1) * qb[:, :, None], q3)))
+            code = np.where(j < nqb[:, :, None], -(-u_end // bn[:, None, None]), -1)
+        if rank is not None:  # units of a request stay together (query blocks inner)
+            o = np.argsort(rank, axis=1, kind="stable")
+            code = np.take_along_axis(code, o if J <= 1 else o[:, :, None], axis=1)
+        code = code.reshape(n, -1)
+        bl = bn.tolist()
+        if n > 1:  # runs of passes with the same units
+            chg = np.empty(n, bool)
+            chg[0] = True
+            np.not_equal(code[1:], code[:-1]).any(axis=1, out=chg[1:])
+            chg[1:] |= bn[1:] != bn[:-1]
+            starts = np.flatnonzero(chg).tolist()
+        else:
+            starts = (0,)
+        cache = self._work_cache
+        out = []
+        for i in starts:
+            row = code[i]
+            units = row[row >= 0]
+            key = (bl[i], units.tobytes())
+            r = cache.get(key)
+            if r is None:
+                if len(cache) >= self.WORK_CACHE_MAX:
+                    cache.clear()
+                r = cache[key] = self._units_ratio(units, bl[i], hkv, S)
+            out.append(r)
+        if n == 1 or len(out) == n:
+            return np.array(out)
+        return np.array(out)[np.cumsum(chg) - 1]
+
+    def _units_ratio(self, units: np.ndarray, bn: int, hkv: int, S: int) -> float:
+        """One pass of `work_ratios_plain` from its plan's units (KV blocks of each unit, one head,
+        in plan order; int64) and KV block size `bn`: the same operations on Python ints and
+        floats (the same IEEE operations as numpy's), the makespan where it runs more than one round."""
+        ul = units.tolist()
+        if not ul:
+            return 1.0
+        nu = len(ul)
+        tot = sum(ul)
+        total = hkv * tot
+        umax = max(ul)
+        ub1 = [u if u > 1 else 1 for u in ul]  # a unit of no blocks is still an item
+
+        def count(s):  # items of the plan at split s (blocks): every head has the same units
+            return hkv * sum([-(-u // s) for u in ub1])
+
+        split = max(1, -(-total // max(1, int(S * self.ATTN_WAVES))))
+        items = count(split) if umax > split else hkv * nu
+        hi = min(-(-self.ATTN_MIN_SPLIT // bn), max(1, umax))
+        if items > S and split < hi:
+            room = S - hkv * nu
+            if room > 0:
+                hi = min(hi, -(-total // room))
+                lo = min(max(split + 1, -(-total // S)), hi)
+            else:
+                lo = hi
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if count(mid) <= S:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            split = lo
+            items = count(split)
+        c = float(self.p.attn_item_tokens)
+        ideal = (float(total * bn) + c * items) / S
+        if items > S:  # more than one round
+            return max(1.0, self._makespan(units, split, bn, hkv, c, S) / ideal)
+        return max(1.0, (float(min(umax, split) * bn) + c) / ideal)
+
+    def work_ratios_plain(self, q, kv, live, qmax=None, rank=None) -> np.ndarray:
+        """`work_ratios` computed directly (no cache, every pass; tests hold `work_ratios` to it):
+        `work_ratio` of many passes: row i holds pass i's requests where `live` (other entries
+        are ignored), in pass order, or in the order of `rank` (a stable sort of row i's rank).
         Exact, with no per-pass Python where the plan has at most `attn_sms` items (one round: the
         makespan is the longest item, the ratio closed-form; the order does not matter); the rest
         are scheduled (`_makespan`), cached by the plan's units in order."""
@@ -368,13 +469,7 @@ class CalibratedCostModel(RooflineCostModel):
             if rank is not None:  # units of a request stay together (query blocks inner)
                 o = np.argsort(rank[i], kind="stable")
                 u, v = u.reshape(len(o), -1)[o].ravel(), v.reshape(len(o), -1)[o].ravel()
-            units = u[v]
-            key = (int(bn[i]), int(split[i]), units.tobytes())
-            span = self._work_cache.get(key)
-            if span is None:
-                if len(self._work_cache) >= self.WORK_CACHE_MAX:
-                    self._work_cache.clear()
-                span = self._work_cache[key] = self._makespan(units, int(split[i]), int(bn[i]), hkv, c, S)
+            span = self._makespan(u[v], int(split[i]), int(bn[i]), hkv, c, S)
             r[i] = max(1.0, span / ideal[i])
         return r
 
