@@ -43,7 +43,9 @@ class NullModel:
 
 
 def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, max_graphs: int = 48,
-                 capture_after: int = 2) -> dict:
+                 capture_after: int = 2, trace=None) -> dict:
+    """`workload` B x C offline, or `trace` (a `Trace`) at its own arrival times, the clock advanced
+    by each pass's time as the shipped H200 profile prices it (the roofline where none ships)."""
     from spsim.build import build
     from spsim.config import ServingConfig
     from spsim.gpu_runtime.executor import RuntimeExecutor
@@ -54,13 +56,16 @@ def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, 
     from spsim.policies.kv import PagedKVPool
     from spsim.policies.request import RequestTable
 
-    b_n, ctx = map(int, workload.split("x"))
     lc = dataclasses.replace(get_config("llama-3.1-8b"), layers=1, vocab=16)
+    if trace is None:
+        b_n, ctx = map(int, workload.split("x"))
+        prompts, outs, arrivals = np.full(b_n, ctx), np.full(b_n, output_tokens), np.zeros(b_n)
+    else:
+        b_n, prompts, outs, arrivals = len(trace), trace.prompt_tokens, trace.output_tokens, trace.arrival_s
     cfg = ServingConfig(model="llama-3.1-8b", gpu="h200", policy=policy, acceptance="sparsespec-llama8b",
-                        offline=True, kv_pages=kv_pages, cost="roofline")
+                        offline=trace is None, kv_pages=kv_pages, cost="roofline" if trace is None else "auto")
     serving = build(cfg, prefix_cache=False, block_size=None, capacity=kv_pages, max_context=lc.max_context)
-    prompts, outs = np.full(b_n, ctx), np.full(b_n, output_tokens)
-    table = RequestTable(prompts, outs, np.zeros(b_n))
+    table = RequestTable(prompts, outs, np.asarray(arrivals, np.float64))
     batcher = serving.new_batcher(table, None, None, PagedKVPool)
     cache = PagedKVCache(lc, kv_pages + SCRATCH_PAGES, cfg.page_size, device="cpu", dtype=torch.bfloat16)
     model = NullModel(lc)
@@ -68,7 +73,8 @@ def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, 
                          method=serving.method, budget=cfg.draft_budget, seed=cfg.seed,
                          acceptance=serving.acceptance, record_events=False,
                          drafts_possible=serving.batcher_config.max_draft > 0, synthetic_prefill=True,
-                         padding=PassPadding(kv_pages, cfg.page_size))
+                         padding=PassPadding(kv_pages, cfg.page_size),
+                         store_slots=min(cfg.max_batch, b_n) + 1)  # as the engine sizes it
     probe = GraphedPasses(model, cache, capture=False)
     keys: list = []
 
@@ -82,15 +88,21 @@ def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, 
             return model(tokens, attn.positions, attn, logit_rows=logit_rows)
 
     ex.graphs = Probe()
-    for rid in range(b_n):
-        serving.arrived(rid, table)
-        batcher.enqueue(rid, 0.0)
-        table.replica[rid] = 0
-    now = 0.0
-    while batcher.has_work():
+    now, nxt = 0.0, 0
+    while True:
+        while nxt < b_n and arrivals[nxt] <= now:
+            serving.arrived(nxt, table)
+            batcher.enqueue(nxt, float(arrivals[nxt]))
+            table.replica[nxt] = 0
+            nxt += 1
+        if not batcher.has_work():
+            if nxt >= b_n:
+                break
+            now = float(arrivals[nxt])
+            continue
         plan = batcher.plan(now)
         out = ex.execute(plan)
-        now += 0.01
+        now += 0.01 if trace is None else serving.cost.time(plan)
         batcher.apply(plan, out, now)
     # the runtime's rule over the recorded keys: capture at the capture_after-th sighting, LRU of max_graphs
     graphs, seen, replay, capture, eager = OrderedDict(), {}, 0, 0, 0
@@ -119,11 +131,23 @@ def main() -> None:
     ap.add_argument("--policies", default="ar,fixed-k:k=4,aspire")
     ap.add_argument("--output-tokens", type=int, default=128)
     ap.add_argument("--kv-pages", type=int, default=57248, help="the H200's 8B pool (runtime_offline.py)")
+    ap.add_argument("--trace", default=None, help="a trace (file or shipped name) at its own arrival times "
+                    "instead of --workload, e.g. azure-conv with --window 45 (spsim validate's window)")
+    ap.add_argument("--window", type=float, default=None, help="with --trace: requests arriving in the first S seconds")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
+    tr = None
+    if a.trace:
+        from spsim.traces import read_trace
+        from spsim.traces.transforms import window
+
+        tr = read_trace(a.trace)
+        tr = window(tr, 0.0, a.window) if a.window else tr
     rows = []
     for pol in a.policies.split(","):
-        r = count_shapes(a.workload, pol, a.output_tokens, a.kv_pages)
+        r = count_shapes(a.workload, pol, a.output_tokens, a.kv_pages, trace=tr)
+        if tr is not None:
+            r.update(workload=f"{a.trace}" + (f" first {a.window:g} s" if a.window else ""), requests=len(tr))
         rows.append(r)
         print(json.dumps(r), flush=True)
     if a.out:

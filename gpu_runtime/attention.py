@@ -26,8 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .buckets import pow2
 from .interpret import INTERPRET as _INTERPRET  # under it, half-precision dots are unreliable: fp32
-from .buckets import bucket
 from .pages import PageLists, upload
 
 WORK_FIELDS = 7  # req, kv_head, first query, token lo, token hi, partial slot (-1: write output), merge row
@@ -376,8 +376,15 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
                          fused_merge=fused_merge, arrived=torch.zeros(max(len(mu), 1), dtype=torch.int32, device=device))
 
 
+# Padded plans' smallest sizes (then powers of two): a padding row costs a program that exits at
+# once, and the sizes are part of a CUDA graph's shape. With 25 % steps and no floor, the Azure
+# conversation trace's first 45 s under fixed-k:k=4 met 185 distinct plan sizes in 4,053 passes
+# (benchmarks/graph_shapes.py); with these, 2.
+PAD_WORK, PAD_MERGE, PAD_SLOTS = 128, 64, 128
+
+
 def pad_plan(plan: AttentionPlan) -> AttentionPlan:
-    """The plan with its work and merge lists and partial slots rounded up to `bucket` sizes, the
+    """The plan with its work and merge lists and partial slots rounded up to powers of two, the
     extra rows marked as padding (request -1, which both kernels skip): passes whose lists differ
     only in length then share one CUDA graph (graphs.py). The same plan object, changed in place."""
     def grow(t: torch.Tensor, n: int) -> torch.Tensor:
@@ -388,10 +395,10 @@ def pad_plan(plan: AttentionPlan) -> AttentionPlan:
 
     if plan.tall is not None:
         pad_plan(plan.tall)
-    n_merge = bucket(plan.merge.shape[0], 8)
-    plan.work = grow(plan.work, bucket(plan.work.shape[0]))
+    n_merge = pow2(plan.merge.shape[0], PAD_MERGE)
+    plan.work = grow(plan.work, pow2(plan.work.shape[0], PAD_WORK))
     plan.merge = grow(plan.merge, n_merge)
-    plan.num_slots = bucket(plan.num_slots, 8)
+    plan.num_slots = pow2(plan.num_slots, PAD_SLOTS)
     plan.arrived = torch.zeros(n_merge, dtype=torch.int32, device=plan.work.device)
     return plan
 

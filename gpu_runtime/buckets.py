@@ -20,3 +20,8 @@ def pad_count(n: int) -> int:
         return n
     p = 1 << (n - 1).bit_length()
     return p * 3 // 4 if n <= p * 3 // 4 else p
+
+
+def pow2(n: int, least: int = 1) -> int:
+    """`n` rounded up to a power of two, at least `least` (itself a power of two)."""
+    return 1 << max(int(least) - 1, int(n) - 1).bit_length()

@@ -223,7 +223,9 @@ class PassAttention(PagedAttention):
             self._nf = nf = len(first)
             if nf:
                 cf = np.minimum(f_npg, kp)  # == c_sel for the real entries
-                self._kf = min(kp, _round_up(int(cf.max()), 8))
+                # a power of two (at least 8): the first selections' width is part of a graph's
+                # shape, and short contexts (below the budget) gave one width per 8 pages
+                self._kf = min(kp, 1 << max(3, (int(cf.max()) - 1).bit_length()))
                 self._first = T(first)
                 self._first_slots = T(f_slots)
                 self._first_counts = T(np.repeat(cf, hkv), torch.int32)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from spsim.gpu_runtime import interpret
+from spsim.gpu_runtime.buckets import bucket, pow2
 
 # TRITON_INTERPRET=1 must be set before triton is first imported. If something in this pytest
 # process imported triton compiled already, these tests are run in a fresh process instead (below).
@@ -206,7 +207,8 @@ def test_padded_plan_same_output_and_reusable(fused):
     out_plain = A.mixed_attention(b.q, b.k_cache, b.v_cache, plain)
     padded = A.pad_plan(A.plan_attention(b.q_len, b.lists, 8, tokens_per_split=64, fused_merge=fused))
     n_work, n_merge = plain.work.shape[0], plain.merge.shape[0]
-    assert padded.work.shape[0] == A.bucket(n_work) > n_work and padded.merge.shape[0] == A.bucket(n_merge, 8)
+    assert padded.work.shape[0] == pow2(n_work, A.PAD_WORK) > n_work and padded.merge.shape[0] == pow2(n_merge, A.PAD_MERGE)
+    assert padded.num_slots == pow2(plain.num_slots, A.PAD_SLOTS)
     assert (padded.work[n_work:, 0] == -1).all() and (padded.merge[n_merge:, 0] == -1).all()
     out = torch.full_like(b.q, float("nan"))
     A.mixed_attention(b.q, b.k_cache, b.v_cache, padded, out=out)
@@ -224,7 +226,7 @@ def test_padded_plan_same_output_and_reusable(fused):
 
 
 def test_bucket_sizes():
-    sizes = [A.bucket(n) for n in range(1, 5000)]
+    sizes = [bucket(n) for n in range(1, 5000)]
     assert all(s >= n for n, s in zip(range(1, 5000), sizes))
     assert all(s <= max(16, 1.25 * n) + 1e-9 for n, s in zip(range(1, 5000), sizes))
     assert len(set(sizes)) < 40  # few distinct sizes
