@@ -92,6 +92,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps({"results": plan_out.rows, "recommendation": plan_out.recs}, indent=2, default=str))
         else:
             console.print(results_table(plan_out))
+            console.print(f"[dim]{escape(plan_out.meta['costs'])}[/]")
             for r in plan_out.recs:
                 console.print(f"[bold]{r['title']}[/]: " + (f"[green]{escape(r['winner'])}[/]  {escape(r['reason'])}"
                                                             if r["winner"] else escape(r["reason"])))

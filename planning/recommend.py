@@ -71,6 +71,7 @@ def markdown(recs: list[dict], rows: list[dict], meta: dict) -> str:
     lines = [f"# spsim plan: {meta['trace']}", "",
              f"SLO `{meta['slo']}`; {meta['requests']:,} requests; rates searched at {meta['replicas_searched']} "
              f"replica{'' if meta['replicas_searched'] == 1 else 's'} to a relative precision of {meta['precision']:.0%}; prices: {meta['prices_source']}.", "",
+             *([meta["costs"][:1].upper() + meta["costs"][1:] + ".", ""] if meta.get("costs") else []),
              "## Recommendation", ""]
     for r in recs:
         lines.append(f"- **{r['title']}**: " + (f"`{r['winner']}`: {r['reason']}" if r["winner"] else r["reason"]))

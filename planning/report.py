@@ -70,7 +70,7 @@ td,th{{border:1px solid #ccc;padding:4px 8px;font-size:13px;vertical-align:top}}
 <p>SLO <code>{html.escape(m['slo'])}</code>; {m['requests']:,} requests; highest rates searched at
 {m['replicas_searched']} replica{'' if m['replicas_searched'] == 1 else 's'} to a relative precision of {m['precision']:.0%}; fewest replicas for
 {m['target_rate']:.3g} req/s within {m['replica_range'][0]}..{m['replica_range'][1]}; prices:
-{html.escape(m['prices_source'])}. Simulated with spsim (not measured on GPUs).</p>
+{html.escape(m['prices_source'])}. Simulated with spsim (not measured on GPUs); {html.escape(m.get('costs', ''))}.</p>
 <h2>Recommendation</h2>
 {_html_table(rec_rows, [("objective", "objective"), ("winner", "winner"), ("reason", "reason")], "table-recommendation")}
 <h2>Configurations</h2>

@@ -41,6 +41,7 @@ class PlanInputs:
     jobs: int
     ray: bool = False
     ray_address: str | None = None
+    cost_note: str = ""
 
     @classmethod
     def from_options(cls, *, trace, trace_format, limit, skip_invalid, slo, policies, gpus, models, replicas,
@@ -74,6 +75,7 @@ class PlanInputs:
             raise SpsimError("--ray-address needs --ray")
         configs = expand(specs, gpu_l, model_l, int_list(max_batch, "--max-batch"), int_list(draft_budget, "--draft-budget"),
                          kv_l, int_list(tp, "--tp"))
+        base, cost_note = _one_kind_of_cost(configs, base)
         for c in configs:  # every configuration builds (fits its GPU, valid settings) before any run
             try:
                 build(c.serving(base).with_(replicas=min(reps)))
@@ -86,7 +88,32 @@ class PlanInputs:
         native = (len(tr) - 1) / float(tr.arrival_s[-1] - tr.arrival_s[0])
         return cls(trace or DEFAULT_TRACE, tr, configs, slo_obj, base, min(reps), max(reps),
                    target_rate or native, native, SearchSettings(precision=precision, early_stop=early_stop, window=window),
-                   price_table, source, jobs or default_jobs(), ray, ray_address)
+                   price_table, source, jobs or default_jobs(), ray, ray_address, cost_note)
+
+
+def _one_kind_of_cost(configs, base) -> tuple[object, str]:
+    """Price every configuration alike. A measured profile prices our runtime on that GPU, the
+    roofline an ideal engine: where spsim ships profiles for some of the configurations' GPUs and
+    models but not all (`--cost auto`), all of them use the roofline, so GPUs are compared like
+    for like. Returns the base settings and a sentence saying which costs priced the plan."""
+    from spsim.calibration.shipped import shipped_cost_model
+
+    if base.profile:
+        return base, f"costs: the profile {base.profile} for every configuration"
+    if base.cost != "auto":
+        return base, f"costs: {base.cost} for every configuration"
+    hw = sorted({c.hardware() for c in configs})
+    measured = {h: shipped_cost_model(configs[[c.hardware() for c in configs].index(h)].serving(base)) is not None
+                for h in hw}
+    if all(measured.values()):
+        return base, "costs: the calibrated profiles spsim ships for these GPUs and models (--cost roofline for the analytic model)"
+    if any(measured.values()):
+        have = ", ".join(f"{g}/{m}" for (g, m, t), v in measured.items() if v)
+        return base.with_(cost="roofline"), (
+            f"costs: the analytic roofline for every configuration: spsim ships measured profiles for {have} only, "
+            "and a measured profile (our runtime) against the roofline (an ideal engine) would not compare GPUs "
+            "like for like")
+    return base, "costs: the analytic roofline (no measured profile shipped for these GPUs and models)"
 
 
 @dataclass
@@ -159,6 +186,6 @@ def run_plan(inp: PlanInputs, out: Path | None = None, console=None, progress_li
             "window": window_size(len(inp.trace), inp.settings.window), "prices": inp.prices, "prices_source": inp.prices_source,
             "seed": inp.base.seed, "engine": "ray" if inp.ray else f"pool({inp.jobs})" if inp.jobs > 1 else "serial",
             "probes_simulated": sum(not p["cached"] for p in probes), "probes_cached": sum(p["cached"] for p in probes),
-            "probes_stopped": sum(bool(p.get("stopped")) for p in probes),
+            "probes_stopped": sum(bool(p.get("stopped")) for p in probes), "costs": inp.cost_note,
             "wall_s": wall}
     return PlanOutput(results, rows, probes, front, recs, meta, inp)

@@ -15,7 +15,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from spsim.cli_options import LIMIT, SKIP_INVALID, TRACE_FORMAT, check_out_dir, serving_options
-from spsim.cli_report import DEFAULT_TRACE, load_trace as _load, run_notes, summary_table, warn  # noqa: F401
+from spsim.cli_report import DEFAULT_TRACE, cost_note, load_trace as _load, run_notes, summary_table, warn  # noqa: F401
 from spsim.policies.draftlog import DEFAULT_SAMPLE as DRAFT_SAMPLE
 from spsim.errors import SpsimError
 from spsim.spec import split_specs
@@ -218,7 +218,7 @@ def register(app: typer.Typer) -> None:
                                                      f"{cfg.replicas} x {cfg.model} on {cfg.gpu})"))
             if res.summary.get("prefix_cache_note"):
                 console.print(f"[dim]{escape(res.summary['prefix_cache_note'])}[/]")
-            console.print(f"[dim]simulated in {wall:.1f} s[/]")
+            console.print(f"[dim]{escape(cost_note(res.summary['config']))}; simulated in {wall:.1f} s[/]")
         warn(run_notes(res.summary))
         if out:
             _write(out, "", res, per_request)
@@ -282,6 +282,7 @@ def register(app: typer.Typer) -> None:
         else:
             console.print(compare_table(rows, f"{trace or DEFAULT_TRACE}: {len(tr):,} requests, {base.replicas} x "
                                               f"{base.model} on {base.gpu}, {seeds} seed(s)"))
+            console.print(f"[dim]{escape(cost_note(rows[0]))}[/]")
         _warn_rows(rows)
         if out:
             write_report(out, rows, base, trace_skipped={"rows": int(sum(tr.skipped.values())),

@@ -99,6 +99,8 @@ def compare_policies(trace, base: SimConfig, specs: list[str], seeds: int, conso
             r = ref_mean[key]
             row[key + "_vs_" + "ref"] = (m / r) if (m is not None and r not in (None, 0)) else None
         row["peak_running"] = _count([s["peak_running"] for s in ss])
+        row["cost_model"], row["profile"] = ss[0]["config"]["cost_model"], ss[0]["config"]["profile"]
+        row["cost_heldout_error"] = ss[0]["config"].get("cost_heldout_error")
         row["memory_note"] = ss[0]["memory_note"]
         row["overload_note"] = ss[0]["overload_note"]
         rows.append(row)

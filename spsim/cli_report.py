@@ -49,6 +49,21 @@ def run_notes(s: dict) -> list[str]:
     return notes + [n for n in (s.get("memory_note"), s.get("overload_note")) if n]
 
 
+def cost_note(c: dict) -> str:
+    """Which cost model priced a run, in one line (`c`: a summary's `config`, or a compare row)."""
+    from pathlib import Path
+
+    name, prof = c.get("cost_model"), c.get("profile")
+    if name == "roofline" and not prof:
+        return "costs: analytic roofline (no measured profile shipped for this GPU and model, or --cost roofline)"
+    what = f"costs: {name} profile {Path(prof).name if prof else ''}".rstrip()
+    err = c.get("cost_heldout_error") or {}
+    if err.get("median_abs_rel") is not None:
+        what += (f" (pass time held out: median error {err['median_abs_rel']:.1%}, p95 "
+                 f"{err['p95_abs_rel']:.1%})")
+    return what + "; --cost roofline for the analytic model"
+
+
 def warn(lines, prefix: str = "") -> None:
     """Yellow warning lines on stderr (stdout stays a table or JSON)."""
     for line in lines:

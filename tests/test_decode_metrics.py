@@ -28,5 +28,7 @@ def test_summary_decode_phase():
 def test_compare_shows_decode_phase():
     keys = {k for k, _, _ in FIGURES}
     assert {"decode_time_per_token_ms", "decode_output_throughput", "prefill_time_share"} <= keys
-    rows = compare_policies(_trace(30), SimConfig(concurrency=8), ["ar", "fixed-k:k=4"], 1)
+    # the analytic model, where drafting is cheap enough to pay at these contexts (with the H200
+    # profile of our runtime, fixed-k:k=4 is slower than ar here, as it measured about equal on Mooncake)
+    rows = compare_policies(_trace(30), SimConfig(concurrency=8, cost="roofline"), ["ar", "fixed-k:k=4"], 1)
     assert rows[1]["decode_time_per_token_ms_vs_ref"] < 1.0  # speculation shortens decode time per token
