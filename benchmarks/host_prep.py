@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))  # a checkout without an install
 OUT = ROOT / "benchmarks" / "results" / "host_prep_cpu.json"
 
 from spsim.plan import DraftMethod, PassPlan  # noqa: E402
+from spsim.calibration.measure import token_resetter  # noqa: E402
 
 BUDGET = 2048  # the batcher's default draft budget (calibration/design.py)
 
@@ -126,18 +127,6 @@ class Tables:
         return self.tables[rid]
 
 
-def _token_state(plan: PassPlan) -> dict[int, tuple[int, int, int]]:
-    """rid -> (tokens held, prompt length, drafts held before the pass) (calibration/measure.py)."""
-    st = {}
-    for rid, c, n in zip(plan.prefill_ids.tolist(), plan.prefill_context.tolist(), plan.prefill_tokens.tolist()):
-        st[rid] = (c + n, c + n, 0)
-    for rid, c, p in zip(plan.draft_ids.tolist(), plan.draft_context.tolist(), plan.draft_pos.tolist()):
-        st[rid] = (c + 1, max(c, 1), p)
-    for rid, c, q in zip(plan.verify_ids.tolist(), plan.verify_context.tolist(), plan.verify_query.tolist()):
-        st[rid] = (c + 1, max(c, 1), q - 1)
-    return st
-
-
 def _tables(plan: PassPlan, page_size: int, seed: int = 0) -> tuple[dict[int, np.ndarray], int]:
     """Each request its own pages (a few spare ones past its context), scattered; and the pool size."""
     need = {}
@@ -160,7 +149,7 @@ DEVICE = ["cpu"]  # --device: "cuda" times the host path with device tensors (up
 
 
 def _executor(cfg, method: int, plan: PassPlan, graphs: bool):
-    from spsim.gpu_runtime.executor import RequestTokens, RuntimeExecutor
+    from spsim.gpu_runtime.executor import RuntimeExecutor
     from spsim.gpu_runtime.graphs import GraphedPasses
     from spsim.gpu_runtime.padding import SCRATCH_PAGES, PassPadding
 
@@ -171,19 +160,7 @@ def _executor(cfg, method: int, plan: PassPlan, graphs: bool):
                          record_events=False, padding=PassPadding(pages, 16) if graphs else None)
     if graphs:
         ex.graphs = GraphedPasses(model, cache, capture=False, capture_after=1)
-    base = _token_state(plan)
-    states = {rid: RequestTokens([(7 * rid + 1) % cfg.vocab] * n, prompt) for rid, (n, prompt, _) in base.items()}
-
-    def reset():
-        for rid, st in states.items():
-            n, _, nd = base[rid]
-            del st.tokens[n:]
-            st.drafts[:] = [1] * nd
-            st.draft_probs.clear()
-            st.draft_entropy[:] = [0.0] * nd
-            ex.req[rid] = st
-
-    return ex, model, reset
+    return ex, model, token_resetter(ex, plan, cfg.vocab)
 
 
 def time_pass(cfg, method: int, plan: PassPlan, graphs: bool, reps: int, warm: int = 3) -> dict:

@@ -108,7 +108,32 @@ def _pages_needed_all(point: Point, page_size: int) -> int:
 
 def _token_state(point: Point) -> dict[int, tuple[int, int, int]]:
     """rid -> (tokens held, prompt length, drafts held before the pass)."""
-    plan = point.plan()
+    return plan_token_state(point.plan())
+
+
+def token_resetter(ex, plan, vocab: int):
+    """A function putting the requests' token state back as the plan needs it (`plan_token_state`),
+    so every repeat of a pass runs on the same state."""
+    from spsim.gpu_runtime.executor import RequestTokens
+
+    base = plan_token_state(plan)
+    states = {rid: RequestTokens([(7 * rid + 1) % vocab] * n, prompt) for rid, (n, prompt, _) in base.items()}
+
+    def reset():
+        for rid, st in states.items():
+            n, _, nd = base[rid]
+            del st.tokens[n:]
+            st.drafts[:] = [1] * nd
+            st.draft_probs.clear()
+            st.draft_entropy[:] = [0.0] * nd
+            ex.req[rid] = st
+
+    return reset
+
+
+def plan_token_state(plan) -> dict[int, tuple[int, int, int]]:
+    """rid -> (tokens held, prompt length, drafts held before the pass) of a plan's requests: what
+    a request must hold for the plan to run on it (benchmarks set it up before each repeat)."""
     st = {}
     for rid, c, n in zip(plan.prefill_ids.tolist(), plan.prefill_context.tolist(), plan.prefill_tokens.tolist()):
         st[rid] = (c + n, c + n, 0)
@@ -162,24 +187,10 @@ class Bench:
 
     def run(self, point: Point) -> dict:
         """Time one point: {"seconds": median, "samples", "first_s", "graphed"}."""
-        from spsim.gpu_runtime.executor import RequestTokens
-
         tables = page_tables(point, self.num_pages, self.cache.page_size, self.perm)
         ex = self._executor(point, tables)
         ex.time_gpu = self.dev.type == "cuda"
-        base = _token_state(point)
-        vocab = self.model.cfg.vocab
-        states = {rid: RequestTokens([(7 * rid + 1) % vocab] * n, prompt) for rid, (n, prompt, _) in base.items()}
-
-        def reset():
-            for rid, st in states.items():
-                n, _, nd = base[rid]
-                del st.tokens[n:]
-                st.drafts[:] = [1] * nd
-                st.draft_probs.clear()
-                st.draft_entropy[:] = [0.0] * nd
-                ex.req[rid] = st
-
+        reset = token_resetter(ex, point.plan(), self.model.cfg.vocab)
         plan = point.plan()
         self._prime(ex, point, plan, reset)
         reset()
