@@ -452,7 +452,7 @@ class CalibratedCostModel(RooflineCostModel):
             act = grow & (lo < hi)
             while act.any():
                 mid = (lo + hi) // 2
-                ok = count(mid) <= S
+                ok = count(np.maximum(mid, 1)) <= S  # rows not searching may hold 0 (no work): unused
                 hi = np.where(act & ok, mid, hi)
                 lo = np.where(act & ~ok, mid + 1, lo)
                 act = lo < hi
