@@ -30,18 +30,32 @@ def profile_path(gpu: str, model: str) -> Path | None:
     return p if p.is_file() else None
 
 
-def shipped_cost_model(cfg):
-    """The shipped calibrated model for a `ServingConfig`, or None (no profile for this GPU and
-    model, or one measured at another tp, dtype or page size). The model's `source` is its file."""
-    from spsim.cost import load_cost_model, read_profile
+def _setting(cfg) -> dict:
+    return {"tp": cfg.tp, "weight_dtype": cfg.weight_dtype, "kv_dtype": cfg.kv_dtype, "page_size": cfg.page_size}
+
+
+def shipped_profile(cfg) -> tuple[Path, dict] | None:
+    """(file, metadata) of the profile shipped for a `ServingConfig`, or None (no profile for this
+    GPU and model, or one measured at another tp, dtype or page size)."""
+    from spsim.cost import read_profile
 
     path = profile_path(cfg.gpu, cfg.model)
     if path is None:
         return None
     md = read_profile(path).get("metadata") or {}
-    want = {"tp": cfg.tp, "weight_dtype": cfg.weight_dtype, "kv_dtype": cfg.kv_dtype, "page_size": cfg.page_size}
-    if any(md.get(k) != v for k, v in want.items()):
+    return None if any(md.get(k) != v for k, v in _setting(cfg).items()) else (path, md)
+
+
+def shipped_cost_model(cfg):
+    """The shipped calibrated model for a `ServingConfig`, or None (`shipped_profile`). The
+    model's `source` is its file."""
+    from spsim.cost import load_cost_model
+
+    found = shipped_profile(cfg)
+    if found is None:
         return None
+    path, md = found
+    want = _setting(cfg)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*profile measured with.*")
         cm = load_cost_model(path, expect={**want, "model_name": md.get("model_name")})

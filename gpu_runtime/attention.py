@@ -369,7 +369,7 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     first_slot = np.cumsum(np.where(u_splits > 1, u_splits, 0)) - u_splits
     merge = np.stack([u_req[mu], u_head[mu], u_qb[mu], first_slot[mu], u_splits[mu]], 1)
     q_start = np.concatenate([[0], np.cumsum(q_len)[:-1]]) if n_req else np.zeros(0, np.int64)
-    work_t, merge_t, q_start_t, q_len_t = upload([work, merge, q_start, q_len], [np.int32] * 4, device)  # one copy
+    work_t, merge_t, q_start_t, q_len_t = upload([work, merge, q_start, q_len], [np.int32] * 4, device)
     return AttentionPlan(work_t.reshape(-1, WORK_FIELDS), merge_t.reshape(-1, MERGE_FIELDS),
                          q_start_t, q_len_t, lists, num_q_heads, int(multi.sum()), bm, bn,
                          tokens_per_split, num_warps or cfg_nw, num_stages or cfg_st,

@@ -222,7 +222,7 @@ class RuntimeExecutor:
             if attn.split is not None:
                 short[attn.split] = False
             attn.tile_q = int(max(np.asarray(qlen[:-1])[short], default=1))
-        tok_t, rows_t = upload([toks, logit_rows], [np.int64, np.int64], self.dev)  # one copy
+        tok_t, rows_t = upload([toks, logit_rows], [np.int64, np.int64], self.dev)
         self.last_prep_s = time.perf_counter() - t0
         ev = None
         if self.time_gpu and sync:

@@ -44,7 +44,7 @@ class PageLists:
     def from_host(cls, start, count, last_len, indices, num_kv_heads, page_size, device) -> "PageLists":
         start, count, last_len = (np.asarray(a, dtype=np.int64) for a in (start, count, last_len))
         assert ((last_len >= 1) & (last_len <= page_size) | (count == 0)).all(), "last_len out of range"
-        ts = upload([start, count, last_len, indices], [np.int32] * 4, device)  # one host-to-device copy
+        ts = upload([start, count, last_len, indices], [np.int32] * 4, device)
         return cls(*ts, count.copy(), last_len.copy(), num_kv_heads, page_size)
 
     @classmethod

@@ -34,11 +34,10 @@ import torch
 from spsim.plan import DraftMethod
 
 from . import dispatch, selection
-from .buckets import bucket
+from .buckets import bucket, pow2
 from .draft_store import DraftStore
 from .kv_cache import PagedAttention, PagedKVCache
-from .pages import (PageLists, concat_page_lists, full_page_lists, last_page_len, pages_for, token_slots,
-                    upload)
+from .pages import PageLists, concat_page_lists, full_page_lists, last_page_len, pages_for
 from .selection import PageMeta, select_static, top_pages
 
 SINK, RECENT = 1, 1  # pages always kept at the start and at the end of the context
@@ -128,7 +127,7 @@ class PassAttention(PagedAttention):
                 lists0 = concat_page_lists([pre, full_page_lists(page_tables[a:b], kv_len[a:b], hkv, ps, dev), ver])
             elif m == DraftMethod.STATIC:
                 self._write(self._static_sel)
-        self._init_paged(cache, page_tables, start, q_len, lists, attention_fn)
+        super().__init__(cache, page_tables, start, q_len, lists=lists, attention_fn=attention_fn)
         self.lists0 = lists0
         if SPLIT_PREFILL:
             self.split = tall_prefill(self.q_len, n_prefill, cfg.q_heads // hkv)
@@ -156,28 +155,6 @@ class PassAttention(PagedAttention):
         self._slab_at = 0 if not n_dr else off
 
     # -- setup (host, once per pass)
-    def _init_paged(self, cache, page_tables, start, q_len, lists, attention_fn) -> None:
-        """What `PagedAttention.__init__` sets, its per-request loop vectorised (`pages.token_slots`)
-        and the token slots uploaded in one copy (tests/test_host_prep.py checks both agree)."""
-        dev, ps = cache.device, cache.page_size
-        self.cache = cache
-        self.start = np.asarray(start, dtype=np.int64)
-        self.q_len = np.asarray(q_len, dtype=np.int64)
-        if len(page_tables) != len(self.q_len) or len(self.start) != len(self.q_len):
-            raise ValueError("page_tables, start and q_len must have one entry per request")
-        kv_len = self.start + self.q_len
-        have = np.fromiter(map(len, page_tables), np.int64, len(page_tables))
-        for r in np.flatnonzero(have * ps < kv_len):
-            raise ValueError(f"request {r}: {have[r]} pages of {ps} tokens hold fewer than {kv_len[r]} tokens")
-        pos, page, off = token_slots(page_tables, self.start, self.q_len, ps)
-        self.positions, self._page, self._off = upload([pos, page, off], [np.int64] * 3, dev)
-        self._page_np = page
-        self.lists = lists if lists is not None else full_page_lists(page_tables, kv_len, cache.cfg.kv_heads, ps, dev)
-        self.attention_fn = attention_fn
-        self._plans: dict[int, object] = {}
-        self.tile_q: int | None = None
-        self.split: np.ndarray | None = None
-
     def _setup_drafts(self, tables, d: DraftRows, dev) -> PageLists:
         """Slot, counts and index tensors of the draft rows; returns their page lists (a slab of
         `count` page ids per row at `row * K`, filled per layer)."""
@@ -225,7 +202,7 @@ class PassAttention(PagedAttention):
                 cf = np.minimum(f_npg, kp)  # == c_sel for the real entries
                 # a power of two (at least 8): the first selections' width is part of a graph's
                 # shape, and short contexts (below the budget) gave one width per 8 pages
-                self._kf = min(kp, 1 << max(3, (int(cf.max()) - 1).bit_length()))
+                self._kf = min(kp, pow2(int(cf.max()), 8))
                 self._first = T(first)
                 self._first_slots = T(f_slots)
                 self._first_counts = T(np.repeat(cf, hkv), torch.int32)

@@ -96,15 +96,16 @@ def _one_kind_of_cost(configs, base) -> tuple[object, str]:
     roofline an ideal engine: where spsim ships profiles for some of the configurations' GPUs and
     models but not all (`--cost auto`), all of them use the roofline, so GPUs are compared like
     for like. Returns the base settings and a sentence saying which costs priced the plan."""
-    from spsim.calibration.shipped import shipped_cost_model
+    from spsim.calibration.shipped import shipped_profile
 
     if base.profile:
         return base, f"costs: the profile {base.profile} for every configuration"
     if base.cost != "auto":
         return base, f"costs: {base.cost} for every configuration"
-    hw = sorted({c.hardware() for c in configs})
-    measured = {h: shipped_cost_model(configs[[c.hardware() for c in configs].index(h)].serving(base)) is not None
-                for h in hw}
+    first = {}  # one configuration per (GPU, model, tp): what decides the profile
+    for c in configs:
+        first.setdefault(c.hardware(), c)
+    measured = {h: shipped_profile(c.serving(base)) is not None for h, c in sorted(first.items())}
     if all(measured.values()):
         return base, "costs: the calibrated profiles spsim ships for these GPUs and models (--cost roofline for the analytic model)"
     if any(measured.values()):

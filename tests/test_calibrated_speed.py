@@ -15,6 +15,77 @@ from hypothesis import strategies as st
 
 from spsim.cost import CalibratedCostModel, CalibratedParams
 
+
+def work_ratios_plain(cm, q, kv, live, qmax=None, rank=None) -> np.ndarray:
+    """`cm.work_ratios` computed directly, every pass as vectors (no cache; the reference):
+    `work_ratio` of many passes: row i holds pass i's requests where `live` (other entries
+    are ignored), in pass order, or in the order of `rank` (a stable sort of row i's rank).
+    Exact, with no per-pass Python where the plan has at most `attn_sms` items (one round: the
+    makespan is the longest item, the ratio closed-form; the order does not matter); the rest
+    are scheduled (`cm._makespan`)."""
+    P = cm.p
+    S = int(P.attn_sms)
+    n = len(q)
+    if not S:
+        return np.ones(n)
+    hkv = max(1, cm.model.kv_heads // cm.tp)
+    cls = cm.tile_class(np.where(live, q, 0).max(axis=1) if qmax is None else np.asarray(qmax))
+    bn, qb, cap = cm._wi_bn[cls], cm._wi_qb[cls][:, None], cm._wi_cap[cls]
+    nqb = np.where(live, -(-q // qb), 0)  # query blocks (q >= 1)
+    J = int(nqb.max()) if n else 0
+    if J <= 1:  # one query block per request (every decode pass): units = requests
+        uv = live
+        u_end = np.minimum(kv, np.maximum(0, kv - q + np.minimum(qb, q)))
+    else:  # units in request order, query blocks inner (as the plan)
+        j = np.arange(J)
+        uv = (j < nqb[:, :, None]).reshape(n, -1)
+        q3, kv3 = q[:, :, None], kv[:, :, None]
+        u_end = np.minimum(kv3, np.maximum(0, kv3 - q3 + np.minimum((j + 1) * qb[:, :, None], q3))).reshape(n, -1)
+    ub = np.where(uv, -(-u_end // bn[:, None]), 0)  # KV blocks of each unit (one head)
+    ub1 = np.where(uv, np.maximum(ub, 1), 0)  # a unit of no blocks is still an item
+    umax = ub.max(axis=1)
+    total = hkv * ub.sum(axis=1)
+
+    def count(s):  # items of the plan at split s (blocks): every head has the same units
+        return hkv * (-(-ub1 // s[:, None])).sum(axis=1)
+
+    # plan_attention's split: the smallest giving <= S items (lo), at most ATTN_MIN_SPLIT tokens
+    # (cap), at least w = total / (S x waves): max(1, min(cap, lo), w). Where w gives <= S items
+    # it is that; else the smallest in (w, min(cap, umax)] giving <= S items, or that bound
+    split = np.maximum(1, -(-total // max(1, int(S * cm.ATTN_WAVES))))
+    items = count(split)
+    hi = np.minimum(cap, np.maximum(1, umax))
+    grow = (items > S) & (split < hi)
+    if grow.any():
+        # bounds: items >= total / s (so s >= total / S) and items <= units x heads + total / s
+        # (so s = total / (S - units x heads) is enough); more units than S: none is (hi)
+        room = S - hkv * uv.sum(axis=1)
+        hi = np.where(room > 0, np.minimum(hi, -(-total // np.maximum(room, 1))), hi)
+        lo = np.where(room > 0, np.minimum(np.maximum(split + 1, -(-total // S)), hi), hi)
+        act = grow & (lo < hi)
+        while act.any():
+            mid = (lo + hi) // 2
+            ok = count(np.maximum(mid, 1)) <= S  # rows not searching may hold 0 (no work): unused
+            hi = np.where(act & ok, mid, hi)
+            lo = np.where(act & ~ok, mid + 1, lo)
+            act = lo < hi
+        split = np.where(grow, lo, split)
+        items = np.where(grow, count(split), items)
+    any_live = items > 0
+    c = float(P.attn_item_tokens)
+    work = (total * bn).astype(np.float64) + c * items  # all items' tokens
+    longest = (np.minimum(umax, split) * bn).astype(np.float64) + c
+    ideal = np.where(any_live, work, 1.0) / S
+    r = np.where(any_live, np.maximum(1.0, longest / ideal), 1.0)
+    for i in np.flatnonzero(any_live & (items > S)).tolist():  # more than one round
+        u, v = ub[i], uv[i]
+        if rank is not None:  # units of a request stay together (query blocks inner)
+            o = np.argsort(rank[i], kind="stable")
+            u, v = u.reshape(len(o), -1)[o].ravel(), v.reshape(len(o), -1)[o].ravel()
+        span = cm._makespan(u[v], int(split[i]), int(bn[i]), hkv, c, S)
+        r[i] = max(1.0, span / ideal[i])
+    return r
+
 PARAMS = CalibratedParams(attn_tile_eff=(0.15, 0.37, 0.42), attn_sms=132, prefill_split=True,
                           prefill_graph_tokens=2048)
 MODELS = {}
@@ -64,7 +135,7 @@ def passes(draw):
 @given(models, passes())
 def test_work_ratios_equal_the_plain_computation(cm, p):
     q, kv, live, qmax, rank = p
-    want = cm.work_ratios_plain(q, kv, live, qmax, rank)
+    want = work_ratios_plain(cm, q, kv, live, qmax, rank)
     got = cm.work_ratios(q, kv, live, qmax, rank)  # the module's model: its cache from earlier examples
     assert got.dtype == want.dtype and got.shape == want.shape
     assert np.array_equal(got, want)
@@ -77,7 +148,7 @@ def test_work_ratios_equal_the_plain_computation(cm, p):
 def test_each_pass_alone_equals_the_batch(cm, p):
     """A pass priced alone (`work_ratio`: the plan path) is its row of the batch."""
     q, kv, live, qmax, rank = p
-    want = cm.work_ratios_plain(q, kv, live, qmax, rank)
+    want = work_ratios_plain(cm, q, kv, live, qmax, rank)
     for i in range(len(q)):
         o = np.argsort(rank[i], kind="stable") if rank is not None else np.arange(q.shape[1])
         o = o[live[i][o]]
@@ -92,12 +163,12 @@ def test_multi_round_and_many_query_blocks_are_covered():
     q = np.array([[2048, 1, 1], [1] * 3])
     kv = np.array([[12000, 5000, 7000], [30000, 100, 200]])
     live = np.ones_like(q, bool)
-    want = cm.work_ratios_plain(q, kv, live)
+    want = work_ratios_plain(cm, q, kv, live)
     assert want[0] > 1.0
     assert np.array_equal(cm.work_ratios(q, kv, live), want)
     q = np.ones((3, 20), np.int64)  # 20 requests x 8 heads: 160 items, two rounds
     kv = np.arange(60).reshape(3, 20) * 1000 + 1
-    want = cm.work_ratios_plain(q, kv, np.ones_like(q, bool))
+    want = work_ratios_plain(cm, q, kv, np.ones_like(q, bool))
     assert np.array_equal(cm.work_ratios(q, kv, np.ones_like(q, bool)), want)
     cm = fresh(cm)
     cm.WORK_CACHE_MAX = 2

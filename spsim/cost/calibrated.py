@@ -311,8 +311,8 @@ class CalibratedCostModel(RooflineCostModel):
         and its KV block size (the tile class's), which change only when a request's KV crosses a
         block boundary (64-128 tokens): each pass's units are built here (a few vector operations
         for all passes), consecutive passes with the same units share one ratio, and a ratio is
-        computed once per distinct (block size, units) (`_units_ratio`, exactly the arithmetic of
-        `work_ratios_plain`) and cached."""
+        computed once per distinct (block size, units) (`_units_ratio`) and cached. Tests hold it to
+        the direct vector computation over every pass (tests/test_calibrated_speed.py)."""
         P = self.p
         S = int(P.attn_sms)
         n = len(q)
@@ -364,9 +364,9 @@ class CalibratedCostModel(RooflineCostModel):
         return np.array(out)[np.cumsum(chg) - 1]
 
     def _units_ratio(self, units: np.ndarray, bn: int, hkv: int, S: int) -> float:
-        """One pass of `work_ratios_plain` from its plan's units (KV blocks of each unit, one head,
-        in plan order; int64) and KV block size `bn`: the same operations on Python ints and
-        floats (the same IEEE operations as numpy's), the makespan where it runs more than one round."""
+        """One pass's ratio from its plan's units (KV blocks of each unit, one head, in plan order;
+        int64) and KV block size `bn`, on Python ints and floats: plan_attention's split search,
+        the closed form in one round, the makespan where it runs more than one."""
         ul = units.tolist()
         if not ul:
             return 1.0
@@ -402,76 +402,6 @@ class CalibratedCostModel(RooflineCostModel):
         if items > S:  # more than one round
             return max(1.0, self._makespan(units, split, bn, hkv, c, S) / ideal)
         return max(1.0, (float(min(umax, split) * bn) + c) / ideal)
-
-    def work_ratios_plain(self, q, kv, live, qmax=None, rank=None) -> np.ndarray:
-        """`work_ratios` computed directly (no cache, every pass; tests hold `work_ratios` to it):
-        `work_ratio` of many passes: row i holds pass i's requests where `live` (other entries
-        are ignored), in pass order, or in the order of `rank` (a stable sort of row i's rank).
-        Exact, with no per-pass Python where the plan has at most `attn_sms` items (one round: the
-        makespan is the longest item, the ratio closed-form; the order does not matter); the rest
-        are scheduled (`_makespan`), cached by the plan's units in order."""
-        P = self.p
-        S = int(P.attn_sms)
-        n = len(q)
-        if not S:
-            return np.ones(n)
-        hkv = max(1, self.model.kv_heads // self.tp)
-        cls = self.tile_class(np.where(live, q, 0).max(axis=1) if qmax is None else np.asarray(qmax))
-        bn, qb, cap = self._wi_bn[cls], self._wi_qb[cls][:, None], self._wi_cap[cls]
-        nqb = np.where(live, -(-q // qb), 0)  # query blocks (q >= 1)
-        J = int(nqb.max()) if n else 0
-        if J <= 1:  # one query block per request (every decode pass): units = requests
-            uv = live
-            u_end = np.minimum(kv, np.maximum(0, kv - q + np.minimum(qb, q)))
-        else:  # units in request order, query blocks inner (as the plan)
-            j = np.arange(J)
-            uv = (j < nqb[:, :, None]).reshape(n, -1)
-            q3, kv3 = q[:, :, None], kv[:, :, None]
-            u_end = np.minimum(kv3, np.maximum(0, kv3 - q3 + np.minimum((j + 1) * qb[:, :, None], q3))).reshape(n, -1)
-        ub = np.where(uv, -(-u_end // bn[:, None]), 0)  # KV blocks of each unit (one head)
-        ub1 = np.where(uv, np.maximum(ub, 1), 0)  # a unit of no blocks is still an item
-        umax = ub.max(axis=1)
-        total = hkv * ub.sum(axis=1)
-
-        def count(s):  # items of the plan at split s (blocks): every head has the same units
-            return hkv * (-(-ub1 // s[:, None])).sum(axis=1)
-
-        # plan_attention's split: the smallest giving <= S items (lo), at most ATTN_MIN_SPLIT tokens
-        # (cap), at least w = total / (S x waves): max(1, min(cap, lo), w). Where w gives <= S items
-        # it is that; else the smallest in (w, min(cap, umax)] giving <= S items, or that bound
-        split = np.maximum(1, -(-total // max(1, int(S * self.ATTN_WAVES))))
-        items = count(split)
-        hi = np.minimum(cap, np.maximum(1, umax))
-        grow = (items > S) & (split < hi)
-        if grow.any():
-            # bounds: items >= total / s (so s >= total / S) and items <= units x heads + total / s
-            # (so s = total / (S - units x heads) is enough); more units than S: none is (hi)
-            room = S - hkv * uv.sum(axis=1)
-            hi = np.where(room > 0, np.minimum(hi, -(-total // np.maximum(room, 1))), hi)
-            lo = np.where(room > 0, np.minimum(np.maximum(split + 1, -(-total // S)), hi), hi)
-            act = grow & (lo < hi)
-            while act.any():
-                mid = (lo + hi) // 2
-                ok = count(np.maximum(mid, 1)) <= S  # rows not searching may hold 0 (no work): unused
-                hi = np.where(act & ok, mid, hi)
-                lo = np.where(act & ~ok, mid + 1, lo)
-                act = lo < hi
-            split = np.where(grow, lo, split)
-            items = np.where(grow, count(split), items)
-        any_live = items > 0
-        c = float(P.attn_item_tokens)
-        work = (total * bn).astype(np.float64) + c * items  # all items' tokens
-        longest = (np.minimum(umax, split) * bn).astype(np.float64) + c
-        ideal = np.where(any_live, work, 1.0) / S
-        r = np.where(any_live, np.maximum(1.0, longest / ideal), 1.0)
-        for i in np.flatnonzero(any_live & (items > S)).tolist():  # more than one round
-            u, v = ub[i], uv[i]
-            if rank is not None:  # units of a request stay together (query blocks inner)
-                o = np.argsort(rank[i], kind="stable")
-                u, v = u.reshape(len(o), -1)[o].ravel(), v.reshape(len(o), -1)[o].ravel()
-            span = self._makespan(u[v], int(split[i]), int(bn[i]), hkv, c, S)
-            r[i] = max(1.0, span / ideal[i])
-        return r
 
     @staticmethod
     def _makespan(units: np.ndarray, split: int, bn: int, hkv: int, c: float, S: int) -> float:
