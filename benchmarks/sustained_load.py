@@ -1,0 +1,150 @@
+"""Does a pass take longer when the GPU has been busy for seconds? (calibration vs validation)
+
+The calibration sweep times each point alone: a few repeats, then seconds of setup with the GPU
+idle. A serving run keeps the GPU busy: Mooncake's first 50 requests run 8K-token prefill chunks
+back to back for ~27 s, and the runtime's prefill passes there came out 5.6 % slower than the
+profile fitted on isolated points predicts (validate_mooncake_offline_n50_ar_s15.json), where the
+sweep's own 8K chunks at 16K-116K are 2-8 % faster than predicted. A GPU holding its power limit
+lowers its clocks under sustained tensor-core load; this measures whether it does here.
+
+For each pass: the sweep's timing (`Bench.run`: warm-up, median of repeats), then the same pass
+back to back for `--seconds`, each repeat's time with the SM clock, power and temperature sampled
+beside it (nvidia-smi, every 100 ms). Then the sweep's timing again, right after the load.
+
+    python3 benchmarks/sustained_load.py --out benchmarks/results/sustained_load_h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout without an install
+
+QUERY = "clocks.sm,clocks.mem,power.draw,temperature.gpu"
+
+
+class Smi:
+    """nvidia-smi sampled in the background: (time, sm MHz, mem MHz, W, C) rows."""
+
+    def __init__(self, period_ms: int = 100):
+        self.rows: list[tuple] = []
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits",
+                                      f"-lms={period_ms}"], stdout=subprocess.PIPE, text=True)
+        self.th = threading.Thread(target=self._read, daemon=True)
+        self.th.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                v = [float(x) for x in line.strip().split(",")]
+            except ValueError:
+                continue
+            self.rows.append((time.monotonic() - self.t0, *v))
+
+    def window(self, a: float, b: float) -> dict:
+        r = [x for x in self.rows if a <= x[0] <= b]
+        if not r:
+            return {}
+        return {"sm_mhz": statistics.median(x[1] for x in r), "sm_mhz_min": min(x[1] for x in r),
+                "power_w": statistics.median(x[3] for x in r), "power_w_max": max(x[3] for x in r),
+                "temp_c": max(x[4] for x in r), "samples": len(r)}
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def close(self):
+        self.proc.terminate()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seconds", type=float, default=12.0, help="back-to-back load per pass")
+    ap.add_argument("--model", default="llama-3.1-8b")
+    a = ap.parse_args()
+
+    import torch
+
+    from spsim.calibration.design import Point
+    from spsim.calibration.measure import Bench, page_tables, token_resetter
+    from spsim.gpu_runtime.kv_cache import PagedKVCache
+    from spsim.gpu_runtime.model import Transformer
+    from spsim.gpu_runtime.model_config import get_config
+    from spsim.gpu_runtime.padding import SCRATCH_PAGES
+
+    dev = torch.device("cuda")
+    cfg = get_config(a.model)
+    model = Transformer.random(cfg, seed=0, device=dev, dtype=torch.bfloat16)
+    points = {
+        "prefill 8K at 64K + 10 decodes at 27K": Point("prefill", prefill=((65536, 8192),), verifies=((26900, 1),) * 10),
+        "prefill 8K at 16K": Point("prefill", prefill=((16384, 8192),)),
+        "prefill 8K from 0 + 2K from 0": Point("prefill", prefill=((0, 6144), (0, 2048))),
+        "decode 32 x 16K": Point("ar", verifies=((16384, 1),) * 32),
+    }
+    need = max(sum(-(-(c + n) // 16) for c, n in p.prefill + p.verifies) for p in points.values())
+    cache = PagedKVCache(cfg, need + 64 + SCRATCH_PAGES, 16, device=dev, dtype=model.dtype)
+    cache.k.normal_()
+    cache.v.normal_()
+    bench = Bench(model, cache, graphs=True)
+    smi = Smi()
+    time.sleep(1.0)
+    out = {"benchmark": "sustained_load", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "device": torch.cuda.get_device_name(dev), "torch": torch.__version__, "python": platform.python_version(),
+           "model": cfg.name, "seconds": a.seconds, "idle": smi.window(0, smi.now()), "passes": []}
+    for name, p in points.items():
+        t0 = smi.now()
+        before = bench.run(p)
+        t1 = smi.now()
+        # the same pass back to back, as a serving run keeps the GPU busy
+        tables = page_tables(p, bench.num_pages, cache.page_size, bench.perm)
+        ex = bench._executor(p, tables)
+        plan = p.plan()
+        reset = token_resetter(ex, plan, cfg.vocab)
+        reset()
+        ex.execute(plan)
+        reps = []
+        end = time.monotonic() + a.seconds
+        while time.monotonic() < end:
+            reset()
+            s = smi.now()
+            dt = ex.execute(plan).elapsed_s
+            reps.append((round(s, 3), round(dt, 6)))
+        t2 = smi.now()
+        after = bench.run(p)
+        t3 = smi.now()
+        n = len(reps)
+        q = max(1, n // 5)
+        first = statistics.median(r[1] for r in reps[:q])
+        last = statistics.median(r[1] for r in reps[-q:])
+        row = {"pass": name, "point": p.to_dict(), "sweep_s": before["seconds"], "sweep_after_s": after["seconds"],
+               "sustained_first_fifth_s": first, "sustained_last_fifth_s": last, "sustained_reps": n,
+               "last_over_sweep": round(last / before["seconds"], 4),
+               "smi_sweep": smi.window(t0, t1), "smi_sustained_first": smi.window(reps[0][0], reps[q - 1][0] + reps[q - 1][1]),
+               "smi_sustained_last": smi.window(reps[-q][0], t2), "smi_after": smi.window(t2, t3), "reps": reps}
+        out["passes"].append(row)
+        print(f"{name}: sweep {before['seconds'] * 1e3:.2f} ms, sustained first {first * 1e3:.2f} last "
+              f"{last * 1e3:.2f} ms ({n} reps), after {after['seconds'] * 1e3:.2f} ms; SM MHz "
+              f"{row['smi_sweep'].get('sm_mhz')} -> {row['smi_sustained_last'].get('sm_mhz')} "
+              f"(min {row['smi_sustained_last'].get('sm_mhz_min')}), W {row['smi_sustained_last'].get('power_w')}",
+              flush=True)
+        del ex
+        torch.cuda.empty_cache()
+        time.sleep(2.0)
+    smi.close()
+    Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
