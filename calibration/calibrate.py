@@ -203,7 +203,7 @@ def profile_info(path: Path, sessions: list[dict]) -> dict:
         "measured_dtype": s.get("dtype"), "kv_pages_allocatable": s.get("kv_pages_allocatable"),
         "versions": s.get("versions") or {}, "cuda": s.get("cuda"), "kernel_version": s.get("kernel_version"),
         "git": s.get("git"), "date": s.get("date"), "measurements": path.name, "sessions": len(sessions),
-        "design": s.get("design"),
+        "design": s.get("design"), "token_ids": s.get("token_ids", "one per request"),
         "session_machines": sorted({f"{x.get('device_name')} / torch {(x.get('versions') or {}).get('torch')} / "
                                     f"kernels {x.get('kernel_version')}" for x in sessions}),
     }

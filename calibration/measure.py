@@ -117,7 +117,11 @@ def token_resetter(ex, plan, vocab: int):
     from spsim.gpu_runtime.executor import RequestTokens
 
     base = plan_token_state(plan)
-    states = {rid: RequestTokens([(7 * rid + 1) % vocab] * n, prompt) for rid, (n, prompt, _) in base.items()}
+    # every position its own token id, as in real prompts: a GEMM's power draw depends on its data,
+    # and at the H200's power cap one id repeated through a prompt ran 8K-token prefill passes 2-10 %
+    # faster than varied ids (benchmarks/results/engine_passes_tokens_h200.json)
+    states = {rid: RequestTokens(np.random.default_rng(rid).integers(0, vocab, n).tolist(), prompt)
+              for rid, (n, prompt, _) in base.items()}
 
     def reset():
         for rid, st in states.items():
@@ -408,6 +412,7 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
     info = machine_info(model, cache, dev, allocatable, free)
     info["design"] = design
     info["padded"] = padded
+    info["token_ids"] = "random"  # per position (token_resetter); sweeps before 2026-12-02 repeated one id per request
     info.update(runtime_facts(graphs and dev.type == "cuda"))
     info["sweep_cache_pages"] = pages  # the requests' pages (the dummies' scratch pages come after)
     log(f"{info['device_name']}: {allocatable:,} KV pages allocatable ({page_size} tokens), sweep cache "

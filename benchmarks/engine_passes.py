@@ -1,0 +1,156 @@
+"""Time a run's own passes the way the calibration sweep times its points (one at a time, median of
+repeats), to tell the cost model's error on a validation run's passes apart from what the run adds
+around them.
+
+Input: a JSON list of passes ({"pass_index", "prefill": [[context, tokens], ...], "verifies":
+[[context, query], ...], "predicted_ms"}): the prefill passes of Mooncake's first 50 requests
+offline under `ar`, as the simulator plans them (the runtime plans the same ones: validate's `same_plans`), priced
+with the profile the validation run used, written by `--plan` (CPU, needs simpy):
+
+    python3 benchmarks/engine_passes.py --plan benchmarks/data/mooncake50_ar_prefill_passes.json \\
+        --profile benchmarks/results/calibration/sweep8_s15_const_tokens/h200-llama-3.1-8b.json
+    python3 benchmarks/engine_passes.py benchmarks/data/mooncake50_ar_prefill_passes.json --tokens both \\
+        --out benchmarks/results/engine_passes_tokens_h200.json          # on the GPU
+
+`--tokens both` times each pass with the sweep's old token ids (one id repeated through each
+request) and with an id per position (real prompts): at the power cap the GEMMs' draw depends on
+their data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout without an install
+
+
+def plan_passes(out: str, profile: str = "calibration/profiles/h200-llama-3.1-8b.json") -> None:
+    """The prefill passes of Mooncake's first 50 requests, offline, `ar`, as the simulator plans them."""
+    from dataclasses import fields
+
+    from spsim.config import ServingConfig
+    from spsim.cost.calibrated import CalibratedCostModel
+    from spsim.simulator.engine import SimConfig, simulate
+    from spsim.traces import read_trace
+    from spsim.validate import check, select
+
+    cost = CalibratedCostModel.from_profile(json.loads(Path(profile).read_text()))
+    trace = select(read_trace("mooncake"), 50, None)
+    cfg = check(ServingConfig(policy="ar", acceptance="sparsespec-llama8b", model="llama-3.1-8b", profile=profile,
+                              offline=True)).with_(kv_pages=57248)  # the H200's pool in validate runs
+    rows = []
+
+    class Recording:  # every pass priced one by one, in order (spsim/validate.py RecordingCost)
+        def time(self, plan):
+            t = float(cost.time(plan))
+            if len(plan.prefill_ids):
+                rows.append({"pass_index": self.n, "prefill": [list(x) for x in zip(plan.prefill_context.tolist(),
+                                                                                    plan.prefill_tokens.tolist())],
+                             "verifies": [list(x) for x in zip(plan.verify_context.tolist(), plan.verify_query.tolist())],
+                             "predicted_ms": t * 1e3})
+            self.n += 1
+            return t
+
+        def __getattr__(self, name):
+            if name in ("segment_times", "decode_times", "times"):
+                raise AttributeError(name)
+            return getattr(cost, name)
+
+    rec = Recording()
+    rec.n = 0
+    simulate(trace, SimConfig(**{f.name: getattr(cfg, f.name) for f in fields(ServingConfig)}, fast=False), cost=rec)
+    Path(out).write_text(json.dumps(rows) + "\n")
+    print(f"wrote {len(rows)} prefill passes to {out}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("passes", nargs="?")
+    ap.add_argument("--out")
+    ap.add_argument("--plan", metavar="FILE", help="write the pass list (CPU, needs simpy) and stop")
+    ap.add_argument("--profile", default="calibration/profiles/h200-llama-3.1-8b.json",
+                    help="--plan: the profile pricing the passes (predicted_ms)")
+    ap.add_argument("--model", default="llama-3.1-8b")
+    ap.add_argument("--group", default="ar", help="the sweep group the points run as (ar: no Quest bounds kept)")
+    ap.add_argument("--every", type=int, default=1, help="time every Nth pass")
+    ap.add_argument("--tokens", default="constant", help="token ids: constant (the sweep's: one id per request), "
+                    "random (every position its own id, as real prompts), or both (each pass timed both ways)")
+    a = ap.parse_args()
+    if a.plan:
+        plan_passes(a.plan, a.profile)
+        return 0
+    if not (a.passes and a.out):
+        ap.error("give a pass list and --out (or --plan FILE)")
+
+    import torch
+
+    from spsim.calibration.design import Point
+    from spsim.calibration.measure import Bench
+    from spsim.gpu_runtime.kv_cache import PagedKVCache
+    from spsim.gpu_runtime.model import Transformer
+    from spsim.gpu_runtime.model_config import get_config
+    from spsim.gpu_runtime.padding import SCRATCH_PAGES
+
+    rows = json.loads(Path(a.passes).read_text())[:: a.every]
+    dev = torch.device("cuda")
+    cfg = get_config(a.model)
+    model = Transformer.random(cfg, seed=0, device=dev, dtype=torch.bfloat16)
+    pts = [Point(a.group, prefill=tuple(map(tuple, r["prefill"])), verifies=tuple(map(tuple, r["verifies"])))
+           for r in rows]
+    need = max(sum(-(-(c + n) // 16) for c, n in p.prefill + p.verifies) for p in pts)
+    cache = PagedKVCache(cfg, need + 64 + SCRATCH_PAGES, 16, device=dev, dtype=model.dtype)
+    cache.k.normal_()
+    cache.v.normal_()
+    bench = Bench(model, cache, graphs=True)
+    import spsim.calibration.measure as M
+
+    constant = M.token_resetter
+
+    def random_tokens(ex, plan, vocab):  # every position its own id (a fixed draw per request)
+        reset = constant(ex, plan, vocab)
+        reset()
+        for rid, (n, _, _) in M.plan_token_state(plan).items():
+            ex.req[rid].tokens[:] = np.random.default_rng(rid).integers(0, vocab, n).tolist()
+        base = {rid: list(st.tokens) for rid, st in ex.req.items()}
+
+        def again():
+            reset()
+            for rid, toks in base.items():
+                ex.req[rid].tokens[:] = toks
+        return again
+
+    modes = ["constant", "random"] if a.tokens == "both" else [a.tokens]
+    out = []
+    t0 = time.monotonic()
+    for r, p in zip(rows, pts):
+        r = dict(r)
+        for mode in modes:
+            M.token_resetter = constant if mode == "constant" else random_tokens
+            m = bench.run(p)
+            r[mode] = dict(ms=m["seconds"] * 1e3, gpu_ms=statistics.median(m.get("gpu_s", [0])) * 1e3,
+                           prep_ms=statistics.median(m["prep_s"]) * 1e3, samples=m["samples"])
+            torch.cuda.empty_cache()
+        out.append(r)
+        print(f"pass {r['pass_index']}: " + ", ".join(f"{k} {r[k]['ms']:.1f} ms" for k in modes)
+              + f", predicted {r['predicted_ms']:.1f} ms ({time.monotonic() - t0:.0f} s)", flush=True)
+    import platform
+    from datetime import datetime, timezone
+
+    import triton
+
+    meta = {"benchmark": "engine_passes", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "device": torch.cuda.get_device_name(dev), "torch": torch.__version__, "triton": triton.__version__,
+            "python": platform.python_version(), "command": " ".join(sys.argv), "tokens": a.tokens}
+    Path(a.out).write_text(json.dumps(dict(meta, passes=out), indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
