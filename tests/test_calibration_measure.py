@@ -144,3 +144,39 @@ def test_anchors_are_measured_through_the_sweep_and_kept_apart(tmp_path):
     assert {a["anchor"] for a in anchors} == kinds and all(a["ok"] and a["seconds"] > 0 for a in anchors)
     t = [a["t_s"] for a in anchors]
     assert t == sorted(t) and all(a["session"] == 0 for a in anchors)
+
+
+def test_sweep_prompts_have_an_id_per_position_reset_to_the_same_ids():
+    """At a GPU's power cap a GEMM's time depends on its operands (one id repeated through a prompt
+    ran prefill 1-10 % fast on the H200): the sweep's requests hold varied ids, the same after every
+    reset, and the session says so."""
+    from types import SimpleNamespace
+
+    from spsim.calibration import measure as M
+    from spsim.calibration.design import Point
+
+    p = Point("prefill", prefill=((0, 512), (256, 256)), verifies=((300, 3),))
+    ex = SimpleNamespace(req={})
+    reset = M.token_resetter(ex, p.plan(), 32000)
+    reset()
+    first = {rid: list(st.tokens) for rid, st in ex.req.items()}
+    assert len(first) == 3
+    for toks in first.values():
+        assert len(set(toks)) > len(toks) // 2 and all(0 <= t < 32000 for t in toks)
+    assert first[0] != first[1][: len(first[0])]  # requests differ too
+    for st in ex.req.values():  # a pass appends tokens (and verification drafts change)
+        st.tokens.append(5)
+    reset()
+    assert {rid: list(st.tokens) for rid, st in ex.req.items()} == first
+    again = SimpleNamespace(req={})
+    M.token_resetter(again, p.plan(), 32000)()
+    assert {rid: list(st.tokens) for rid, st in again.req.items()} == first  # same draw every time
+
+
+def test_session_records_its_token_ids(tmp_path):
+    from spsim.calibration import measure as M
+
+    f = tmp_path / "m.jsonl"
+    M.measure(f, "tiny", "cpu", design="smoke", max_points=1, bench_kw=FAST, log=lambda *_: None)
+    sessions, _ = read_measurements(f)
+    assert sessions[0]["token_ids"] == "random"

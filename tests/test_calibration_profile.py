@@ -268,6 +268,7 @@ def test_shipped_profiles_are_measured_calibrated_profiles_named_for_their_setti
         assert prof["kind"] == "calibrated" and path.name == f"{md['gpu_name']}-{md['model_name']}.json"
         assert md["points"]["heldout"] > 0 and md["heldout_error"]["p95_abs_rel"] < 0.15 and md["kernel_version"]
         assert md["kv_pages_allocatable"] > 0 and md["device_name"] != "cpu"
+        assert md["token_ids"] == "random"  # timed on varied ids, as real prompts (docs/calibration.md)
     if not any(p.name == "h200-llama-3.1-8b.json" for p in shipped):
         assert build_cost_model(ServingConfig()).name == "roofline"  # none for the default setting yet
 
