@@ -31,8 +31,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout without an install
 
 
-def plan_passes(out: str, profile: str = "calibration/profiles/h200-llama-3.1-8b.json") -> None:
-    """The prefill passes of Mooncake's first 50 requests, offline, `ar`, as the simulator plans them."""
+def plan_passes(out: str, profile: str = "calibration/profiles/h200-llama-3.1-8b.json", policy: str = "ar",
+                categories: str = "prefill", limit: int = 50) -> None:
+    """The passes of Mooncake's first `limit` requests, offline, under `policy`, as the simulator
+    plans them (those of `categories`: prefill, draft, mixed, verify)."""
     from dataclasses import fields
 
     from spsim.config import ServingConfig
@@ -42,19 +44,26 @@ def plan_passes(out: str, profile: str = "calibration/profiles/h200-llama-3.1-8b
     from spsim.validate import check, select
 
     cost = CalibratedCostModel.from_profile(json.loads(Path(profile).read_text()))
-    trace = select(read_trace("mooncake"), 50, None)
-    cfg = check(ServingConfig(policy="ar", acceptance="sparsespec-llama8b", model="llama-3.1-8b", profile=profile,
+    trace = select(read_trace("mooncake"), limit, None)
+    cfg = check(ServingConfig(policy=policy, acceptance="sparsespec-llama8b", model="llama-3.1-8b", profile=profile,
                               offline=True)).with_(kv_pages=57248)  # the H200's pool in validate runs
+    want = set(categories.split(","))
     rows = []
+    pairs = lambda a, b: [list(x) for x in zip(a.tolist(), b.tolist())]  # noqa: E731
 
     class Recording:  # every pass priced one by one, in order (spsim/validate.py RecordingCost)
+        n = 0
+
         def time(self, plan):
             t = float(cost.time(plan))
-            if len(plan.prefill_ids):
-                rows.append({"pass_index": self.n, "prefill": [list(x) for x in zip(plan.prefill_context.tolist(),
-                                                                                    plan.prefill_tokens.tolist())],
-                             "verifies": [list(x) for x in zip(plan.verify_context.tolist(), plan.verify_query.tolist())],
-                             "predicted_ms": t * 1e3})
+            if plan.category in want:
+                row = {"pass_index": self.n, "category": plan.category,
+                       "prefill": pairs(plan.prefill_context, plan.prefill_tokens),
+                       "verifies": pairs(plan.verify_context, plan.verify_query), "predicted_ms": t * 1e3}
+                if len(plan.draft_ids):  # one method and budget per run
+                    row.update(drafts=pairs(plan.draft_context, plan.draft_pos), method=int(plan.draft_method[0]),
+                               budget=int(plan.draft_budget[0]))
+                rows.append(row)
             self.n += 1
             return t
 
@@ -63,11 +72,29 @@ def plan_passes(out: str, profile: str = "calibration/profiles/h200-llama-3.1-8b
                 raise AttributeError(name)
             return getattr(cost, name)
 
-    rec = Recording()
-    rec.n = 0
-    simulate(trace, SimConfig(**{f.name: getattr(cfg, f.name) for f in fields(ServingConfig)}, fast=False), cost=rec)
+    simulate(trace, SimConfig(**{f.name: getattr(cfg, f.name) for f in fields(ServingConfig)}, fast=False),
+             cost=Recording())
     Path(out).write_text(json.dumps(rows) + "\n")
-    print(f"wrote {len(rows)} prefill passes to {out}")
+    print(f"wrote {len(rows)} passes ({categories}) of {policy} to {out}")
+
+
+def point_of(row: dict, group_ar: str = "ar"):
+    """The sweep's point for a recorded pass: its group as the sweep names it (a pass without drafts
+    runs as `group_ar`, which keeps no Quest bounds when `ar`), its method and budget."""
+    from spsim.calibration.design import BUDGET, Point
+    from spsim.plan import DraftMethod
+
+    drafts = tuple(map(tuple, row.get("drafts", [])))
+    verifies = tuple(map(tuple, row["verifies"]))
+    prefill = tuple(map(tuple, row["prefill"]))
+    if prefill:
+        group = "prefill" if drafts or any(q > 1 for _, q in verifies) else group_ar
+    elif drafts:
+        group = "mixed" if verifies else "draft"
+    else:
+        group = "verify" if any(q > 1 for _, q in verifies) else "ar"
+    return Point(group, int(row.get("method", DraftMethod.VERIFY_QUEST)), int(row.get("budget", BUDGET)),
+                 prefill, drafts, verifies)
 
 
 def main() -> int:
@@ -77,21 +104,24 @@ def main() -> int:
     ap.add_argument("--plan", metavar="FILE", help="write the pass list (CPU, needs simpy) and stop")
     ap.add_argument("--profile", default="calibration/profiles/h200-llama-3.1-8b.json",
                     help="--plan: the profile pricing the passes (predicted_ms)")
+    ap.add_argument("--policy", default="ar", help="--plan: the policy whose passes to record")
+    ap.add_argument("--categories", default="prefill", help="--plan: pass categories to record (prefill,draft,mixed,verify)")
     ap.add_argument("--model", default="llama-3.1-8b")
-    ap.add_argument("--group", default="ar", help="the sweep group the points run as (ar: no Quest bounds kept)")
+    ap.add_argument("--group", default="ar", help="the group passes of prefill and single-token verifications run "
+                    "as: ar (an ar run: no Quest bounds kept) or prefill (a speculative run's)")
     ap.add_argument("--every", type=int, default=1, help="time every Nth pass")
     ap.add_argument("--tokens", default="constant", help="token ids: constant (the sweep's: one id per request), "
                     "random (every position its own id, as real prompts), or both (each pass timed both ways)")
     a = ap.parse_args()
     if a.plan:
-        plan_passes(a.plan, a.profile)
+        plan_passes(a.plan, a.profile, a.policy, a.categories)
         return 0
     if not (a.passes and a.out):
         ap.error("give a pass list and --out (or --plan FILE)")
 
     import torch
 
-    from spsim.calibration.design import Point
+    import spsim.calibration.measure as M
     from spsim.calibration.measure import Bench
     from spsim.gpu_runtime.kv_cache import PagedKVCache
     from spsim.gpu_runtime.model import Transformer
@@ -102,15 +132,12 @@ def main() -> int:
     dev = torch.device("cuda")
     cfg = get_config(a.model)
     model = Transformer.random(cfg, seed=0, device=dev, dtype=torch.bfloat16)
-    pts = [Point(a.group, prefill=tuple(map(tuple, r["prefill"])), verifies=tuple(map(tuple, r["verifies"])))
-           for r in rows]
-    need = max(sum(-(-(c + n) // 16) for c, n in p.prefill + p.verifies) for p in pts)
+    pts = [point_of(r, a.group) for r in rows]
+    need = max(M._pages_needed_all(p, 16) for p in pts)  # every request its own pages, as in the run
     cache = PagedKVCache(cfg, need + 64 + SCRATCH_PAGES, 16, device=dev, dtype=model.dtype)
     cache.k.normal_()
     cache.v.normal_()
     bench = Bench(model, cache, graphs=True)
-    import spsim.calibration.measure as M
-
     constant = M.token_resetter
 
     def random_tokens(ex, plan, vocab):  # every position its own id (a fixed draw per request)
