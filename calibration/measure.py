@@ -32,6 +32,7 @@ import numpy as np
 from spsim.errors import SpsimError
 from spsim.plan import DraftMethod, PassPlan
 
+from .clocks import ClockMonitor
 from .design import Point, anchor_points, default_design, smoke_design, sweep_order
 from .records import Writer, read_measurements
 
@@ -167,6 +168,7 @@ class Bench:
         self.min_reps, self.max_reps, self.target_s = min_reps, max_reps, target_s
         self.perm = np.random.default_rng(seed).permutation(self.num_pages).astype(np.int64)
         self.dev = cache.device
+        self.monitor = None  # a clocks.ClockMonitor: the GPU's clock and power over each point's repeats
 
     def _executor(self, point: Point, tables):
         from spsim.gpu_runtime.executor import RuntimeExecutor
@@ -208,6 +210,7 @@ class Bench:
         prep: list[float] = []  # host input preparation inside each sample (the runtime's own split)
         gpu: list[float] = []  # the forward on the device (CUDA events: first launch to logits)
         pad0 = ex.padding.stats() if ex.padding is not None else None
+        t_a = time.monotonic()
         while len(samples) < self.max_reps:
             reset()
             samples.append(ex.execute(plan).elapsed_s)
@@ -216,6 +219,7 @@ class Bench:
             spent = sum(samples)
             if (len(samples) >= self.min_reps and spent >= self.target_s) or (len(samples) >= 2 and spent >= 1.0):
                 break
+        during = self.monitor.window(t_a, time.monotonic()) if self.monitor is not None else None
         graphed = ex.graphs is not None and getattr(ex.graphs, "replays", 0) > replays0
         # drafting requests that share pages with others (the cache is smaller than the pass's KV):
         # a draft reading every page (step-layer's layer 0, Quest scoring) then hits L2 more
@@ -225,6 +229,8 @@ class Bench:
                "shared_pages": bool(shared)}
         if ex.time_gpu:
             out["gpu_s"] = [round(s, 7) for s in gpu]
+        if during is not None:  # SM clock and power over the repeats (clocks.py)
+            out["during"] = during
         if pad0 is not None:  # what the dummies added to the point's pass (the timed runs' mean)
             d = {k: v - pad0[k] for k, v in ex.padding.stats().items()}
             n = len(samples)
@@ -421,6 +427,8 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
     writer = Writer(out)
     writer.session(info)
     bench = Bench(model, cache, graphs, pad=padded, **(bench_kw or {}))
+    if dev.type == "cuda":
+        bench.monitor = ClockMonitor.start(dev.index or 0)
     counts = {"measured": 0, "failed": 0, "skipped": len(points) - len(todo), "left": 0, "design": len(points)}
     walls: list[float] = []
     prog = _Progress(len(todo), log)
@@ -478,6 +486,8 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
     finally:
         prog.close()
         writer.close()
+        if bench.monitor is not None:
+            bench.monitor.close()
     return counts
 
 

@@ -180,3 +180,59 @@ def test_session_records_its_token_ids(tmp_path):
     M.measure(f, "tiny", "cpu", design="smoke", max_points=1, bench_kw=FAST, log=lambda *_: None)
     sessions, _ = read_measurements(f)
     assert sessions[0]["token_ids"] == "random"
+
+
+def _fake_smi(tmp_path, lines: str) -> str:
+    """A stand-in nvidia-smi printing `lines` (one per 20 ms, then it waits to be stopped)."""
+    exe = tmp_path / "nvidia-smi"
+    exe.write_text(f"#!{sys.executable}\nimport sys, time\n"
+                   f"for line in {lines!r}.splitlines():\n"
+                   "    print(line, flush=True)\n    time.sleep(0.02)\n"
+                   "time.sleep(30)\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def test_clock_monitor_summarises_the_samples_of_a_window(tmp_path):
+    import time
+
+    from spsim.calibration.clocks import ClockMonitor
+
+    t0 = time.monotonic()
+    mon = ClockMonitor.start(command=_fake_smi(tmp_path, "1980, 120.5, 40\n[N/A], 1, 1\n1740, 690.0, 64\n1800, 680.0, 66\n"))
+    try:
+        deadline = time.monotonic() + 10
+        while len(mon.rows) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        w = mon.window(t0, time.monotonic())
+        assert w == {"sm_mhz": 1800.0, "sm_mhz_min": 1740.0, "power_w": 680.0, "temp_c": 66.0, "samples": 3}
+        assert mon.window(t0 - 10, t0 - 5) is None  # nothing sampled then
+    finally:
+        mon.close()
+    assert mon.proc.poll() is not None
+    assert ClockMonitor.start(command=str(tmp_path / "no-such-binary")) is None
+
+
+def test_points_carry_the_clocks_over_their_repeats(tmp_path):
+    import time
+
+    from spsim.calibration import measure as M
+    from spsim.calibration.clocks import ClockMonitor
+    from spsim.calibration.design import Point
+    from spsim.gpu_runtime.kv_cache import PagedKVCache
+    from spsim.gpu_runtime.model import Transformer
+    from spsim.gpu_runtime.model_config import get_config
+
+    cfg = get_config("tiny")
+    model = Transformer.random(cfg, seed=0, device="cpu")
+    cache = PagedKVCache(cfg, 256, 16, device="cpu", dtype=model.dtype)
+    bench = M.Bench(model, cache, graphs=False, min_reps=2, max_reps=10_000, target_s=0.3)  # >= 0.3 s of repeats
+    bench.monitor = ClockMonitor.start(command=_fake_smi(tmp_path, "1700, 650, 60\n" * 200))
+    try:
+        time.sleep(0.1)
+        rec = bench.run(Point("ar", verifies=((100, 1),) * 2))
+    finally:
+        bench.monitor.close()
+    assert rec["during"]["sm_mhz"] == 1700.0 and rec["during"]["samples"] >= 1
+    bench.monitor = None
+    assert "during" not in bench.run(Point("ar", verifies=((100, 1),) * 2))
