@@ -20,50 +20,31 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import sys
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout without an install
 
-QUERY = "clocks.sm,clocks.mem,power.draw,temperature.gpu"
-
-
 class Smi:
-    """nvidia-smi sampled in the background: (time, sm MHz, mem MHz, W, C) rows."""
+    """clocks.ClockMonitor with times relative to its start."""
 
-    def __init__(self, period_ms: int = 100):
-        self.rows: list[tuple] = []
+    def __init__(self):
+        from spsim.calibration.clocks import ClockMonitor
+
+        self.mon = ClockMonitor.start(period_ms=100)
         self.t0 = time.monotonic()
-        self.proc = subprocess.Popen(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits",
-                                      f"-lms={period_ms}"], stdout=subprocess.PIPE, text=True)
-        self.th = threading.Thread(target=self._read, daemon=True)
-        self.th.start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            try:
-                v = [float(x) for x in line.strip().split(",")]
-            except ValueError:
-                continue
-            self.rows.append((time.monotonic() - self.t0, *v))
-
-    def window(self, a: float, b: float) -> dict:
-        r = [x for x in self.rows if a <= x[0] <= b]
-        if not r:
-            return {}
-        return {"sm_mhz": statistics.median(x[1] for x in r), "sm_mhz_min": min(x[1] for x in r),
-                "power_w": statistics.median(x[3] for x in r), "power_w_max": max(x[3] for x in r),
-                "temp_c": max(x[4] for x in r), "samples": len(r)}
 
     def now(self) -> float:
         return time.monotonic() - self.t0
 
+    def window(self, a: float, b: float) -> dict:
+        return (self.mon.window(self.t0 + a, self.t0 + b) if self.mon else None) or {}
+
     def close(self):
-        self.proc.terminate()
+        if self.mon:
+            self.mon.close()
 
 
 def main() -> int:
