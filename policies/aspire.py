@@ -26,7 +26,7 @@ from spsim.cost.roofline import RooflineCostModel
 
 from .acceptance_ema import AcceptanceEMA
 from .aspire_stretch import AspireStretch
-from .base import DecodeView, Policy, ema_looks, expected_tokens
+from .base import DecodeView, Policy, ema_looks, expected_tokens, spec_shares
 from .registry import register
 
 
@@ -56,6 +56,10 @@ def cycle_costs(cost, view: DecodeView, k_max: int, k_min: int = 0) -> tuple[np.
     # a pass carrying a prefill chunk is longer for every request in it: drafting then costs more
     nd = max(view.num_decode, 1)
     share = cost.pass_overhead(nd, prefill_tokens=view.prefill_tokens) / nd
+    # speculation's once-per-pass terms, shared like the overhead (k draft passes, one verification)
+    d_add, v_add = spec_shares(cost, view)
+    if d_add or v_add:
+        return ks, kp1 * share + ks * draft_m + verify_m + np.where(ks > 0, ks * d_add + v_add, 0.0)
     return ks, kp1 * share + ks * draft_m + verify_m
 
 

@@ -116,6 +116,22 @@ class Policy:
         return f"{self.name}:{params}" if params else self.name
 
 
+def spec_shares(cost, view: "DecodeView", width: int = 0):
+    """Speculation's once-per-pass seconds (`CostModel.spec_overhead`) as one decode request's
+    share, the way cost-aware policies share `pass_overhead`: (per draft, per verification of
+    drafts), or with `width` the verification's as a row by drafts held 0..width-1 (0 at none).
+    A pass drafts beside verifications (mixed) unless the request is alone; its first draft
+    selects pages; its verification checks drafts."""
+    nd = max(view.num_decode, 1)
+    dp, fp, sp, mx = cost.spec_overhead(int(view.method[0])) if len(view.method) else (0.0,) * 4
+    d, v = (dp + (mx if nd > 1 else 0.0)) / nd, (fp + sp) / nd
+    if not width:
+        return d, v
+    row = np.full(width, v)
+    row[0] = 0.0
+    return d, row
+
+
 def expected_tokens(alpha: np.ndarray, k: np.ndarray) -> np.ndarray:
     """Tokens a verification emits after k drafts when each is accepted with prob alpha
     independently: accepted prefix plus the target token, sum_{i=0..k} alpha^i."""

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import entropy_rule as er
 from .acceptance_ema import AcceptanceEMA
-from .base import DecodeView, Policy, ema_looks
+from .base import DecodeView, Policy, ema_looks, spec_shares
 from .entropy_stretch import StretchPlanner
 from .registry import register
 
@@ -83,7 +83,8 @@ class Entropy(Policy):
         else:
             draft_c, verify_c = self._marginal_costs(view)
             share = self.ctx.cost.pass_overhead(nd, prefill_tokens=view.prefill_tokens) / nd
-            cd, vc = self._priced = draft_c + share, verify_c + share
+            d_add, v_add = spec_shares(self.ctx.cost, view, verify_c.shape[1])
+            cd, vc = self._priced = draft_c + share + d_add, verify_c + share + v_add
             self._priced_key = key
         more = er.draft_more(p_hat, d, prior, cd, vc, np.minimum(view.max_draft, view.remaining - 1), self.lookahead)
         return np.where(more, d + 1, d)
@@ -109,7 +110,8 @@ class Entropy(Policy):
                                         np.arange(1, c + 1)[None, :].repeat(rows, 0))
         nd = max(view.num_decode, 1)
         share = self.ctx.cost.pass_overhead(nd, prefill_tokens=view.prefill_tokens) / nd
-        more = er.first_draft_more(prior, dm[:, 0] + share, vm + share, cap, self.lookahead)
+        d_add, v_add = spec_shares(self.ctx.cost, view, c)
+        more = er.first_draft_more(prior, dm[:, 0] + share + d_add, vm + share + v_add, cap, self.lookahead)
         first = more.reshape(n, r).any(axis=1)
         return int(np.argmax(first)) if first.any() else n
 

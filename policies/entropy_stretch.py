@@ -36,7 +36,7 @@ import heapq
 import numpy as np
 
 from . import entropy_rule as er
-from .base import DecodeView
+from .base import DecodeView, spec_shares
 from .stretch import Stretch, StretchBase
 
 _FMAX = float(np.finfo(np.float64).max)
@@ -138,19 +138,20 @@ class StretchPlanner(StretchBase):
         the step path's grids and additions (`Entropy._marginal_costs`), in one call."""
         r, c = len(view.ids), view.max_draft + 1
         cost = self.pol.ctx.cost
+        d_add, v_add = spec_shares(cost, view, c)  # as the step path adds them
         if getattr(type(cost), "marginal", None) in _TABLE_MARGINALS:  # its table path, taken directly: no (request, k)
             # grid for the draft cost (one column read), whole table rows for the verify costs
             ctx = view.context[:, None] + np.arange(H, dtype=np.int64)
             if cost.tables_fit(int(ctx.max()) + 1, c + 1):
                 dt = cost.draft_table(int(view.budget[0]), int(view.method[0]))
-                self._cd = dt[ctx, 0] + share
-                self._vc = cost.verify_table().take(ctx, axis=0)[:, :, 1:c + 1] + share
+                self._cd = dt[ctx, 0] + share + d_add
+                self._vc = cost.verify_table().take(ctx, axis=0)[:, :, 1:c + 1] + share + v_add
                 return
         ctx = (view.context[:, None] + np.arange(H, dtype=np.int64)).ravel()
         k = len(ctx)
         dm, vm = cost.marginal(ctx[:, None].repeat(c, 1), np.full((k, c), view.budget[0]),
                                             np.full((k, c), view.method[0]), np.arange(1, c + 1)[None, :].repeat(k, 0))
-        self._cd, self._vc = (dm[:, 0] + share).reshape(r, H), (vm + share).reshape(r, H, c)
+        self._cd, self._vc = (dm[:, 0] + share + d_add).reshape(r, H), (vm + share + v_add).reshape(r, H, c)
 
     def _ent_tables(self, J: list[int], reach: list[int] | None = None) -> None:
         """Entropy tables (`StretchBase._tables`' coverage rule) for the columns in J that need one:

@@ -117,6 +117,7 @@ class Sync(Policy):
             got = self._ovh_list = (tbl, tbl.tolist())  # the same floats, read as Python floats
         ovh = got[1]
         cl = caps.tolist()
+        dp, fp, sp, _ = cost.spec_overhead(m[0])  # once per pass: drafting, first drafts, verifying drafts
         best, best_k = None, 0
         cum = 0.0  # the draft passes' cumulative time (np.cumsum's running sum)
         for k in range(K):
@@ -128,6 +129,8 @@ class Sync(Policy):
                 vk = verify[i][e] if i == 0 else vk + verify[i][e]
                 ne += e
             t = ovh[ne] + vk
+            if sp and ne > r:
+                t = t + sp
             if k:
                 j = k - 1  # draft pass j: the requests with cap > j
                 nj, pd = 0, 0.0
@@ -136,6 +139,8 @@ class Sync(Policy):
                         pd = draft[i][j] if nj == 0 else pd + draft[i][j]
                         nj += 1
                 pj = (ovh[nj] if nj else 0.0) + pd
+                if (dp or fp) and nj:
+                    pj = pj + ((dp + fp) if j == 0 else dp)
                 cum = pj if k == 1 else cum + pj
                 t = t + cum
             rate = tk / t
@@ -162,10 +167,18 @@ class Sync(Policy):
         v = verify[np.arange(m)[:, None, None], np.arange(r)[None, :, None], eff].sum(axis=1)  # (m, K)
         ovh = self._overheads(r * (K + 1))
         t = ovh[r + eff.sum(axis=1)] + v  # the verification pass
+        # speculation's once-per-pass terms (the calibrated model's; the roofline has none)
+        dp, fp, sp, _ = self.ctx.cost.spec_overhead(int(view.method[0]))
+        if sp:
+            t = t + np.where(eff.sum(axis=1) > 0, sp, 0.0)
         if k_max:
             drafting = cap > js  # (m, r, k_max): pass j
             n_j = drafting.sum(axis=1)
             p = np.where(n_j > 0, ovh[n_j], 0.0) + (draft * drafting).sum(axis=1)
+            if dp or fp:
+                per = np.full(k_max, dp)
+                per[0] = dp + fp
+                p = p + np.where(n_j > 0, per, 0.0)
             t[:, 1:] += np.cumsum(p, axis=1)
         return tokens / t
 

@@ -82,6 +82,9 @@ class _ProtocolOnly:
     def pass_overhead(self, num_tokens, prefill_tokens=0):
         return self.cm.pass_overhead(num_tokens, prefill_tokens)
 
+    def spec_overhead(self, method):
+        return self.cm.spec_overhead(method)
+
     def marginal(self, context, budget, method, query):
         return self.cm.marginal(context, budget, method, query)
 

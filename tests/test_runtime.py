@@ -47,6 +47,9 @@ class CheapDrafts:
     def pass_overhead(self, num_tokens, prefill_tokens=0):
         return 1e-5
 
+    def spec_overhead(self, method):
+        return 0.0, 0.0, 0.0, 0.0
+
     def marginal(self, context, budget, method, query, draft_pos=None):
         context = np.asarray(context)
         q = np.asarray(query, float)

@@ -1,5 +1,7 @@
 """`sync` (auto k) decides small batches (< 8 requests) on Python floats (`Sync._choose_small`): the
-choice must be exactly the array path's (`argmax` of `_rates`), or runs would differ by batch size."""
+choice must be exactly the array path's (`argmax` of `_rates`), or runs would differ by batch size.
+Under the roofline and under the shipped H200 profile (whose once-per-pass speculation terms both
+paths add)."""
 
 from __future__ import annotations
 
@@ -8,18 +10,37 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 
+_COSTS: dict = {}
+
+
+def _cost(kind: str):
+    if kind not in _COSTS:
+        from spsim.cost import RooflineCostModel
+
+        if kind == "roofline":
+            _COSTS[kind] = RooflineCostModel()
+        else:
+            from spsim.calibration.shipped import PROFILES
+            from spsim.cost import read_profile
+            from spsim.cost.calibrated import CalibratedCostModel
+
+            _COSTS[kind] = CalibratedCostModel.from_profile(read_profile(PROFILES / "h200-llama-3.1-8b.json"))
+    return _COSTS[kind]
+
+
 @settings(max_examples=150, deadline=None)
 @given(seed=st.integers(0, 100_000), n=st.integers(1, 7), k_max=st.integers(1, 16),
        method=st.sampled_from([0, 1, 2, 3, 4]), ctx_hi=st.sampled_from([600, 40000, 200000]),
-       rem_hi=st.sampled_from([2, 5, 500]))
-def test_small_batches_choose_as_the_array_path(seed, n, k_max, method, ctx_hi, rem_hi):
-    from spsim.cost import RooflineCostModel
+       rem_hi=st.sampled_from([2, 5, 500]), cost=st.sampled_from(["roofline", "calibrated"]))
+def test_small_batches_choose_as_the_array_path(seed, n, k_max, method, ctx_hi, rem_hi, cost):
     from spsim.policies.base import DecodeView, PolicyContext
     from spsim.policies.sync import Sync
 
     rng = np.random.default_rng(seed)
+    if cost == "calibrated":  # its tables stop at the profile's 128K window
+        ctx_hi = min(ctx_hi, 120_000)
     pol = Sync(k_max=k_max)
-    pol.bind(PolicyContext(RooflineCostModel()))
+    pol.bind(PolicyContext(_cost(cost)))
     ids = np.arange(n, dtype=np.int64)
     pol.acc.update(ids, rng.integers(1, 9, n), rng.integers(0, 9, n))
     view = DecodeView(ids=ids, context=rng.integers(1, ctx_hi, n), drafted=np.zeros(n, np.int64),

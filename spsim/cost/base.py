@@ -33,5 +33,11 @@ class CostModel(Protocol):
         when it drafts one token, and when it verifies `query` tokens. Cheap: cost-aware policies
         call it every pass."""
 
+    def spec_overhead(self, method: int) -> tuple[float, float, float, float]:
+        """Seconds a pass pays once because of speculation, beyond its requests' own costs: a pass
+        holding drafts of `method`, one holding a run's first drafts (page selection), one
+        verifying drafts, one both drafting and verifying. Cost-aware policies share these over
+        the pass's requests, as they share `pass_overhead`."""
+
     def metadata(self) -> dict:
         """GPU, model config, dtypes, page size, versions, fit error: what a profile records."""

@@ -24,5 +24,8 @@ class ConstantCostModel:
         n = len(context)
         return np.full(n, self.c * self.f * 1e-3), np.full(n, self.c * 1e-3) * np.asarray(query, float)
 
+    def spec_overhead(self, method: int) -> tuple[float, float, float, float]:
+        return 0.0, 0.0, 0.0, 0.0
+
     def metadata(self) -> dict:
         return {"name": self.name, "seconds_per_pass": self.c}

@@ -319,6 +319,11 @@ class RooflineCostModel:
             self._ovh_tbl = self.overhead_vec(t, t)
         return self._ovh_tbl
 
+    def spec_overhead(self, method: int) -> tuple[float, float, float, float]:
+        """(drafting pass, first-draft pass, verifying pass, mixed pass) once-per-pass seconds: the
+        roofline prices speculation per request only."""
+        return 0.0, 0.0, 0.0, 0.0
+
     def marginal(self, context, budget, method, query, draft_pos=None):
         """Attention seconds a request adds when it drafts one token (at `draft_pos`, default 0)
         and when it verifies `query` tokens; the shared linear part is `pass_overhead`."""
