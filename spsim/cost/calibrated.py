@@ -668,8 +668,8 @@ class CalibratedCostModel(RooflineCostModel):
         """The fitted once-per-pass terms of speculation (`time` adds them to the passes that hold
         them): drafting (`draft_pass_s`), a run's first drafts (`first_pass_s`), verifying drafts
         (`spec_pass_s`), drafting and verifying in one pass (`mixed_pass_s`). On the H200 8B
-        profile these are ~1-2 ms a pass against 7-8 ms short-context decodes: a policy that did
-        not see them drafted at 1K contexts where it lost 17 % of TPOT."""
+        profile these are ~1-3 ms a pass against 7-8 ms short-context decodes: `aspire`, not
+        seeing them, drafted at 1-4K contexts and lost 15 % of TPOT to `ar` (docs/policies.md)."""
         m = int(method)
         return self._draft_pass_list[m], self._first_pass_list[m], self.p.spec_pass_s, self.p.mixed_pass_s
 
