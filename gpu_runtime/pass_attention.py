@@ -202,7 +202,7 @@ class PassAttention(PagedAttention):
                 cf = np.minimum(f_npg, kp)  # == c_sel for the real entries
                 # a power of two (at least 8): the first selections' width is part of a graph's
                 # shape, and short contexts (below the budget) gave one width per 8 pages
-                self._kf = min(kp, pow2(int(cf.max()), TABLE_COLS))
+                self._kf = min(kp, pow2(int(cf.max()), 8))
                 self._first = T(first)
                 self._first_slots = T(f_slots)
                 self._first_counts = T(np.repeat(cf, hkv), torch.int32)
