@@ -157,6 +157,7 @@ def main() -> int:
         index["wall_s"] = round(time.monotonic() - t_start, 1)
         (out / f"validate_index{a.tag}.json").write_text(json.dumps(index, indent=2, default=str) + "\n")
 
+    mon = None  # clocks.ClockMonitor, once the model is on the GPU
     try:
         if a.calibrate_first:
             # in a process of its own: everything the sweep held on the GPU is gone before the runs
@@ -185,6 +186,10 @@ def main() -> int:
         index["machine"].update(torch=torch.__version__, device=(torch.cuda.get_device_name(model.device)
                                                                  if model.device.type == "cuda" else "cpu"))
         print(f"model {a.model} loaded in {time.monotonic() - t0:.1f} s", flush=True)
+        from spsim.calibration.clocks import ClockMonitor
+
+        # the GPU's SM clock and power over each measured run (at the power cap they follow the work)
+        mon = ClockMonitor.start(model.device.index or 0) if model.device.type == "cuda" else None
         # interleaved: each policy on every trace before the next policy
         for policy in policies:
             for t in targets:
@@ -223,6 +228,9 @@ def main() -> int:
                     continue
                 v.report["trace"] = t["trace"]
                 v.report["window"] = {"limit": t["limit"], "window_s": t["window"]}
+                if mon is not None:  # the measured run is the last `runtime` seconds of validate()
+                    end = time.monotonic()
+                    row["gpu_clocks"] = v.report["gpu_clocks"] = mon.window(end - v.report["wall_s"]["runtime"], end)
                 write(out / "validate_runs" / name, v)
                 (out / f"validate_{name}.json").write_text(dumps(v.report))
                 row.update(status="done", file=f"validate_{name}.json", wall_s=round(time.monotonic() - t1, 1),
@@ -236,6 +244,8 @@ def main() -> int:
     finally:
         signal.alarm(0)
         save_index()
+        if mon is not None:
+            mon.close()
     done = sum(r.get("status") == "done" for r in index["runs"])
     print(f"\n{done} of {len(targets) * len(policies)} runs done in {time.monotonic() - t_start:.0f} s; "
           f"results in {out}", flush=True)

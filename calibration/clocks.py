@@ -13,6 +13,7 @@ the sweep goes on without clocks (its records say so by the key's absence).
 
 from __future__ import annotations
 
+import bisect
 import statistics
 import subprocess
 import threading
@@ -53,8 +54,10 @@ class ClockMonitor:
     def window(self, t0: float, t1: float) -> dict | None:
         """Median SM clock and power, highest temperature, over lines stamped in [t0, t1]
         (monotonic seconds); None if there are none."""
-        with self._lock:
-            r = [x for x in self.rows if t0 <= x[0] <= t1]
+        with self._lock:  # rows arrive in time order
+            a = bisect.bisect_left(self.rows, (t0,))
+            b = bisect.bisect_right(self.rows, (t1, float("inf")))
+            r = self.rows[a:b]
         if not r:
             return None
         return {"sm_mhz": statistics.median(x[1] for x in r), "sm_mhz_min": min(x[1] for x in r),
