@@ -151,7 +151,14 @@ def main() -> None:
         rows.append(r)
         print(json.dumps(r), flush=True)
     if a.out:
-        Path(a.out).write_text(json.dumps({"benchmark": "graph_shapes", "runs": rows}, indent=1) + "\n")
+        import datetime
+        import platform
+
+        meta = {"benchmark": "graph_shapes", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "command": " ".join(["python3", "benchmarks/graph_shapes.py"] + sys.argv[1:]),
+                "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                            "numpy": np.__version__, "torch": torch.__version__}}
+        Path(a.out).write_text(json.dumps(dict(meta, runs=rows), indent=1) + "\n")
 
 
 if __name__ == "__main__":
