@@ -26,8 +26,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout without an install
 
 
@@ -110,8 +108,9 @@ def main() -> int:
     ap.add_argument("--group", default="ar", help="the group passes of prefill and single-token verifications run "
                     "as: ar (an ar run: no Quest bounds kept) or prefill (a speculative run's)")
     ap.add_argument("--every", type=int, default=1, help="time every Nth pass")
-    ap.add_argument("--tokens", default="constant", help="token ids: constant (the sweep's: one id per request), "
-                    "random (every position its own id, as real prompts), or both (each pass timed both ways)")
+    ap.add_argument("--tokens", default="random", choices=["random", "constant", "both"],
+                    help="token ids: random (every position its own id, as real prompts and the sweep now), "
+                    "constant (one id per request, the sweep's before 2026-12-02), or both (each pass timed both ways)")
     a = ap.parse_args()
     if a.plan:
         plan_passes(a.plan, a.profile, a.policy, a.categories)
@@ -138,13 +137,13 @@ def main() -> int:
     cache.k.normal_()
     cache.v.normal_()
     bench = Bench(model, cache, graphs=True)
-    constant = M.token_resetter
+    varied = M.token_resetter  # the sweep's: every position its own id
 
-    def random_tokens(ex, plan, vocab):  # every position its own id (a fixed draw per request)
-        reset = constant(ex, plan, vocab)
+    def constant(ex, plan, vocab):  # the sweep's before 2026-12-02: one id repeated through each request
+        reset = varied(ex, plan, vocab)
         reset()
         for rid, (n, _, _) in M.plan_token_state(plan).items():
-            ex.req[rid].tokens[:] = np.random.default_rng(rid).integers(0, vocab, n).tolist()
+            ex.req[rid].tokens[:] = [(7 * rid + 1) % vocab] * n
         base = {rid: list(st.tokens) for rid, st in ex.req.items()}
 
         def again():
@@ -159,11 +158,12 @@ def main() -> int:
     for r, p in zip(rows, pts):
         r = dict(r)
         for mode in modes:
-            M.token_resetter = constant if mode == "constant" else random_tokens
+            M.token_resetter = constant if mode == "constant" else varied  # what Bench.run resets with
             m = bench.run(p)
             r[mode] = dict(ms=m["seconds"] * 1e3, gpu_ms=statistics.median(m.get("gpu_s", [0])) * 1e3,
                            prep_ms=statistics.median(m["prep_s"]) * 1e3, samples=m["samples"])
             torch.cuda.empty_cache()
+        M.token_resetter = varied
         out.append(r)
         print(f"pass {r['pass_index']}: " + ", ".join(f"{k} {r[k]['ms']:.1f} ms" for k in modes)
               + f", predicted {r['predicted_ms']:.1f} ms ({time.monotonic() - t0:.0f} s)", flush=True)

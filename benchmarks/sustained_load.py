@@ -27,25 +27,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout without an install
 
-class Smi:
-    """clocks.ClockMonitor with times relative to its start."""
-
-    def __init__(self):
-        from spsim.calibration.clocks import ClockMonitor
-
-        self.mon = ClockMonitor.start(period_ms=100)
-        self.t0 = time.monotonic()
-
-    def now(self) -> float:
-        return time.monotonic() - self.t0
-
-    def window(self, a: float, b: float) -> dict:
-        return (self.mon.window(self.t0 + a, self.t0 + b) if self.mon else None) or {}
-
-    def close(self):
-        if self.mon:
-            self.mon.close()
-
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -56,8 +37,11 @@ def main() -> int:
 
     import torch
 
+    import triton
+
+    from spsim.calibration.clocks import ClockMonitor
     from spsim.calibration.design import Point
-    from spsim.calibration.measure import Bench, page_tables, token_resetter
+    from spsim.calibration.measure import Bench, _pages_needed_all, page_tables, token_resetter
     from spsim.gpu_runtime.kv_cache import PagedKVCache
     from spsim.gpu_runtime.model import Transformer
     from spsim.gpu_runtime.model_config import get_config
@@ -72,20 +56,24 @@ def main() -> int:
         "prefill 8K from 0 + 2K from 0": Point("prefill", prefill=((0, 6144), (0, 2048))),
         "decode 32 x 16K": Point("ar", verifies=((16384, 1),) * 32),
     }
-    need = max(sum(-(-(c + n) // 16) for c, n in p.prefill + p.verifies) for p in points.values())
+    need = max(_pages_needed_all(p, 16) for p in points.values())
     cache = PagedKVCache(cfg, need + 64 + SCRATCH_PAGES, 16, device=dev, dtype=model.dtype)
     cache.k.normal_()
     cache.v.normal_()
     bench = Bench(model, cache, graphs=True)
-    smi = Smi()
+    mon = ClockMonitor.start(period_ms=100)
+    start = time.monotonic()
+    now = lambda: time.monotonic() - start  # noqa: E731  (times in the file: seconds since start)
+    smi = lambda a, b: (mon.window(start + a, start + b) if mon else None) or {}  # noqa: E731
     time.sleep(1.0)
     out = {"benchmark": "sustained_load", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "device": torch.cuda.get_device_name(dev), "torch": torch.__version__, "python": platform.python_version(),
-           "model": cfg.name, "seconds": a.seconds, "idle": smi.window(0, smi.now()), "passes": []}
+           "device": torch.cuda.get_device_name(dev), "torch": torch.__version__, "triton": triton.__version__,
+           "python": platform.python_version(), "model": cfg.name, "seconds": a.seconds, "idle": smi(0, now()),
+           "passes": []}
     for name, p in points.items():
-        t0 = smi.now()
+        t0 = now()
         before = bench.run(p)
-        t1 = smi.now()
+        t1 = now()
         # the same pass back to back, as a serving run keeps the GPU busy
         tables = page_tables(p, bench.num_pages, cache.page_size, bench.perm)
         ex = bench._executor(p, tables)
@@ -97,12 +85,12 @@ def main() -> int:
         end = time.monotonic() + a.seconds
         while time.monotonic() < end:
             reset()
-            s = smi.now()
+            s = now()
             dt = ex.execute(plan).elapsed_s
             reps.append((round(s, 3), round(dt, 6)))
-        t2 = smi.now()
+        t2 = now()
         after = bench.run(p)
-        t3 = smi.now()
+        t3 = now()
         n = len(reps)
         q = max(1, n // 5)
         first = statistics.median(r[1] for r in reps[:q])
@@ -110,8 +98,8 @@ def main() -> int:
         row = {"pass": name, "point": p.to_dict(), "sweep_s": before["seconds"], "sweep_after_s": after["seconds"],
                "sustained_first_fifth_s": first, "sustained_last_fifth_s": last, "sustained_reps": n,
                "last_over_sweep": round(last / before["seconds"], 4),
-               "smi_sweep": smi.window(t0, t1), "smi_sustained_first": smi.window(reps[0][0], reps[q - 1][0] + reps[q - 1][1]),
-               "smi_sustained_last": smi.window(reps[-q][0], t2), "smi_after": smi.window(t2, t3), "reps": reps}
+               "smi_sweep": smi(t0, t1), "smi_sustained_first": smi(reps[0][0], reps[q - 1][0] + reps[q - 1][1]),
+               "smi_sustained_last": smi(reps[-q][0], t2), "smi_after": smi(t2, t3), "reps": reps}
         out["passes"].append(row)
         print(f"{name}: sweep {before['seconds'] * 1e3:.2f} ms, sustained first {first * 1e3:.2f} last "
               f"{last * 1e3:.2f} ms ({n} reps), after {after['seconds'] * 1e3:.2f} ms; SM MHz "
@@ -121,7 +109,8 @@ def main() -> int:
         del ex
         torch.cuda.empty_cache()
         time.sleep(2.0)
-    smi.close()
+    if mon:
+        mon.close()
     Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {a.out}")
     return 0
