@@ -92,14 +92,10 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--points", default="1x32768,16x32768,8x65536,4x120000")
     ap.add_argument("--mixed-methods", default="static,verify-quest,step-layer", help="'' for none")
-    ap.add_argument("--pdl", choices=["on", "off", "both"], default="on",
-                    help="programmatic dependent launch of the small kernels (gpu_runtime/pdl.py); 'both' also times "
-                         "every graphed pass without it, interleaved (`ms_graph_no_pdl`)")
     ap.add_argument("--short-tile", default=None, help="BLOCK_N,warps,stages of the short (decode/draft) tile, "
                     "to time another tile than the runtime's SHORT_TILE")
     args = ap.parse_args()
     from spsim.gpu_runtime import attention as A
-    from spsim.gpu_runtime import pdl
     if args.short_tile:
         A.SHORT_TILE = tuple(int(x) for x in args.short_tile.split(","))
     dev = torch.device("cuda")
@@ -116,7 +112,7 @@ def main() -> None:
     cache.k.normal_()
     cache.v.normal_()
     kv_tok = PagedKVCache.bytes_per_page(lc, ps, torch.bfloat16) / ps
-    out = {"benchmark": "runtime", "command": " ".join(sys.argv), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    out = {"benchmark": "runtime", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "machine": {"gpu": torch.cuda.get_device_name(dev), "torch": torch.__version__,
                        "triton": __import__("triton").__version__, "python": platform.python_version()},
            "model": args.model, "dtype": "bf16", "copy_tb_s": round(bw, 3), "weights_gib": round(wbytes / 2**30, 2),
@@ -127,24 +123,6 @@ def main() -> None:
     rng = np.random.default_rng(0)
     perm = rng.permutation(pages)
 
-    out["pdl"] = args.pdl
-
-    def graph_ms(fn) -> dict:
-        """`ms_graph` as the runtime runs (PDL unless --pdl off); with --pdl both also without PDL,
-        the two graphs timed in alternation (3 rounds each) so drift hits both alike."""
-        if args.pdl != "both":
-            pdl.ENABLED = args.pdl == "on"
-            return {"ms_graph": timed(graphed(fn, dev), dev)}
-        pdl.ENABLED = False
-        g_off = graphed(fn, dev)
-        pdl.ENABLED = True
-        g_on = graphed(fn, dev)
-        on, off = [], []
-        for _ in range(3):
-            off.append(timed(g_off, dev))
-            on.append(timed(g_on, dev))
-        return {"ms_graph": statistics.median(on), "ms_graph_no_pdl": statistics.median(off)}
-
     def tables(b, ctx, extra):
         n = -(-(ctx + extra) // ps)
         return [perm[i * n:(i + 1) * n].tolist() for i in range(b)]
@@ -154,16 +132,13 @@ def main() -> None:
         attn = PassAttention(cache, list(range(b)), tabs, [ctx] * b, [1] * b, 0, DraftRows(), int(DraftMethod.STATIC),
                              2048, {}, None)
         tok = torch.randint(0, lc.vocab, (b,), device=dev)
-        pdl.ENABLED = args.pdl != "off"
         ms = timed(lambda: model(tok, attn.positions, attn), dev)
-        gm = graph_ms(lambda: model(tok, attn.positions, attn))
-        ms_g = gm["ms_graph"]
+        ms_g = timed(graphed(lambda: model(tok, attn.positions, attn), dev), dev)
         floor = (wbytes + b * ctx * kv_tok) / (bw * 1e12) * 1e3
         plan = PassPlan(verify_ids=np.arange(b), verify_query=np.ones(b, np.int64), verify_context=np.full(b, ctx))
         out["ar_step"].append({"batch": b, "context": ctx, "ms": round(ms, 3), "floor_ms": round(floor, 3),
                                "ratio": round(ms / floor, 3), "ms_graph": round(ms_g, 3),
-                               "ratio_graph": round(ms_g / floor, 3), "roofline_ms": round(cm.time(plan) * 1e3, 3),
-                               **{k: round(v, 3) for k, v in gm.items() if k != "ms_graph"}})
+                               "ratio_graph": round(ms_g / floor, 3), "roofline_ms": round(cm.time(plan) * 1e3, 3)})
         print(out["ar_step"][-1], flush=True)
     # mixed: 16 drafting (2K budget) + 16 verifying 9 tokens, 32K; static window (no selection cost)
     # and the selecting methods the policies use (verify-quest: a run's first draft ranks pages by
@@ -185,10 +160,8 @@ def main() -> None:
         method = DraftMethod.parse(name)
         attn = PassAttention(cache, list(range(nd + nv)), tabs, [ctx] * (nd + nv), [1] * nd + [k + 1] * nv, 0, drafts,
                              int(method), 2048, None, meta if method in quest else None, list(range(nd, nd + nv)))
-        pdl.ENABLED = args.pdl != "off"
         ms = timed(lambda: model(tok, attn.positions, attn), dev)
-        gm = graph_ms(lambda: model(tok, attn.positions, attn))
-        ms_g = gm["ms_graph"]
+        ms_g = timed(graphed(lambda: model(tok, attn.positions, attn), dev), dev)
         plan = PassPlan(draft_ids=np.arange(nd), draft_context=np.full(nd, ctx), draft_budget=np.full(nd, 2048),
                         draft_method=np.full(nd, int(method), np.int64), draft_pos=np.zeros(nd, np.int64),
                         verify_ids=np.arange(nd, nd + nv), verify_query=np.full(nv, k + 1),
@@ -198,8 +171,7 @@ def main() -> None:
                              "method": method.label,
                              "first_draft": True, "ms": round(ms, 3), "ms_graph": round(ms_g, 3),
                              "roofline_ms": round(rl, 3), "ratio_graph_to_roofline": round(ms_g / rl, 3),
-                             "bytes_floor_ms": round(byts / (bw * 1e12) * 1e3, 3),
-                             **{k: round(v, 3) for k, v in gm.items() if k != "ms_graph"}})
+                             "bytes_floor_ms": round(byts / (bw * 1e12) * 1e3, 3)})
         print(out["mixed"][-1], flush=True)
         del attn
     text = json.dumps(out, indent=1) + "\n"

@@ -26,7 +26,6 @@ import torch
 import triton
 import triton.language as tl
 
-from . import pdl
 from .buckets import pow2
 from .interpret import INTERPRET as _INTERPRET  # under it, half-precision dots are unreliable: fp32
 from .pages import PageLists, upload
@@ -42,8 +41,7 @@ def _attn_fwd(Q, K, V, O, PO, PM, PL, PSCORE, WORK, ROW_START, ROW_COUNT, ROW_LA
               stride_score,
               HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, PS: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr,
-              WRITE_SCORES: tl.constexpr, FUSED_MERGE: tl.constexpr = 0, GDC: tl.constexpr = False):
-    pdl.enter(GDC)  # before the work list: a padding item must not finish ahead of the previous kernel
+              WRITE_SCORES: tl.constexpr, FUSED_MERGE: tl.constexpr = 0):
     pid = tl.program_id(0).to(tl.int64)
     w = WORK + pid * 7
     req = tl.load(w + 0)
@@ -162,13 +160,12 @@ def _attn_fwd(Q, K, V, O, PO, PM, PL, PSCORE, WORK, ROW_START, ROW_COUNT, ROW_LA
 @triton.jit
 def _attn_merge(O, PO, PM, PL, MERGE, Q_START, Q_LEN, stride_ot, stride_oh,
                 G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, MB: tl.constexpr, DB: tl.constexpr,
-                CS: tl.constexpr, GDC: tl.constexpr):
+                CS: tl.constexpr):
     """One program per (split unit, MB tile rows, DB head dims); CS partials per step.
 
     The global max is found first, so a step only adds weighted partials and its loads do not
     wait on the previous step's arithmetic: one load latency per CS partials. (v3 merged one
     partial per step in one program per unit; many short splits were then far slower: NOTES.md.)"""
-    pdl.enter(GDC)
     pid = tl.program_id(0).to(tl.int64)
     w = MERGE + pid * 5
     req = tl.load(w + 0)
@@ -454,9 +451,9 @@ def _launch(q, k_cache, v_cache, plan: AttentionPlan, out, sm_scale, page_scores
             out.stride(0), out.stride(1), scores.stride(0) if page_scores is not None else 0,
             HKV=hkv, G=plan.group, D=d, PS=ps, BLOCK_M=bm, BLOCK_N=bn, UPCAST=_INTERPRET,
             WRITE_SCORES=page_scores is not None, FUSED_MERGE=int(plan.fused_merge), num_warps=nw,
-            num_stages=num_stages, **pdl.kw(q.device))
+            num_stages=num_stages)
     if plan.merge.shape[0] and not plan.fused_merge:
         mb, db = min(plan.merge_rows, bm), min(plan.merge_dims, d)
         _attn_merge[(plan.merge.shape[0], bm // mb, d // db)](
             out, po, pm, pl, plan.merge, plan.q_start, plan.q_len, out.stride(0), out.stride(1),
-            G=plan.group, D=d, BLOCK_M=bm, MB=mb, DB=db, CS=plan.merge_slots, num_warps=4, **pdl.kw(q.device))
+            G=plan.group, D=d, BLOCK_M=bm, MB=mb, DB=db, CS=plan.merge_slots, num_warps=4)

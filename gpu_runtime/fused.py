@@ -14,7 +14,6 @@ import torch
 import triton
 import triton.language as tl
 
-from . import pdl
 from .interpret import INTERPRET  # noqa: F401  (applies the interpreter fix before decoration)
 
 
@@ -26,8 +25,7 @@ def enabled(x: torch.Tensor) -> bool:
 
 
 @triton.jit
-def _rmsnorm(X, Y, RES, W, OUT, OUT_RES, n, eps, ADD: tl.constexpr, BLOCK: tl.constexpr, GDC: tl.constexpr):
-    pdl.enter(GDC)
+def _rmsnorm(X, Y, RES, W, OUT, OUT_RES, n, eps, ADD: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     ok = cols < n
@@ -47,8 +45,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     n = x.shape[-1]
     out = torch.empty_like(x)
     rows = x.numel() // n
-    _rmsnorm[(rows,)](x, x, x, weight, out, out, n, eps, ADD=False, BLOCK=triton.next_power_of_2(n), num_warps=8,
-                            **pdl.kw(x.device))
+    _rmsnorm[(rows,)](x, x, x, weight, out, out, n, eps, ADD=False, BLOCK=triton.next_power_of_2(n), num_warps=8)
     return out
 
 
@@ -58,8 +55,7 @@ def add_rmsnorm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: flo
     n = x.shape[-1]
     res, out = torch.empty_like(x), torch.empty_like(x)
     rows = x.numel() // n
-    _rmsnorm[(rows,)](x, y, x, weight, out, res, n, eps, ADD=True, BLOCK=triton.next_power_of_2(n), num_warps=8,
-                            **pdl.kw(x.device))
+    _rmsnorm[(rows,)](x, y, x, weight, out, res, n, eps, ADD=True, BLOCK=triton.next_power_of_2(n), num_warps=8)
     return res, out
 
 
@@ -90,9 +86,8 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
 
 
 @triton.jit
-def _rope_qk(QKV, COS, SIN, Q, K, q_heads, kv_heads, stride_t, HALF: tl.constexpr, GDC: tl.constexpr):
+def _rope_qk(QKV, COS, SIN, Q, K, q_heads, kv_heads, stride_t, HALF: tl.constexpr):
     """One program per (token, head) of q and k: rotated q into Q, rotated k into K."""
-    pdl.enter(GDC)
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     i = tl.arange(0, HALF)
@@ -119,14 +114,12 @@ def rope_qk(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, q_heads: in
     k = torch.empty((t, kv_heads, d), dtype=qkv.dtype, device=qkv.device)
     if t:
         _rope_qk[(t, q_heads + kv_heads)](qkv, cos.contiguous(), sin.contiguous(), q, k, q_heads, kv_heads,
-                                          qkv.stride(0), HALF=d // 2, num_warps=1,
-                                          **pdl.kw(qkv.device))
+                                          qkv.stride(0), HALF=d // 2, num_warps=1)
     return q, k
 
 
 @triton.jit
-def _silu_mul(GU, OUT, n, BLOCK: tl.constexpr, GDC: tl.constexpr):
-    pdl.enter(GDC)
+def _silu_mul(GU, OUT, n, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = cols < n
@@ -145,5 +138,5 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     out = torch.empty((t, n), dtype=gate_up.dtype, device=gate_up.device)
     block = 1024
     if t:
-        _silu_mul[(t, triton.cdiv(n, block))](gate_up, out, n, BLOCK=block, num_warps=4, **pdl.kw(gate_up.device))
+        _silu_mul[(t, triton.cdiv(n, block))](gate_up, out, n, BLOCK=block, num_warps=4)
     return out

@@ -35,13 +35,3 @@ def test_fused_ops_match_torch():
     gu = torch.randn(t, 2 * 70, generator=g)
     gate, up = gu.chunk(2, dim=-1)
     torch.testing.assert_close(fused.silu_mul(gu), F.silu(gate) * up, rtol=1e-5, atol=1e-5)
-
-
-def test_pdl_is_off_where_the_kernels_are_interpreted():
-    """PDL (`griddepcontrol`) exists only on the GPU: under the interpreter and on the CPU the
-    kernels launch without it and skip the wait (an inline-asm instruction the interpreter lacks)."""
-    from spsim.gpu_runtime import pdl
-
-    assert not pdl.ENABLED
-    assert pdl.kw(torch.device("cpu")) == {"GDC": False}
-    assert not pdl.on(torch.device("cpu"))

@@ -92,22 +92,3 @@ def test_cuda_graphs_replay_the_same_passes(model, policy, method):
     print(f"graphs: {g}; GPU time eager {sum(eager.result.summary['pass_time_s'].values()):.3f} s, "
           f"graphed {sum(graphed.result.summary['pass_time_s'].values()):.3f} s")
     assert g["replays"] > g["captures"] > 0
-
-
-@pytest.mark.parametrize("policy,method", [("ar", "auto"), ("fixed-k:k=4", "verify-quest"), ("aspire", "step-layer")])
-def test_pdl_changes_no_token(model, policy, method, monkeypatch):
-    """Programmatic dependent launch (pdl.py) only lets a kernel be scheduled early; it waits for
-    the previous one before touching memory, so the run's tokens are exactly those without it,
-    graphed and eager."""
-    from spsim.gpu_runtime import pdl
-
-    assert pdl.ENABLED, "the runtime launches its small kernels with PDL on the GPU by default"
-    cfg = ServingConfig(policy=policy, offline=True, kv_pages=8000, draft_kv=method, draft_budget=256)
-    runs = {}
-    for on in (True, False):
-        monkeypatch.setattr(pdl, "ENABLED", on)
-        for graphs in (True, False):
-            opts = RuntimeOptions(device="cuda", cuda_graphs=graphs, pad_passes=True)
-            runs[on, graphs] = run_trace(trace(), cfg, opts, model=model).tokens
-    assert runs[True, True] == runs[False, True]
-    assert runs[True, False] == runs[False, False]
