@@ -135,6 +135,16 @@ def calibrate_from(measurements: str | Path, out: str | Path | None = None, host
         f"p95 {_pct(f['p95_abs_rel'])})")
     for g, e in sorted(h.get("groups", {}).items()):
         log(f"  held out {g:<20} n={e['n']:<3} median {_pct(e.get('median_abs_rel'))}  p95 {_pct(e.get('p95_abs_rel'))}")
+    if report.get("points", {}).get("excluded"):
+        why = {}
+        for x in report["excluded"]:
+            why[x["reason"]] = why.get(x["reason"], 0) + 1
+        log("left out of the fit: " + "; ".join(f"{n} point(s): {r}" for r, n in why.items()))
+    if "gpu_time" in report:
+        g = report["gpu_time"]
+        log(f"the same model fitted to device time alone (CUDA events): held-out median "
+            f"{_pct(g['heldout_error'].get('median_abs_rel'))}, p95 {_pct(g['heldout_error'].get('p95_abs_rel'))}; "
+            f"the host's serial share of a pass: median {_pct(g['host_share_median'])}")
     log(f"wrote {out_p} (use: spsim replay TRACE --profile {out_p}) and {side}")
     return report
 

@@ -18,9 +18,10 @@ simulator asks (see docs/calibration.md):
   drafting at positions 0..k-1), uniform and mixed lengths, for every method;
 - prefill: chunks 256..8192 tokens after 0..120K tokens of context, two chunks in one pass, and
   chunks beside decoding or drafting requests (chunked prefill).
-Drafting requests need no KV of their own (the runtime's drafts read only their pages; the sweep
-lets them share verifying requests' pages), so large drafting batches fit where full-attention
-requests would not. Full-attention requests get their own pages: `kv_tokens` bounds them.
+Every request gets KV pages of its own, drafting ones too (`kv_tokens` bounds the pass): drafts that
+shared pages selected the same ones and read them from L2, 9-29 % faster than any server runs them,
+and a pass whose KV the GPU cannot hold is not one the simulator asks about. Sweeps before
+2026-12-02 let drafts share; the fit leaves such points out (`shared_pages`).
 """
 
 from __future__ import annotations
@@ -145,11 +146,10 @@ def default_design(window: int, kv_tokens: int) -> list[Point]:
     pts: list[Point] = []
 
     def add(p: Point):
-        # step-layer drafts read their whole context in layer 0: sharing pages with another
-        # request there hits L2 (measured up to ~20 % fast), so they get pages of their own
-        ctxs = [c for c, _ in p.verifies] + [c for c, _ in p.prefill]
-        if p.method == int(P.STEP_LAYER):
-            ctxs += [c for c, _ in p.drafts]
+        # every request on pages of its own, drafting ones too: drafts sharing pages select the
+        # same ones and read them from L2 (measured 9-29 % faster than the fit of the rest), and a
+        # pass whose KV the GPU cannot hold is one no server of it runs
+        ctxs = [c for c, _ in p.verifies] + [c for c, _ in p.prefill] + [c for c, _ in p.drafts]
         if _fits(ctxs, 64, kv_tokens) and p.max_tokens() <= window:
             pts.append(p)
 
@@ -193,6 +193,10 @@ def default_design(window: int, kv_tokens: int) -> list[Point]:
             add(Point("draft", int(m), budget, drafts=((mid, 0),) * 8))
             add(Point("draft", int(m), budget, drafts=((top, 0),) * 32))
         add(Point("draft", int(m), drafts=tuple((c, 1) for c in _mixed_lengths(16, 1024, top, 11 + int(m)))))
+        for c in (mid, top):  # the memory-limited edge: the most drafting requests the KV holds
+            b = int(0.9 * kv_tokens // (c + 64))
+            if b > 1 and b not in (8, 32, 64):
+                add(Point("draft", int(m), drafts=((c, 0),) * b, note="memory edge"))
 
     # mixed: fixed-k / ASPIRE passes: a (k+1)-th verify k+1 tokens, the others draft at 0..k-1
     for m in P:

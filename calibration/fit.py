@@ -191,36 +191,38 @@ def fit(measurements: list[Measurement], model, gpu="h200", tp: int = 1, weight_
     # the score terms' constant only where some pass pays it (the rule that prices it: PlanBatch.keeps)
     fitter = Fitter(labels, CalibratedCostModel(params=CalibratedParams(), **shape), spec_pass=spec_pass,
                     ties=ties, keeps_scores=bool(b_train.keeps().any()))
-    y_train = np.array([m.seconds for m in train])
-    log_y = np.log(y_train)
-    w_prior = PRIOR_WEIGHT
-
+    rt = dict(runtime or {})
     qmax = int(max(b_train.pre_q.max(initial=1), b_train.ver_q.max(initial=1))) + 1
 
-    rt = dict(runtime or {})
+    def solve(y: np.ndarray):
+        log_y = np.log(y)
 
-    def params_of(x):
-        return replace(fitter.params(x), **rt)
+        def resid(x):
+            cm = CalibratedCostModel(params=replace(fitter.params(x), **rt), table_q=qmax, **shape)
+            r = np.log(np.maximum(cm.times(b_train), 1e-12)) - log_y
+            return np.concatenate([r, PRIOR_WEIGHT * (x - fitter.x0) / fitter.scale])
 
-    def resid(x):
-        cm = CalibratedCostModel(params=params_of(x), table_q=qmax, **shape)
-        pred = cm.times(b_train)
-        r = np.log(np.maximum(pred, 1e-12)) - log_y
-        return np.concatenate([r, w_prior * (x - fitter.x0) / fitter.scale])
+        sol = least_squares(resid, fitter.x0, bounds=(fitter.lo, fitter.hi), x_scale=fitter.scale, loss="soft_l1",
+                            f_scale=LOSS_SCALE, max_nfev=max_nfev, method="trf", ftol=1e-12, xtol=1e-12, gtol=1e-12)
+        return sol, replace(fitter.params(sol.x), **rt)
 
-    sol = least_squares(resid, fitter.x0, bounds=(fitter.lo, fitter.hi), x_scale=fitter.scale, loss="soft_l1",
-                        f_scale=LOSS_SCALE, max_nfev=max_nfev, method="trf", ftol=1e-12, xtol=1e-12, gtol=1e-12)
-    params = params_of(sol.x)
-    cm = CalibratedCostModel(params=params, **shape)
     allm = train + test
-    pred = cm.times(PlanBatch.of([m.point.plan() for m in allm]))
-    meas = np.array([m.seconds for m in allm])
-    lab = [m.point.label for m in allm]
     n_tr = len(train)
+    b_all = PlanBatch.of([m.point.plan() for m in allm])
+    lab = [m.point.label for m in allm]
+
+    def split_errors(pred, meas):
+        return ({**errors(pred[:n_tr], meas[:n_tr]), "groups": group_errors(pred[:n_tr], meas[:n_tr], lab[:n_tr])},
+                {**errors(pred[n_tr:], meas[n_tr:]), "groups": group_errors(pred[n_tr:], meas[n_tr:], lab[n_tr:])})
+
+    sol, params = solve(np.array([m.seconds for m in train]))
+    cm = CalibratedCostModel(params=params, **shape)
+    pred = cm.times(b_all)
+    meas = np.array([m.seconds for m in allm])
+    fit_err, held_err = split_errors(pred, meas)
     report = {
-        "fit_error": {**errors(pred[:n_tr], meas[:n_tr]), "groups": group_errors(pred[:n_tr], meas[:n_tr], lab[:n_tr])},
-        "heldout_error": {**errors(pred[n_tr:], meas[n_tr:]),
-                          "groups": group_errors(pred[n_tr:], meas[n_tr:], lab[n_tr:])},
+        "fit_error": fit_err,
+        "heldout_error": held_err,
         "points": {"measured": len(ok) + len(excluded), "fit": n_tr, "heldout": len(test),
                    "failed": sum(1 for m in measurements if not m.ok), "excluded": len(excluded)},
         "excluded": excluded,
@@ -229,6 +231,19 @@ def fit(measurements: list[Measurement], model, gpu="h200", tp: int = 1, weight_
         "predictions": [{"id": m.point.key, "label": m.point.label, "heldout": m.point.heldout,
                          "measured_s": float(y), "predicted_s": float(p)} for m, y, p in zip(allm, meas, pred)],
     }
+    gpu = _gpu_times(allm)
+    if gpu is not None:
+        # the same model fitted to the device's time alone (CUDA events around the forward): what
+        # the host's serial share of each pass (input preparation, sampling, bookkeeping) and its
+        # episodes of slowness add to the wall-clock error above
+        _, gparams = solve(gpu[:n_tr])
+        g_fit, g_held = split_errors(CalibratedCostModel(params=gparams, **shape).times(b_all), gpu)
+        host = {}
+        for g in sorted(set(lab)):
+            sel = np.array([x == g for x in lab])
+            host[g] = round(float(np.median(meas[sel] - gpu[sel])) * 1e3, 3)
+        report["gpu_time"] = {"fit_error": g_fit, "heldout_error": g_held, "host_ms_median": host,
+                              "host_share_median": round(float(np.median(1 - gpu / meas)), 4)}
     host = RooflineParams().host_overhead_s if host_overhead_s is None else float(host_overhead_s)
     final = CalibratedCostModel(params=replace(params, host_overhead_s=host), **shape,
                                 info=_profile_info(info or {}, report, host, host_overhead_s is not None))
@@ -240,6 +255,18 @@ def fit(measurements: list[Measurement], model, gpu="h200", tp: int = 1, weight_
 _SAME_CODE = {DraftMethod.VERIFY_ATTN: DraftMethod.VERIFY_QUEST}
 
 
+def _gpu_times(ms: list[Measurement]) -> np.ndarray | None:
+    """Each point's median device time (`gpu_s`: CUDA events around the forward), where every
+    point has one (GPU sweeps); None otherwise (CPU sweeps, older files)."""
+    out = []
+    for m in ms:
+        g = [x for x in (m.record.get("gpu_s") or []) if isinstance(x, (int, float)) and np.isfinite(x) and x > 0]
+        if not g:
+            return None
+        out.append(float(np.median(g)))
+    return np.array(out)
+
+
 def _current(ok: list[Measurement]) -> tuple[list[Measurement], list[dict]]:
     """The points that time what the runtime does now, and the others with the reason. A pass
     without prefill recorded as run eagerly in a sweep that replayed graphs was measured when the
@@ -249,9 +276,16 @@ def _current(ok: list[Measurement]) -> tuple[list[Measurement], list[dict]]:
     graphs = any(m.record.get("graphed") for m in ok)
     keep, out = [], []
     for m in ok:
+        reason = None
         if graphs and m.record.get("graphed") is False and not m.point.prefill:
-            out.append({"id": m.point.key, "label": m.point.label, "measured_s": m.seconds,
-                        "reason": "run eager (no CUDA graph) where the runtime now replays a graph"})
+            reason = "run eager (no CUDA graph) where the runtime now replays a graph"
+        elif m.record.get("shared_pages"):
+            # more KV than the sweep's cache: drafting requests read each other's pages, and with
+            # one query they select the same ones, from L2 (measured 9-29 % faster than the fit
+            # of the rest); no server of this GPU runs such a pass, its KV would not fit
+            reason = "requests shared KV pages (more KV than the GPU holds; L2 hits)"
+        if reason:
+            out.append({"id": m.point.key, "label": m.point.label, "measured_s": m.seconds, "reason": reason})
         else:
             keep.append(m)
     return keep, out
@@ -261,6 +295,10 @@ def _profile_info(info: dict, report: dict, host: float, measured_host: bool) ->
     out = dict(info)
     out["fit_error"] = _round(report["fit_error"])
     out["heldout_error"] = _round(report["heldout_error"])
+    if "gpu_time" in report:
+        g = report["gpu_time"]
+        out["gpu_time_error"] = {"heldout_error": _round({k: v for k, v in g["heldout_error"].items() if k != "groups"}),
+                                 "host_share_median": g["host_share_median"]}
     out["points"] = report["points"]
     if report.get("tied"):
         out["tied_draft_terms"] = report["tied"]

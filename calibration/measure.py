@@ -411,7 +411,7 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
         log(f"all {len(points)} points of the {design} design are in {out} already")
         return {"measured": 0, "failed": 0, "skipped": len(points), "left": 0, "design": len(points)}
     anchors = anchor_points(cfg.max_context, sweep_max * page_size) if anchor else []
-    pages = min(sweep_max, max(_pages_needed(p, page_size) for p in todo + anchors))
+    pages = min(sweep_max, max(_pages_needed_all(p, page_size) for p in todo + anchors))  # drafts on their own pages
     cache = PagedKVCache(cfg, pages + (SCRATCH_PAGES if padded else 0), page_size, device=dev, dtype=model.dtype)
     cache.k.normal_()
     cache.v.normal_()
@@ -433,7 +433,7 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
     walls: list[float] = []
     prog = _Progress(len(todo), log)
     ctx = _device_context(dev)
-    anchors = [a for a in anchors if _pages_needed(a, page_size) <= bench.num_pages]
+    anchors = [a for a in anchors if _pages_needed_all(a, page_size) <= bench.num_pages]
     t_start = time.monotonic()
 
     def measure_anchors(after: int) -> None:

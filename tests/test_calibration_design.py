@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from spsim.calibration.design import default_design
-from spsim.calibration.measure import SWEEP_FRAC, _pages_needed, _pages_needed_all
+from spsim.calibration.measure import SWEEP_FRAC, _pages_needed_all
 from spsim.calibration.records import read_measurements
 from spsim.plan import DraftMethod
 
@@ -35,8 +35,12 @@ def test_measured_points_keep_their_ids():
     design, recs = _design_of(MEAS)
     keys = {p.key for p in design}
     starts = _sessions_lines(MEAS) + [10 ** 9]
-    third = {m.point.key for m in recs if m.line < starts[1]}  # the third sweep (its first session)
-    assert len(third) == 250 and third <= keys  # every point of it is still in the design
+    third = {m.point.key: m for m in recs if m.line < starts[1]}  # the third sweep (its first session)
+    assert len(third) == 250
+    gone = [m for k, m in third.items() if k not in keys]
+    # every point of it is still in the design but those whose drafts shared pages (2026-12-02)
+    assert gone and all(m.record.get("shared_pages") for m in gone)
+    assert len(gone) <= 60
     later = {m.point.key for m in recs if m.line > starts[1]}  # the fourth sweep's new points
     assert len(later & keys) >= 0.95 * len(later)
     assert len([p for p in design if p.key not in third]) <= 110  # what the design added
@@ -47,7 +51,7 @@ def test_new_points_cover_mixed_passes_and_short_chunks():
     labels = Counter(p.label for p in design)
     held = Counter(p.label for p in design if p.heldout)
     for m in DraftMethod:
-        assert labels[f"mixed:{m.label}"] >= 15, m
+        assert labels[f"mixed:{m.label}"] >= 12, m  # (15+ before passes too large for the KV left)
         assert held[f"mixed:{m.label}"] >= 2, m
         mixed = [p for p in design if p.group == "mixed" and p.method == m]
         ks = {p.verifies[0][1] - 1 for p in mixed}
@@ -61,22 +65,40 @@ def test_new_points_cover_mixed_passes_and_short_chunks():
     assert any(p.drafts for p in short)  # beside a fixed-k / ASPIRE batch
 
 
-def test_new_points_fit_the_cache_of_the_resumed_sweep():
-    """A resumed sweep sizes its cache by the largest point it measures: the new points' requests
-    all get pages of their own there (drafts sharing pages read them from L2: not what serving
-    does)."""
-    design, recs = _design_of(MEAS)
-    third = {m.point.key for m in recs if m.line < _sessions_lines(MEAS)[1]}
-    new = [p for p in design if p.key not in third]
-    cache = max(_pages_needed(p, 16) for p in new)
-    assert [p.key for p in new if _pages_needed_all(p, 16) > cache] == []
+def test_every_point_fits_the_sweeps_cache():
+    """The sweep sizes its cache by the largest point (every request's pages, drafts' too), up to
+    the KV the GPU leaves it: every point of the design fits there, so no drafting request shares
+    pages with another (drafts sharing pages read them from L2: not what serving does)."""
+    for path in (MEAS, PADDED):
+        sessions, _ = read_measurements(path)
+        s = sessions[0]
+        m = s["model_shape"]
+        bpp = s["page_size"] * m["layers"] * m["kv_heads"] * m["head_dim"] * 2 * 2
+        sweep_max = int(s["free_bytes_after_weights"] * SWEEP_FRAC) // bpp
+        design, _ = _design_of(path)
+        need = [_pages_needed_all(p, s["page_size"]) for p in design]
+        assert max(need) <= sweep_max
+        assert max(need) > 0.8 * sweep_max  # the memory edge is in the design
 
 
 def test_the_padded_sweep_measured_the_whole_design():
     """The shipped measurements (one padded session) hold every point of the design it was built
-    from, each once, none failed."""
+    from, each once, none failed; today's design differs from it in exactly two ways: no point
+    whose drafts had to share KV pages (more KV than the sweep's cache), and the drafting
+    batches at the memory edge that replace them."""
     design, recs = _design_of(PADDED)
     sessions, _ = read_measurements(PADDED)
     assert len(sessions) == 1 and sessions[0]["padded"] is True
     keys = [m.point.key for m in recs]
-    assert len(keys) == len(set(keys)) == len(design) and set(keys) == {p.key for p in design}
+    assert len(keys) == len(set(keys))
+    by_key = {m.point.key: m for m in recs}
+    now = {p.key: p for p in design}
+    dropped = [by_key[k] for k in set(keys) - set(now)]
+    added = [now[k] for k in set(now) - set(keys)]
+    assert len(dropped) == 59 and all(m.record["shared_pages"] for m in dropped)
+    assert not any(by_key[k].record["shared_pages"] for k in set(keys) & set(now))
+    assert added and all(p.group == "draft" and p.note == "memory edge" for p in added)
+    s = sessions[0]
+    cache = int(s["sweep_cache_pages"])
+    for p in added:  # each drafting request on pages of its own, in the sweep's cache
+        assert 1 < len(p.drafts) and _pages_needed_all(p, s["page_size"]) <= cache
