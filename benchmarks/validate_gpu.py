@@ -107,6 +107,8 @@ def main() -> int:
     ap.add_argument("--acceptance", default="sparsespec-llama8b")
     ap.add_argument("--rehearse", action="store_true", help="each run served once untimed first, capturing its "
                     "CUDA graph shapes (spsim validate --rehearse); twice the GPU time")
+    ap.add_argument("--repeat", type=int, default=1, help="measured runs of each (spsim validate --repeat): "
+                    "measured is their mean, with their range")
     ap.add_argument("--tag", default="", help="added to the result files' names (e.g. _rehearsed)")
     ap.add_argument("--calibrate-first", type=float, default=None, metavar="MINUTES",
                     help="measure and fit a profile on this GPU first (calibrate_gpu, this many minutes of the "
@@ -147,10 +149,12 @@ def main() -> int:
 
     from spsim.gpu_runtime.engine import RuntimeOptions, load
 
-    opts = RuntimeOptions(device=a.device, rehearse=a.rehearse)
+    if a.repeat < 1:
+        sys.exit(f"validate_gpu.py: --repeat must be >= 1 (got {a.repeat})")
+    opts = RuntimeOptions(device=a.device, rehearse=a.rehearse, repeats=a.repeat)
     index = {"benchmark": "validate_gpu", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
              "command": " ".join(sys.argv), "minutes": a.minutes, "model": a.model, "profile": profile,
-             "rehearse": a.rehearse,
+             "rehearse": a.rehearse, "repeat": a.repeat,
              "acceptance": a.acceptance, "machine": {"python": platform.python_version()}, "runs": []}
 
     def save_index():
@@ -206,7 +210,7 @@ def main() -> int:
                     # arrival span (plus a drain)
                     busy = SLOWDOWN * sum(sim.summary["pass_time_s"].values())
                     span = 0.0 if cfg.offline or cfg.concurrency else float(tr.arrival_s[-1]) + 10
-                    est = max(busy, span) * (2 if a.rehearse else 1) + FIXED_S
+                    est = max(busy, span) * (a.repeat + (1 if a.rehearse else 0)) + FIXED_S
                     row["estimated_s"] = round(est, 1)
                     if est > deadline - time.monotonic():
                         raise Skip(f"estimated {est:.0f} s, {deadline - time.monotonic():.0f} s left")

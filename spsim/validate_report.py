@@ -79,16 +79,29 @@ def per_pass(run, sim_passes, n: int | None = None) -> dict:
     return d
 
 
-def metrics(run_s: dict, sim_s: dict) -> dict:
+def metrics(run_s: dict, sim_s: dict, repeats: list[dict] | None = None) -> dict:
+    """Predicted against measured per metric. With several measured runs (`--repeat`), measured is
+    their mean, and each run's value, their range and the prediction's place in it come along."""
     keys = ["output_throughput", "request_throughput", "duration"]
     keys += [f"{s}_{m}" for m in LATENCY for s in STATS]
     out = {}
     for k in keys:
         m, p = run_s.get(k), sim_s.get(k)
+        runs = None
+        if repeats:
+            runs = [r.get(k) for r in repeats]
+            if all(isinstance(x, (int, float)) and np.isfinite(x) for x in runs):
+                m = float(np.mean(runs))
+            else:
+                runs = None
         e = _rel(p, m)
         t = TARGETS.get(k)
         out[k] = {"measured": m, "predicted": p, "rel_error": e, "target": t,
                   "within": None if t is None or e is None else abs(e) <= t}
+        if runs is not None:
+            lo, hi = min(runs), max(runs)
+            out[k].update(measured_runs=runs, measured_spread=_rel(hi, lo) if lo else None,
+                          in_measured_range=None if p is None else bool(lo <= p <= hi))
     return out
 
 
@@ -117,7 +130,8 @@ def compare(trace, cfg, run, sim, sim_passes, cost) -> dict:
         pp["over_passes"] = "all" if common is None else f"the first {common} (the plans part there)"
     passes = run.passes
     cap = [p for p in passes if p.get("captured")]
-    met = metrics(rs, ss)
+    reps = rt.get("repeats")
+    met = metrics(rs, ss, reps)
     checked = [v["within"] for v in met.values() if v["within"] is not None]
     meta = cost.metadata() if hasattr(cost, "metadata") else {}
     return {
@@ -145,7 +159,9 @@ def compare(trace, cfg, run, sim, sim_passes, cost) -> dict:
                     "mean_host_ms": rt["mean_host_ms"], "stopped_early": rt["stopped_early"],
                     "completed": rs["completed"], "rejected": rs["rejected"], "incomplete": rs.get("incomplete"),
                     # graph counts: the measured run's, and the untimed rehearsal's (--rehearse)
-                    "cuda_graphs": rt.get("cuda_graphs"), "rehearsal": rt.get("rehearsal")},
+                    "cuda_graphs": rt.get("cuda_graphs"), "rehearsal": rt.get("rehearsal"),
+                    # --repeat: every measured run's numbers (the pass log above is the first's)
+                    "repeats": reps},
         "simulator": {"completed": ss["completed"], "rejected": ss["rejected"], "incomplete": ss.get("incomplete")},
     }
 
@@ -194,8 +210,16 @@ def rows(r: dict) -> dict[str, tuple[list[str], list[list[str]]]]:
     for k, v in r["metrics"].items():
         label = LABELS.get(k) or f"{k.split('_', 1)[1].replace('_ms', '').upper()} {k.split('_')[0].replace('median', 'p50')} (ms)"
         tgt = "" if v["target"] is None else (f"±{100 * v['target']:.0f}% " + ("ok" if v["within"] else "MISSED"))
-        mrows.append([label, _num(v["measured"]), _num(v["predicted"]), _pct(v["rel_error"]), tgt])
-    t["predicted vs measured"] = (["metric", "measured", "predicted", "error", "target"], mrows)
+        row = [label, _num(v["measured"]), _num(v["predicted"]), _pct(v["rel_error"]), tgt]
+        if "measured_runs" in r["metrics"].get("output_throughput", {}):
+            runs = v.get("measured_runs")
+            row.insert(2, "" if not runs else f"{_num(min(runs))} .. {_num(max(runs))}")
+        mrows.append(row)
+    head = ["metric", "measured", "predicted", "error", "target"]
+    if "measured_runs" in r["metrics"].get("output_throughput", {}):
+        n = len(r["metrics"]["output_throughput"]["measured_runs"])
+        head = ["metric", f"measured (mean of {n})", "range", "predicted", "error", "target"]
+    t["predicted vs measured"] = (head, mrows)
     pp = r["per_pass"]
     if pp is not None:
         prow = []

@@ -131,6 +131,50 @@ def test_cli_arrivals_window_and_json(tmp_path):
                                  for m in ("ttft_ms", "tpot_ms", "e2el_ms")}
 
 
+def test_repeat_measures_several_runs_and_compares_their_mean(tiny):
+    """--repeat N: N measured runs of the same trace; measured is their mean, each run's value and
+    their range come along, and the offline runs are the same plans every time (same tokens, same
+    decisions: only the time differs)."""
+    from test_runtime import mixed_trace
+
+    from spsim.gpu_runtime.engine import RuntimeOptions
+    from spsim.validate import validate
+    from spsim.validate_report import text
+
+    cfg = ServingConfig(policy="fixed-k:k=3", model="tiny", offline=True, kv_pages=120, page_size=16,
+                        draft_budget=48, max_draft=6, max_batch=8, token_budget=256)
+    tr = mixed_trace(n=4, output=(12, 20))
+    v = validate(tr, cfg, RuntimeOptions(device="cpu", repeats=3), model=tiny)
+    r = v.report
+    reps = r["runtime"]["repeats"]
+    assert len(reps) == 3
+    assert len({x["passes_run"] for x in reps}) == 1 and reps[0]["passes_run"] == len(v.run.passes)
+    assert len({(x["total_output_tokens"], x["accepted_drafts"], x["num_drafts"]) for x in reps}) == 1
+    assert reps[0]["accepted_drafts"] > 0
+    m = r["metrics"]["mean_tpot_ms"]
+    assert m["measured_runs"] == [x["mean_tpot_ms"] for x in reps]
+    assert m["measured"] == pytest.approx(np.mean(m["measured_runs"]))
+    assert m["rel_error"] == pytest.approx((m["predicted"] - m["measured"]) / m["measured"])
+    lo, hi = min(m["measured_runs"]), max(m["measured_runs"])
+    assert m["in_measured_range"] == (lo <= m["predicted"] <= hi)
+    assert m["measured_spread"] == pytest.approx(hi / lo - 1)
+    assert r["same_plans"]["equal"]  # the first run's plans, as without --repeat
+    assert "measured (mean of 3)" in text(r) and " .. " in text(r)
+
+
+def test_one_run_reports_no_repeats(tiny):
+    from test_runtime import mixed_trace
+
+    from spsim.gpu_runtime.engine import RuntimeOptions
+    from spsim.validate import validate
+    from spsim.validate_report import text
+
+    cfg = ServingConfig(policy="ar", model="tiny", offline=True, kv_pages=120, page_size=16, max_batch=8)
+    v = validate(mixed_trace(n=2, output=(6, 8)), cfg, RuntimeOptions(device="cpu"), model=tiny)
+    assert v.report["runtime"]["repeats"] is None
+    assert "measured_runs" not in v.report["metrics"]["mean_tpot_ms"] and "mean of" not in text(v.report)
+
+
 def test_select_windows():
     from spsim.traces.trace import Trace
     from spsim.validate import select
