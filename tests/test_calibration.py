@@ -246,3 +246,36 @@ def test_fit_drops_passes_measured_eager_that_the_runtime_graphs(design, synthet
     assert rep["tied"] == {"verify-attn": "verify-quest"} and got.info["tied_draft_terms"] == rep["tied"]
     va, vq = int(DraftMethod.VERIFY_ATTN), int(DraftMethod.VERIFY_QUEST)
     assert got.p.draft_req_s[va] == got.p.draft_req_s[vq] and got.p.first_pass_s[va] == got.p.first_pass_s[vq]
+
+
+def test_fit_leaves_out_points_whose_drafts_shared_pages(design, synthetic):
+    """Points measured with more KV than the sweep's cache (drafts reading each other's pages from
+    L2: fast) are left out with their reason; the rest still recovers the truth."""
+    _, y = synthetic
+    ms, n_shared = [], 0
+    for i, (p, t) in enumerate(zip(design, y)):
+        shared = p.group == "draft" and len(p.drafts) >= 32 and i % 2 == 0
+        n_shared += shared
+        ms.append(Measurement(p, True, float(t) * (0.75 if shared else 1.0), {"shared_pages": shared}, i))
+    got, rep = fit(ms, "llama-3.1-8b", "h200", host_overhead_s=0.0)
+    assert n_shared > 5 and rep["points"]["excluded"] == n_shared
+    assert all("shared KV pages" in x["reason"] for x in rep["excluded"])
+    assert rep["heldout_error"]["max_abs_rel"] < 5e-3  # the fast points did not pull the fit
+    assert rep["points"]["fit"] + rep["points"]["heldout"] == len(design) - n_shared
+
+
+def test_fit_reports_the_device_time_fit_and_the_host_share(design, synthetic):
+    """With each point's device time (gpu_s) recorded, the report also fits the model to it and
+    gives the host's part of the wall time; without gpu_s on every point, neither."""
+    _, y = synthetic
+    ms = [Measurement(p, True, float(t) + 1e-3, {"gpu_s": [float(t)] * 3}, i) for i, (p, t) in enumerate(zip(design, y))]
+    got, rep = fit(ms, "llama-3.1-8b", "h200", host_overhead_s=0.0)
+    g = rep["gpu_time"]
+    assert g["heldout_error"]["p95_abs_rel"] < 2e-3 and g["heldout_error"]["n"] == rep["heldout_error"]["n"]
+    assert set(g["host_ms_median"]) == {p.label for p in design}
+    assert all(v == pytest.approx(1.0, abs=1e-6) for v in g["host_ms_median"].values())
+    assert 0 < g["host_share_median"] < 0.5
+    assert got.info["gpu_time_error"]["heldout_error"]["p95_abs_rel"] < 2e-3
+    ms[3].record.pop("gpu_s")
+    _, rep2 = fit(ms, "llama-3.1-8b", "h200", host_overhead_s=0.0)
+    assert "gpu_time" not in rep2
