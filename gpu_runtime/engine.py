@@ -179,6 +179,13 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
         from .graphs import GraphedPasses
 
         graphs = ex.graphs = GraphedPasses(model, cache)
+    def again():  # serve the trace once more over the same cache, executor and graphs
+        if graphs is not None:
+            graphs.reset_counts()
+        w = world()
+        ex.reset(w[2].pool, w[1], w[0].acceptance)
+        return w
+
     rehearsal = None
     if opts.rehearse:
         # serve the trace once untimed, capturing every graph shape at first sight, then serve it
@@ -188,10 +195,7 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
             graphs.capture_after, graphs.max_graphs = 1, max(graphs.max_graphs, opts.rehearse_graphs)
         first, _, _ = _serve(trace, cfg, opts, None, serving, table, b, ex, graphs, arrivals)
         rehearsal = {"passes": len(first), **(graphs.stats() if graphs is not None else {})}
-        if graphs is not None:
-            graphs.reset_counts()
-        serving, table, b = world()
-        ex.reset(b.pool, table, serving.acceptance)
+        serving, table, b = again()
     passes, cat_ns, cat_passes = _serve(trace, cfg, opts, progress, serving, table, b, ex, graphs, arrivals)
     res = summarize_run(table, [b], [cat_ns], [cat_passes], cfg, cost, trace)
     events, tokens = ex.events or [], ex.generated()
@@ -203,10 +207,7 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
         # over four runs of one 45 s window), so a prediction is judged against the spread
         repeats = [_repeat_summary(res.summary, passes, first_graphs)]
         for _ in range(opts.repeats - 1):
-            if graphs is not None:
-                graphs.reset_counts()
-            w_serving, w_table, w_b = world()
-            ex.reset(w_b.pool, w_table, w_serving.acceptance)
+            w_serving, w_table, w_b = again()
             more, ns, ps = _serve(trace, cfg, opts, None, w_serving, w_table, w_b, ex, graphs, arrivals)
             r = summarize_run(w_table, [w_b], [ns], [ps], cfg, cost, trace)
             repeats.append(_repeat_summary(r.summary, more, graphs.stats() if graphs is not None else None))
