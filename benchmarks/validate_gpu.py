@@ -88,9 +88,12 @@ def headline(r: dict) -> dict:
     err = {k: m[k]["rel_error"] for k in ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "p99_tpot_ms",
                                           "mean_e2el_ms", "p99_e2el_ms")}
     pp = r.get("per_pass") or {}
-    return {"same_plans": r["same_plans"]["equal"] if r["pass_clocked"] else None, "rel_error": err,
-            "pass_median_abs_rel": pp.get("all", {}).get("median_abs_rel"),
-            "pass_p95_abs_rel": pp.get("all", {}).get("p95_abs_rel"), "targets_met": r["targets_met"]}
+    out = {"same_plans": r["same_plans"]["equal"] if r["pass_clocked"] else None, "rel_error": err,
+           "pass_median_abs_rel": pp.get("all", {}).get("median_abs_rel"),
+           "pass_p95_abs_rel": pp.get("all", {}).get("p95_abs_rel"), "targets_met": r["targets_met"]}
+    if "measured_runs" in m["output_throughput"]:  # --repeat: how far the measured runs spread
+        out["measured_spread"] = {k: m[k].get("measured_spread") for k in err}
+    return out
 
 
 def main() -> int:

@@ -230,10 +230,12 @@ def test_gpu_script_runs_from_a_bare_checkout(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(block)}
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validate_gpu.py"), "--out", str(out), "--device",
                         "cpu", "--model", "tiny", "--profile", "none", "--targets", f"{tr}:offline:limit=2",
-                        "--policies", "fixed-k:k=3", "--minutes", "2"], capture_output=True, text=True, env=env)
+                        "--policies", "fixed-k:k=3", "--minutes", "2", "--repeat", "2"], capture_output=True,
+                       text=True, env=env)
     assert p.returncode == 0, p.stdout + p.stderr
     index = json.loads((out / "validate_index.json").read_text())
     assert [r["status"] for r in index["runs"]] == ["done"] and index["runs"][0]["same_plans"] is True
+    assert index["repeat"] == 2 and index["runs"][0]["measured_spread"]["mean_tpot_ms"] >= 0
     r = json.loads((out / "validate_t_offline_n2_fixed-k_k_3.json").read_text())
     assert r["requests"] == 2 and r["per_pass"]["all"]["passes"] > 0
     assert (out / "validate_runs" / "t_offline_n2_fixed-k_k_3" / "passes.jsonl").is_file()
