@@ -43,7 +43,7 @@ class NullModel:
 
 
 def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, max_graphs: int = 48,
-                 capture_after: int = 2, trace=None) -> dict:
+                 capture_after: int = 2, trace=None, coarse: bool = False) -> dict:
     """`workload` B x C offline, or `trace` (a `Trace`) at its own arrival times, the clock advanced
     by each pass's time as the shipped H200 profile prices it (the roofline where none ships)."""
     from spsim.build import build
@@ -73,7 +73,7 @@ def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, 
                          method=serving.method, budget=cfg.draft_budget, seed=cfg.seed,
                          acceptance=serving.acceptance, record_events=False,
                          drafts_possible=serving.batcher_config.max_draft > 0, synthetic_prefill=True,
-                         padding=PassPadding(kv_pages, cfg.page_size),
+                         padding=PassPadding(kv_pages, cfg.page_size, coarse=coarse),
                          store_slots=min(cfg.max_batch, b_n) + 1)  # as the engine sizes it
     probe = GraphedPasses(model, cache, capture=False)
     keys: list = []
@@ -120,7 +120,8 @@ def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, 
         capture += 1
         while len(graphs) > max_graphs:
             graphs.popitem(last=False)
-    return {"workload": workload, "policy": policy, "output_tokens": output_tokens, "graphable_passes": len(keys),
+    return {"workload": workload, "policy": policy, "coarse": coarse, "output_tokens": output_tokens,
+            "graphable_passes": len(keys),
             "distinct_shapes": len(set(keys)), "replay": replay, "capture": capture, "eager": eager,
             "distinct_by_part": probe.stats()["distinct_by_part"]}
 
@@ -134,6 +135,7 @@ def main() -> None:
     ap.add_argument("--trace", default=None, help="a trace (file or shipped name) at its own arrival times "
                     "instead of --workload, e.g. azure-conv with --window 45 (spsim validate's window)")
     ap.add_argument("--window", type=float, default=None, help="with --trace: requests arriving in the first S seconds")
+    ap.add_argument("--coarse", action="store_true", help="passes padded to powers of two (--coarse-shapes)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     tr = None
@@ -145,7 +147,7 @@ def main() -> None:
         tr = window(tr, 0.0, a.window) if a.window else tr
     rows = []
     for pol in a.policies.split(","):
-        r = count_shapes(a.workload, pol, a.output_tokens, a.kv_pages, trace=tr)
+        r = count_shapes(a.workload, pol, a.output_tokens, a.kv_pages, trace=tr, coarse=a.coarse)
         if tr is not None:
             r.update(workload=f"{a.trace}" + (f" first {a.window:g} s" if a.window else ""), requests=len(tr))
         rows.append(r)

@@ -41,6 +41,9 @@ def register(app: typer.Typer) -> None:
                                                "are meaningless; use with --acceptance PRESET."),
         rehearse: bool = typer.Option(False, "--rehearse", help="Serve the trace once untimed first, capturing "
                                       "every CUDA graph shape it meets; report the second run (steady state)."),
+        coarse_shapes: bool = typer.Option(False, "--coarse-shapes", help="Pad passes to powers of two (rows, tokens, page-table and selection widths): fewer CUDA-graph shapes "
+                                            "under policies that mix drafting and verifying requests, more padding. Not yet "
+                                            "measured on a GPU; the shipped profiles were measured without it."),
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write summary.json, requests.csv, "
                                            "events.jsonl and passes.jsonl here."),
         dump_tokens: Optional[Path] = typer.Option(None, "--dump-tokens", help="Write {request id: generated "
@@ -69,7 +72,7 @@ def register(app: typer.Typer) -> None:
         tr = load_trace(trace, trace_format, limit, skip_invalid)
         opts = RuntimeOptions(weights=weights, device=device, dtype=dtype, text=str(text) if text else None,
                               temperature=temperature, max_passes=max_passes, cuda_graphs=cuda_graphs,
-                              synthetic_prefill=synthetic_prefill, rehearse=rehearse)
+                              synthetic_prefill=synthetic_prefill, rehearse=rehearse, coarse_shapes=coarse_shapes)
         res = run_trace(tr, serving, opts)
         if as_json:
             typer.echo(res.result.summary_json(), nl=False)

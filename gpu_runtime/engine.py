@@ -46,6 +46,7 @@ class RuntimeOptions:
     rehearse: bool = False  # serve the trace once untimed first, capturing its graph shapes (graphs only)
     rehearse_graphs: int = 1024  # graphs kept when rehearsing (they share their memory)
     repeats: int = 1  # measured runs, each over the previous one's cache, executor and graphs
+    coarse_shapes: bool = False  # pad passes to powers of two (padding.py coarse): fewer graph shapes
 
 
 @dataclass
@@ -161,7 +162,7 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
     if opts.pad_passes or (opts.pad_passes is None and graphed):  # scratch pages past the pool's for the dummies
         from .padding import SCRATCH_PAGES, PassPadding
 
-        padding = PassPadding(pages, cfg.page_size)
+        padding = PassPadding(pages, cfg.page_size, coarse=opts.coarse_shapes)
     cache = PagedKVCache(lc, pages + (SCRATCH_PAGES if padding else 0), cfg.page_size, device=model.device,
                          dtype=dtype)
     ex = RuntimeExecutor(model, cache, b.pool, table, prompt_source(trace, model, tokenizer, cfg, opts),
@@ -223,7 +224,7 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
         "mean_host_ms": float(host.mean()), "p99_host_ms": float(np.percentile(host, 99)),
         "cuda_graphs": first_graphs,
         "rehearsal": rehearsal,  # graph counts of the untimed first run (--rehearse), else None
-        "padding": None if padding is None else padding.stats(),
+        "padding": None if padding is None else {**padding.stats(), "coarse": padding.coarse},
         "torch": torch.__version__,
     }
     if repeats is not None:

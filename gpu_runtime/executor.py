@@ -182,6 +182,7 @@ class RuntimeExecutor:
                 spare.append(row)
                 row += 1
             drafts.pad_first = len(drafts.rids)  # a first-draft selection as long as the drafting rows
+            drafts.coarse = pad.coarse
         for rid, q, ctx in zip(plan.verify_ids.tolist(), plan.verify_query.tolist(), plan.verify_context.tolist()):
             st = self.req[rid]
             assert len(st.drafts) == q - 1, (rid, len(st.drafts), q)

@@ -17,6 +17,14 @@ about twice a replay's time. Serving engines pad batch sizes to a few sizes; her
   into a scratch slot of the draft store: 0 or the drafting rows' count, not 1, 2, 4, 8, ... by how
   many runs happen to start (the largest source of distinct shapes left in a 16 x 32K fixed-k run).
 
+`coarse=True` (`spsim run/validate --coarse-shapes`; off by default until measured on the GPU) pads
+every count and size to a power of two instead (drafting and verifying rows, tokens, logits rows)
+and has the drafting rows' page tables and first-draft selections take power-of-two widths
+(`DraftRows.coarse`): fewer shapes for the policies whose passes mix drafting and verifying
+requests in every proportion, at up to twice the dummies. Counted on the CPU for the first 45 s of
+the Azure conversation trace (`benchmarks/graph_shapes.py --coarse`): `fixed-k:k=4` 404 -> 180
+distinct shapes, `sync:k=4` 170 -> 68.
+
 Dummies come after the real requests of their kind and their logits rows after every real row, so
 what the executor reads back is untouched. Their KV writes and Quest bounds land on the scratch
 pages; their outputs are never read.
@@ -26,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .buckets import bucket, pad_count  # noqa: F401  (pad_count: re-exported for tests)
+from .buckets import bucket, pad_count, pow2  # noqa: F401  (pad_count: re-exported for tests)
 
 SCRATCH_PAGES = 16  # pages kept outside the pool for dummy requests (the filler's query fits in them)
 DUMMY_RID = -1  # dummy request ids count down from here (real ids are >= 0)
@@ -35,8 +43,12 @@ DUMMY_RID = -1  # dummy request ids count down from here (real ids are >= 0)
 class PassPadding:
     """Dummy requests for one executor: their ids, page tables and the padded sizes."""
 
-    def __init__(self, scratch_first_page: int, page_size: int, scratch_pages: int = SCRATCH_PAGES):
+    def __init__(self, scratch_first_page: int, page_size: int, scratch_pages: int = SCRATCH_PAGES,
+                 coarse: bool = False):
         self.first, self.ps, self.n_pages = int(scratch_first_page), int(page_size), int(scratch_pages)
+        self.coarse = bool(coarse)
+        self._count = pow2 if self.coarse else pad_count  # request rows
+        self._size = pow2 if self.coarse else bucket  # tokens, logits rows (at least 8)
         self.table = np.arange(self.first, self.first + self.n_pages, dtype=np.int64)
         self.reset_stats()  # padded passes, dummy requests, filler tokens
 
@@ -53,22 +65,21 @@ class PassPadding:
 
     def drafters(self, n: int) -> list[int]:
         """Ids of the dummy drafting rows for `n` real ones (none when nothing drafts)."""
-        return [DUMMY_RID - i for i in range(pad_count(n) - n)] if n else []
+        return [DUMMY_RID - i for i in range(self._count(n) - n)] if n else []
 
     def verifiers(self, n: int) -> list[int]:
-        return [DUMMY_RID - 1000 - i for i in range(pad_count(n) - n)]
+        return [DUMMY_RID - 1000 - i for i in range(self._count(n) - n)] if n else []
 
     def filler_tokens(self, tokens: int) -> int:
         """The filler's query length (>= 1), or 0 when it would not fit the scratch pages."""
-        q = bucket(tokens + 1, 8) - tokens
+        q = self._size(tokens + 1, 8) - tokens
         return q if q <= self.n_pages * self.ps else 0
 
     FILLER_RID = DUMMY_RID - 2000
 
-    @staticmethod
-    def logit_rows(rows: list[int], spare: list[int]) -> list[int]:
+    def logit_rows(self, rows: list[int], spare: list[int]) -> list[int]:
         """`rows` + rows of dummies up to `bucket(len(rows))` (repeating the last spare one)."""
-        extra = bucket(len(rows), 8) - len(rows)
+        extra = self._size(len(rows), 8) - len(rows)
         if extra <= 0 or not spare:
             return rows
         return rows + (spare + [spare[-1]] * extra)[:extra]

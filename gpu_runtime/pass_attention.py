@@ -61,6 +61,7 @@ class DraftRows:
     # padded passes (CUDA graphs): a pass with any first drafts selects for this many entries, the
     # extra ones on one page into a scratch slot, so its shape does not depend on how many runs start
     pad_first: int = 0
+    coarse: bool = False  # power-of-two page-table and selection widths (padding.PassPadding coarse)
 
 
 # the draft store's slot for the padding entries of a first-draft selection (their pages are never read)
@@ -162,7 +163,7 @@ class PassAttention(PagedAttention):
         kv = np.asarray(d.kv_len, np.int64)
         n = len(kv)
         npg = pages_for(kv, ps)
-        width = bucket(int(max(len(t) for t in tables)), TABLE_COLS)
+        width = (pow2 if d.coarse else bucket)(int(max(len(t) for t in tables)), TABLE_COLS)
         pt = np.zeros((n, width), np.int64)
         for i, t in enumerate(tables):
             pt[i, :len(t)] = t
@@ -202,7 +203,7 @@ class PassAttention(PagedAttention):
                 cf = np.minimum(f_npg, kp)  # == c_sel for the real entries
                 # a power of two (at least 8): the first selections' width is part of a graph's
                 # shape, and short contexts (below the budget) gave one width per 8 pages
-                self._kf = min(kp, pow2(int(cf.max()), 8))
+                self._kf = kp if d.coarse else min(kp, pow2(int(cf.max()), 8))
                 self._first = T(first)
                 self._first_slots = T(f_slots)
                 self._first_counts = T(np.repeat(cf, hkv), torch.int32)

@@ -160,6 +160,7 @@ def compare(trace, cfg, run, sim, sim_passes, cost) -> dict:
                     "completed": rs["completed"], "rejected": rs["rejected"], "incomplete": rs.get("incomplete"),
                     # graph counts: the measured run's, and the untimed rehearsal's (--rehearse)
                     "cuda_graphs": rt.get("cuda_graphs"), "rehearsal": rt.get("rehearsal"),
+                    "padding": rt.get("padding"),
                     # --repeat: every measured run's numbers (the pass log above is the first's)
                     "repeats": reps},
         "simulator": {"completed": ss["completed"], "rejected": ss["rejected"], "incomplete": ss.get("incomplete")},

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from spsim.gpu_runtime.buckets import bucket
+from spsim.gpu_runtime.buckets import bucket, pow2
 from spsim.gpu_runtime.padding import PassPadding, pad_count
 
 
@@ -26,3 +26,19 @@ def test_dummies_filler_and_logit_rows():
     out = p.logit_rows(rows, [40, 41])
     assert out[:7] == rows and len(out) == bucket(7, 8) and set(out[7:]) <= {40, 41}
     assert np.array_equal(p.table, np.arange(1000, 1016))
+
+
+def test_coarse_padding_is_powers_of_two():
+    """--coarse-shapes: every count and size a power of two, never fewer than asked."""
+    p = PassPadding(scratch_first_page=1000, page_size=16, coarse=True)
+    assert p.drafters(0) == [] and p.verifiers(0) == []
+    for n in range(1, 130):
+        for got in (n + len(p.drafters(n)), n + len(p.verifiers(n))):
+            assert got >= n and got & (got - 1) == 0 and got < 2 * n + 1
+    for t in range(1, 250):
+        q = p.filler_tokens(t)
+        assert q >= 1 and t + q == pow2(t + 1, 8)
+    out = p.logit_rows(list(range(9)), [40])
+    assert len(out) == 16 and out[9:] == [40] * 7
+    sizes = {n + len(p.drafters(n)) for n in range(1, 129)}
+    assert len(sizes) == 8 < len({pad_count(n) for n in range(1, 129)})  # 1, 2, 4, ..., 128

@@ -92,3 +92,18 @@ def test_cuda_graphs_replay_the_same_passes(model, policy, method):
     print(f"graphs: {g}; GPU time eager {sum(eager.result.summary['pass_time_s'].values()):.3f} s, "
           f"graphed {sum(graphed.result.summary['pass_time_s'].values()):.3f} s")
     assert g["replays"] > g["captures"] > 0
+
+
+@pytest.mark.parametrize("policy,method", [("fixed-k:k=4", "verify-quest"), ("fixed-k:k=4", "verify-attn"),
+                                           ("aspire", "step-layer"), ("sync:k=3", "step-quest")])
+def test_coarse_shapes_replay_the_same_tokens(model, policy, method):
+    """--coarse-shapes (powers of two: more dummy rows, wider page tables, first-draft selections at
+    the budget's width) replayed from graphs gives the tokens of the eager run padded alike."""
+    cfg = ServingConfig(policy=policy, offline=True, kv_pages=8000, draft_kv=method, draft_budget=256)
+    eager = run_trace(trace(), cfg, RuntimeOptions(device="cuda", cuda_graphs=False, pad_passes=True,
+                                                   coarse_shapes=True), model=model)
+    graphed = run_trace(trace(), cfg, RuntimeOptions(device="cuda", cuda_graphs=True, coarse_shapes=True), model=model)
+    assert graphed.tokens == eager.tokens
+    assert graphed.result.summary["runtime"]["padding"]["coarse"] is True
+    g = graphed.result.summary["runtime"]["cuda_graphs"]
+    assert g["replays"] > g["captures"] > 0
