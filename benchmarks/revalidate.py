@@ -64,7 +64,14 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the table here")
     a = ap.parse_args(argv)
     warnings.filterwarnings("ignore", message=".*profile measured with.*")
-    prof_model = json.loads(Path(a.profile).read_text()).get("metadata", {}).get("model")
+    from spsim.cost.profile import read_profile
+    from spsim.errors import SpsimError
+
+    try:
+        prof_model = read_profile(a.profile).get("metadata", {}).get("model")
+    except SpsimError as e:
+        print(f"--profile: {e}", file=sys.stderr)
+        return 2
     prof_model = prof_model.get("name") if isinstance(prof_model, dict) else prof_model
     rows, skipped = [], {}
     for f in a.files:
@@ -79,7 +86,11 @@ def main(argv=None) -> int:
         if prof_model and r.get("model") != prof_model:
             skipped[f"model is not {prof_model}"] = skipped.get(f"model is not {prof_model}", 0) + 1
             continue
-        now = repredict(r, a.profile)
+        try:
+            now = repredict(r, a.profile)
+        except (SpsimError, ValueError, KeyError) as e:
+            print(f"{f}: cannot re-predict ({type(e).__name__}: {e})", file=sys.stderr)
+            return 2
         row = {"file": Path(f).name, "policy": r["policy"].split(":")[0], "load": r["load"],
                "cost_aware": r["policy"].split(":")[0] in COST_AWARE,
                "then": {k: r["metrics"][k]["rel_error"] for k in HEADLINE},

@@ -49,3 +49,9 @@ def test_a_file_that_is_not_json_is_one_line(tmp_path):
     res = subprocess.run([sys.executable, str(ROOT / "benchmarks/revalidate.py"), str(bad), "--profile", str(PROFILE)],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "cannot read" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_missing_profile_is_one_line(tmp_path):
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks/revalidate.py"), str(RUN), "--profile",
+                          str(tmp_path / "none.json")], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "cost profile not found" in res.stderr and "Traceback" not in res.stderr
