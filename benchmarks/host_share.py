@@ -51,7 +51,7 @@ def _features(p) -> list[float]:
 
 def main(argv=None) -> int:
     from spsim.calibration.calibrate import runtime_of
-    from spsim.calibration.fit import _current, fit
+    from spsim.calibration.fit import _current, _gpu_times, fit
     from spsim.calibration.records import read_anchors, read_measurements
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -64,11 +64,11 @@ def main(argv=None) -> int:
         return 2
     s = sessions[-1]
     ok, _ = _current([m for m in ms if m.ok])
-    if not ok or any(not m.record.get("gpu_s") for m in ok):
+    gpu = _gpu_times(ok) if ok else None
+    if gpu is None:
         print(f"{a.measurements}: needs a GPU sweep's points with gpu_s (device time)", file=sys.stderr)
         return 2
     wall = np.array([m.seconds for m in ok])
-    gpu = np.array([float(np.median(m.record["gpu_s"])) for m in ok])
     prep = np.array([float(np.median(m.record["prep_s"])) for m in ok])
     groups = {}
     for g in sorted({m.point.group for m in ok}):
@@ -89,13 +89,8 @@ def main(argv=None) -> int:
     rt = runtime_of(sessions)
     model = s["model_name"]
 
-    def fitted(values):
-        recs = [dataclasses.replace(m, seconds=float(v)) for m, v in zip(ok, values)]
-        _, rep = fit(recs, model, runtime=rt)
-        return rep
-
-    rep_wall = fitted(wall)
-    rep_dev = fitted(gpu)
+    # one fit on wall time also fits device time (the report's gpu_time, with per-point predictions)
+    _, rep_wall = fit(ok, model, runtime=rt)
     # drift-corrected: each point's host part scaled by the anchor:ar host part around it
     ar = [x for x in an if x["label"] == "anchor:ar" and x.get("ok")]
     corrected = None
@@ -106,9 +101,12 @@ def main(argv=None) -> int:
         for m in ok:
             j = np.searchsorted(lines, m.line)
             f.append(np.mean([host[k] for k in (j - 1, j) if 0 <= k < len(host)]) / np.median(host))
-        corrected = fitted(gpu + (wall - gpu) / np.array(f))["heldout_error"]
+        # the records without gpu_s: no second (device-time) solve wanted here
+        recs = [dataclasses.replace(m, seconds=float(v), record={k: x for k, x in m.record.items() if k != "gpu_s"})
+                for m, v in zip(ok, gpu + (wall - gpu) / np.array(f))]
+        corrected = fit(recs, model, runtime=rt)[1]["heldout_error"]
     # a host model of its own beside the device-time fit
-    pred_dev = {p["id"]: p["predicted_s"] for p in rep_dev["predictions"]}
+    pred_dev = {p["id"]: p["predicted_gpu_s"] for p in rep_wall["predictions"]}
     held = np.array([m.point.heldout for m in ok])
     X = np.array([_features(m.point) for m in ok], float)
     coef, *_ = np.linalg.lstsq(X[~held], (wall - gpu)[~held], rcond=None)
@@ -121,7 +119,8 @@ def main(argv=None) -> int:
                          "date": s.get("date"), "points": len(ok)},
         "host_share_median": round(float(np.median(1 - gpu / wall)), 4),
         "groups": groups, "anchors": anchors,
-        "heldout_error": {"wall_fit": _err_of(rep_wall), "device_fit": _err_of(rep_dev),
+        "heldout_error": {"wall_fit": _err_of(rep_wall["heldout_error"]),
+                          "device_fit": _err_of(rep_wall["gpu_time"]["heldout_error"]),
                           "wall_fit_drift_corrected": None if corrected is None else
                           {"n": corrected["n"], "median_abs_rel": round(corrected["median_abs_rel"], 4),
                            "p95_abs_rel": round(corrected["p95_abs_rel"], 4)},
@@ -134,8 +133,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def _err_of(rep: dict) -> dict:
-    h = rep["heldout_error"]
+def _err_of(h: dict) -> dict:
     return {k: round(h[k], 4) if isinstance(h[k], float) else h[k] for k in ("n", "median_abs_rel", "p95_abs_rel")}
 
 

@@ -28,7 +28,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # a checkout without an install
 
 HEADLINE = ("output_throughput", "mean_tpot_ms", "p99_tpot_ms", "mean_e2el_ms", "p99_e2el_ms")
-COST_AWARE = ("aspire", "entropy", "sync:auto", "sync")
+COST_AWARE = ("aspire", "entropy")  # and sync with its k chosen per cycle (k=-1, the default)
+
+
+def _cost_aware(spec: str) -> bool:
+    """Whether the policy prices its choices with the cost model (its plans then depend on the profile)."""
+    from spsim.policies.registry import parse_policy
+
+    ps = parse_policy(spec)
+    return ps.name in COST_AWARE or (ps.name == "sync" and ps.cls(**dict(ps.params)).k < 0)
 
 
 def _trace_of(r: dict):
@@ -92,7 +100,7 @@ def main(argv=None) -> int:
             print(f"{f}: cannot re-predict ({type(e).__name__}: {e})", file=sys.stderr)
             return 2
         row = {"file": Path(f).name, "policy": r["policy"].split(":")[0], "load": r["load"],
-               "cost_aware": r["policy"].split(":")[0] in COST_AWARE,
+               "cost_aware": _cost_aware(r["policy"]),
                "then": {k: r["metrics"][k]["rel_error"] for k in HEADLINE},
                "now": {k: now[k]["rel_error"] for k in HEADLINE}}
         rows.append(row)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
 
 from spsim.errors import SpsimError
@@ -136,9 +137,7 @@ def calibrate_from(measurements: str | Path, out: str | Path | None = None, host
     for g, e in sorted(h.get("groups", {}).items()):
         log(f"  held out {g:<20} n={e['n']:<3} median {_pct(e.get('median_abs_rel'))}  p95 {_pct(e.get('p95_abs_rel'))}")
     if report.get("points", {}).get("excluded"):
-        why = {}
-        for x in report["excluded"]:
-            why[x["reason"]] = why.get(x["reason"], 0) + 1
+        why = Counter(x["reason"] for x in report["excluded"])
         log("left out of the fit: " + "; ".join(f"{n} point(s): {r}" for r, n in why.items()))
     if "gpu_time" in report:
         g = report["gpu_time"]

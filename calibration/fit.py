@@ -237,7 +237,10 @@ def fit(measurements: list[Measurement], model, gpu="h200", tp: int = 1, weight_
         # the host's serial share of each pass (input preparation, sampling, bookkeeping) and its
         # episodes of slowness add to the wall-clock error above
         _, gparams = solve(gpu[:n_tr])
-        g_fit, g_held = split_errors(CalibratedCostModel(params=gparams, **shape).times(b_all), gpu)
+        gpred = CalibratedCostModel(params=gparams, **shape).times(b_all)
+        g_fit, g_held = split_errors(gpred, gpu)
+        for row, y, p in zip(report["predictions"], gpu, gpred):
+            row["measured_gpu_s"], row["predicted_gpu_s"] = float(y), float(p)
         host = {}
         for g in sorted(set(lab)):
             sel = np.array([x == g for x in lab])

@@ -93,13 +93,6 @@ def page_tables(point: Point, num_pages: int, page_size: int, perm: np.ndarray) 
     return out
 
 
-def _pages_needed(point: Point, page_size: int) -> int:
-    """Pages a point takes: its full-attention requests' own, plus one drafting request's."""
-    need = lambda t: -(-int(t) // page_size)  # noqa: E731
-    own = sum(need(c + n) for c, n in point.prefill) + sum(need(c + q) for c, q in point.verifies)
-    return own + max([need(c + p + 1) for c, p in point.drafts], default=0)
-
-
 def _pages_needed_all(point: Point, page_size: int) -> int:
     """Pages the pass's requests would take, each its own."""
     need = lambda t: -(-int(t) // page_size)  # noqa: E731

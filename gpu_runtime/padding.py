@@ -10,8 +10,8 @@ about twice a replay's time. Serving engines pad batch sizes to a few sizes; her
 - dummy drafting rows, up to `pad_count(drafting)` (a dummy drafts at position 0 of a run that
   starts at token 0: one token, one page, not a first draft, so it scores no pages);
 - dummy verifying rows of one token, up to `pad_count(verifying)`;
-- one filler request whose query brings the token count to `attention.bucket(tokens + 1)`;
-- logits rows rounded up to `attention.bucket(rows)` with the dummies' rows;
+- one filler request whose query brings the token count to `buckets.bucket(tokens + 1)`;
+- logits rows rounded up to `buckets.bucket(rows)` with the dummies' rows;
 - a pass holding any run's first draft (the verify-refreshed methods select pages then) selects for
   as many entries as it has drafting rows (`DraftRows.pad_first`), the extra entries over one page
   into a scratch slot of the draft store: 0 or the drafting rows' count, not 1, 2, 4, 8, ... by how
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .buckets import bucket, pad_count, pow2  # noqa: F401  (pad_count: re-exported for tests)
+from .buckets import bucket, pad_count, pow2
 
 SCRATCH_PAGES = 16  # pages kept outside the pool for dummy requests (the filler's query fits in them)
 DUMMY_RID = -1  # dummy request ids count down from here (real ids are >= 0)
@@ -78,7 +78,7 @@ class PassPadding:
     FILLER_RID = DUMMY_RID - 2000
 
     def logit_rows(self, rows: list[int], spare: list[int]) -> list[int]:
-        """`rows` + rows of dummies up to `bucket(len(rows))` (repeating the last spare one)."""
+        """`rows` + rows of dummies up to its padded size (repeating the last spare one)."""
         extra = self._size(len(rows), 8) - len(rows)
         if extra <= 0 or not spare:
             return rows
