@@ -58,6 +58,9 @@ def main(argv=None) -> int:
     ap.add_argument("measurements")
     ap.add_argument("--out")
     a = ap.parse_args(argv)
+    if not Path(a.measurements).is_file():
+        print(f"{a.measurements}: not found", file=sys.stderr)
+        return 2
     sessions, ms = read_measurements(a.measurements)
     if not sessions:
         print(f"{a.measurements}: no measuring session in it", file=sys.stderr)
