@@ -21,6 +21,7 @@ from spsim.build import arrival_times, build
 from spsim.config import ServingConfig
 from spsim.errors import SpsimError
 from spsim.metrics import CATEGORIES, RunResult, summarize_run
+from spsim.plan import Outcome
 from spsim.policies.kv import PagedKVPool
 from spsim.policies.request import Phase, RequestTable
 
@@ -47,6 +48,9 @@ class RuntimeOptions:
     rehearse_graphs: int = 1024  # graphs kept when rehearsing (they share their memory)
     repeats: int = 1  # measured runs, each over the previous one's cache, executor and graphs
     coarse_shapes: bool = False  # pad passes to powers of two (padding.py coarse): fewer graph shapes
+    # plan and prepare each pass while the previous one runs (preset acceptance only: the host
+    # knows a pass's outcome before the GPU ends it). None: on the GPU with preset acceptance
+    overlap: bool | None = None
 
 
 @dataclass
@@ -172,6 +176,13 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
                          synthetic_prefill=opts.synthetic_prefill, padding=padding,
                          # every request that can be live at once, and the padding's scratch slot
                          store_slots=min(cfg.max_batch, table.n) + 1)
+    overlap = opts.overlap if opts.overlap is not None else model.device.type == "cuda"
+    if overlap and serving.acceptance is None:
+        if opts.overlap:
+            raise SpsimError("--overlap needs preset acceptance (--acceptance NAME): with real acceptance "
+                             "the next pass waits for the GPU's verification")
+        overlap = False
+    ex.overlap = overlap
     if opts.synthetic_prefill and cache.device.type == "cuda":  # finite values for attention to read
         for t in (cache.k, cache.v):
             t.normal_()
@@ -226,6 +237,7 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
         "rehearsal": rehearsal,  # graph counts of the untimed first run (--rehearse), else None
         "padding": None if padding is None else {**padding.stats(), "coarse": padding.coarse},
         "torch": torch.__version__,
+        "overlap": overlap,
     }
     if repeats is not None:
         res.summary["runtime"]["repeats"] = repeats
@@ -273,35 +285,11 @@ def _serve(trace, cfg, opts, progress, serving, table, b, ex, graphs, arrivals):
             route(nxt, at)
 
     b.on_done = on_done
-    if cfg.concurrency:
-        state["released"] = min(cfg.concurrency, n)
-        for rid in range(state["released"]):
-            route(rid, 0.0)
-        state["next"] = n
     done_count = 0
-    while True:
-        while state["next"] < n and arrivals[state["next"]] <= now():
-            route(state["next"], float(arrivals[state["next"]]))
-            state["next"] += 1
-        if not b.has_work():
-            if state["next"] >= n:
-                break
-            wait = float(arrivals[state["next"]]) - now()
-            if wall and wait > 0:
-                time.sleep(min(wait, 0.5))
-            elif not wall:
-                sim_now[0] = float(arrivals[state["next"]])
-            continue
-        h0 = time.perf_counter()
-        plan = b.plan(now())
-        host_s = time.perf_counter() - h0
-        if plan.is_empty():
-            raise RuntimeError("batcher produced an empty pass with work pending")  # a bug, not input
-        caps = graphs.captures if graphs is not None else 0
-        out = ex.execute(plan)
-        if not wall:
-            sim_now[0] += out.elapsed_s + host_s
-        b.apply(plan, out, now())
+    pending: list = []  # the overlapped loop's pass in flight: (plan, ticket, host_s, captures before)
+
+    def log(plan, out, host_s, caps):
+        nonlocal done_count
         cat = plan.category
         cat_ns[cat] += int(round(out.elapsed_s * 1e9))
         cat_passes[cat] += 1
@@ -318,8 +306,61 @@ def _serve(trace, cfg, opts, progress, serving, table, b, ex, graphs, arrivals):
             if d != done_count:
                 done_count = d
                 progress(d, n)
-        if opts.max_passes and len(passes) >= opts.max_passes:
+
+    def settle():  # the overlapped loop: wait for the pass in flight, stamp its end
+        if not pending:
+            return
+        plan, tk, host_s, caps = pending.pop()
+        out = ex.finish(tk)
+        if not wall:  # its interval already holds the host's planning, done while a pass ran
+            sim_now[0] += out.elapsed_s
+        b.stamp(now())
+        log(plan, out, host_s, caps)
+
+    if cfg.concurrency:
+        state["released"] = min(cfg.concurrency, n)
+        for rid in range(state["released"]):
+            route(rid, 0.0)
+        state["next"] = n
+    while True:
+        while state["next"] < n and arrivals[state["next"]] <= now():
+            route(state["next"], float(arrivals[state["next"]]))
+            state["next"] += 1
+        if not b.has_work():
+            if pending:  # what is in flight may finish requests (and, closed-loop, release more)
+                settle()
+                continue
+            if state["next"] >= n:
+                break
+            wait = float(arrivals[state["next"]]) - now()
+            if wall and wait > 0:
+                time.sleep(min(wait, 0.5))
+            elif not wall:
+                sim_now[0] = float(arrivals[state["next"]])
+            continue
+        h0 = time.perf_counter()
+        plan = b.plan(now())
+        host_s = time.perf_counter() - h0
+        if plan.is_empty():
+            raise RuntimeError("batcher produced an empty pass with work pending")  # a bug, not input
+        caps = graphs.captures if graphs is not None else 0
+        tk = ex.launch(plan)
+        if ex.overlap:
+            # the batcher takes this pass's outcome (known on the host) now and plans the next
+            # while the GPU runs it; the previous pass is settled first, so time stamps land in
+            # order. Arrivals and finishes are thus seen one pass later than in a serial loop.
+            settle()
+            b.apply(plan, Outcome(float("nan"), tk.entropy, tk.accepted), None)
+            pending.append((plan, tk, host_s, caps))
+        else:
+            out = ex.finish(tk)
+            if not wall:
+                sim_now[0] += out.elapsed_s + host_s
+            b.apply(plan, out, now())
+            log(plan, out, host_s, caps)
+        if opts.max_passes and len(passes) + len(pending) >= opts.max_passes:
             break
+    settle()
     return passes, cat_ns, cat_passes
 
 def write_outputs(out_dir: Path, run: RunOutput, trace, dump_tokens: Path | None = None) -> None:

@@ -29,7 +29,7 @@ from .kv_cache import PagedKVCache
 from .draft_store import DraftStore
 from .graphs import PREFILL_GRAPH_TOKENS
 from .padding import PassPadding
-from .pages import upload
+from .pages import to_device, upload
 from .pass_attention import DraftRows, PassAttention, budget_pages
 from .selection import PageMeta
 
@@ -41,6 +41,21 @@ class RequestTokens:
     drafts: list[int] = field(default_factory=list)
     draft_probs: list[torch.Tensor] = field(default_factory=list)  # q_j (temperature > 0 only)
     draft_entropy: list[float] = field(default_factory=list)
+    clean: int = 0  # tokens[:clean] hold no placeholder (overlapped loop: see `Slab`)
+
+
+@dataclass
+class Ticket:
+    """A launched pass (`RuntimeExecutor.launch`): its outcome as the host knows it at launch
+    (preset acceptance decides on the host) and what `finish` needs to time and settle it."""
+    plan: PassPlan
+    entropy: np.ndarray
+    accepted: np.ndarray
+    t_start: float  # host clock when its preparation began
+    done: object = None  # CUDA event after its last work (None: finished at launch, CPU or empty)
+    gpu: tuple | None = None  # CUDA events around the forward (time_gpu)
+    tokens: tuple | None = None  # (first slab position, count, pinned host copy) of its sampled tokens
+    rids: tuple = ()  # requests whose lists may hold its placeholders
 
 
 class RuntimeExecutor:
@@ -64,7 +79,7 @@ class RuntimeExecutor:
         self.attention_fn = attention_fn
         self.graphs = graphs  # graphs.GraphedPasses: decode-like passes replayed from CUDA graphs
         self.req: dict[int, RequestTokens] = {}
-        self.outputs: dict[int, list[int]] = {}  # finished requests' generated tokens
+        self.done: dict[int, RequestTokens] = {}  # finished requests' token state
         cfg = model.cfg
         # Quest page bounds, kept current on every KV write, only where drafts will read them
         quest = drafts_possible and self.method in (DraftMethod.VERIFY_QUEST, DraftMethod.STEP_QUEST)
@@ -83,6 +98,12 @@ class RuntimeExecutor:
         self.time_gpu = False
         self.last_gpu_s = float("nan")  # the last pass's forward, first launch to logits, on the device
         self.padding = padding
+        # overlapped loop (engine.py): `launch` returns before the GPU is done and the host plans
+        # and prepares the next pass meanwhile; needs preset acceptance (the outcome known on the
+        # host). Sampled tokens stay on the GPU (`Slab`) until the pass is finished.
+        self.overlap = False
+        self.slab = Slab(self.dev)
+        self._last_done = 0.0  # host clock when the last finished pass was seen done
 
     def reset(self, pool, table, acceptance) -> None:
         """Serve a new run over the same cache, stores and graphs (a rehearsed run: engine.py):
@@ -90,7 +111,7 @@ class RuntimeExecutor:
         reading the same tensors)."""
         self.pool, self.t, self.acc = pool, table, acceptance
         self.req.clear()
-        self.outputs.clear()
+        self.done.clear()
         self._tables.clear()
         for rid in list(self.store.slot):
             self.store.release(rid)
@@ -119,26 +140,31 @@ class RuntimeExecutor:
         for rid in plan.released.tolist():
             st = self.req.pop(rid, None)
             if st is not None:
-                self.outputs[rid] = st.tokens[st.prompt_len:]
+                self.done[rid] = st
             self.store.release(rid)
             self._tables.pop(rid, None)
 
     def generated(self) -> dict[int, list[int]]:
-        """Output tokens of every request seen, finished or not."""
-        out = dict(self.outputs)
-        for rid, st in self.req.items():
-            out[rid] = st.tokens[st.prompt_len:]
-        return out
+        """Output tokens of every request seen, finished or not (call with no pass in flight)."""
+        return {rid: st.tokens[st.prompt_len:] for d in (self.done, self.req) for rid, st in d.items()}
 
     # ---------------------------------------------------------------- one pass
-    @torch.no_grad()
     def execute(self, plan: PassPlan) -> Outcome:
+        """Run one pass to its end: `finish(launch(plan))`."""
+        return self.finish(self.launch(plan))
+
+    @torch.no_grad()
+    def launch(self, plan: PassPlan) -> Ticket:
+        """Prepare and enqueue one pass. Without `overlap` the GPU is synchronised first (no
+        earlier work counts) and the sampled tokens are read back here; with it nothing waits."""
         # timed from here: preparing a pass's inputs on the host is part of every pass of a real
-        # engine (and calibration models it); the GPU is synchronised first so no earlier work counts
-        sync = self.dev.type == "cuda"
-        if sync:
+        # engine (and calibration models it)
+        cuda = self.dev.type == "cuda"
+        assert not (self.overlap and self.acc is None), "an overlapped loop needs preset acceptance"
+        if cuda and not self.overlap:
             torch.cuda.synchronize(self.dev)
         t0 = time.perf_counter()
+        self.slab.begin()
         self._forget(plan)
         rids, tables, start, qlen, toks = [], [], [], [], []
         score_rows, logit_rows = [], []
@@ -210,7 +236,7 @@ class RuntimeExecutor:
         if not rids:  # a synthetic prefill pass with nothing else in it
             self.last_prep_s = time.perf_counter() - t0
             entropy, accepted = self._outcomes(plan, None)
-            return Outcome(time.perf_counter() - t0, entropy, accepted)
+            return Ticket(plan, entropy, accepted, t0)
         attn = PassAttention(self.cache, rids, tables, start, qlen, n_pre, drafts, self.method, self.budget,
                              self.store, self.meta, score_rows, self.attention_fn)
         attn.graphable = graphable
@@ -224,9 +250,11 @@ class RuntimeExecutor:
                 short[attn.split] = False
             attn.tile_q = int(max(np.asarray(qlen[:-1])[short], default=1))
         tok_t, rows_t = upload([toks, logit_rows], [np.int64, np.int64], self.dev)
+        if min(toks) < 0:  # placeholders: tokens earlier passes sampled, still on the GPU
+            tok_t = self.slab.fill(tok_t)
         self.last_prep_s = time.perf_counter() - t0
         ev = None
-        if self.time_gpu and sync:
+        if self.time_gpu and cuda:
             ev = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
             ev[0].record()
         if self.graphs is not None and graphable and self.graphs.eligible(attn):
@@ -236,11 +264,31 @@ class RuntimeExecutor:
         if ev is not None:
             ev[1].record()
         entropy, accepted = self._outcomes(plan, logits)
-        if sync:
-            torch.cuda.synchronize(self.dev)
-        if ev is not None:
-            self.last_gpu_s = ev[0].elapsed_time(ev[1]) / 1e3
-        return Outcome(time.perf_counter() - t0, entropy, accepted)
+        tk = Ticket(plan, entropy, accepted, t0, gpu=ev, tokens=self.slab.end(),
+                    rids=tuple(r for r in rids if r >= 0))
+        if cuda:
+            tk.done = torch.cuda.Event()
+            tk.done.record()
+        return tk
+
+    def finish(self, tk: Ticket) -> Outcome:
+        """Wait for a launched pass; its outcome, timed from its preparation's start or, when it
+        was prepared while an earlier pass ran, from that pass's end (the interval between passes
+        ending is what a loop that overlaps them delivers). Passes finish in launch order."""
+        if tk.done is not None:
+            tk.done.synchronize()
+        t = time.perf_counter()
+        elapsed = t - max(tk.t_start, self._last_done)
+        self._last_done = t
+        if tk.gpu is not None:
+            self.last_gpu_s = tk.gpu[0].elapsed_time(tk.gpu[1]) / 1e3
+        if tk.tokens is not None:
+            self.slab.settle(tk.tokens)
+            for rid in tk.rids:
+                st = self.req.get(rid) or self.done.get(rid)
+                if st is not None:
+                    self.slab.resolve(st)
+        return Outcome(elapsed, tk.entropy, tk.accepted)
 
     def _add(self, rids, tables, start, qlen, rid, s, n, table=None) -> None:
         rids.append(rid)
@@ -262,6 +310,13 @@ class RuntimeExecutor:
         return hit[1]
 
     # ---------------------------------------------------------------- sampling and acceptance
+    def _emit(self, tokens: torch.Tensor) -> list[int]:
+        """Sampled tokens as the host keeps them: their ids (read back now), or, overlapped,
+        placeholders for them in the slab (nothing waits for the GPU)."""
+        if not self.overlap:
+            return tokens.tolist()
+        return self.slab.put(tokens)
+
     def _outcomes(self, plan: PassPlan, logits: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         t, T = self.t, self.temperature
         r = 0
@@ -276,8 +331,8 @@ class RuntimeExecutor:
         if last:
             sts = [self.req[rid] for rid in last]
             pos = np.asarray([len(st.tokens) - st.prompt_len for st in sts], np.int64)  # output position
-            new = _pick(logits[r:r + len(last)], T,
-                        S.keyed_uniform(self.seed, np.asarray(last, np.int64), pos, S.TARGET)).tolist()
+            new = self._emit(_pick(logits[r:r + len(last)], T,
+                                   S.keyed_uniform(self.seed, np.asarray(last, np.int64), pos, S.TARGET)))
             for st, x in zip(sts, new):
                 st.tokens.append(int(x))
             r += len(last)
@@ -291,7 +346,7 @@ class RuntimeExecutor:
             q = S.probs_from_logits(lg, T) if T > 0 else None
             # draft j of a run proposes output position committed + j
             u = S.keyed_uniform(self.seed, ids.astype(np.int64), committed + plan.draft_pos, S.DRAFT)
-            new = _pick(lg, T, u, q).tolist()
+            new = self._emit(_pick(lg, T, u, q))
             if self.acc is None:
                 ent = S.draft_entropy(lg, T).cpu().numpy()
             else:  # preset acceptance: the acceptance model's keyed entropy signal, as in a replay
@@ -327,7 +382,7 @@ class RuntimeExecutor:
         j = np.arange(K + 1)
         first_row = r + np.concatenate([[0], np.cumsum(qn)[:-1]])
         idx = first_row[:, None] + np.minimum(j[None, :], qn[:, None] - 1)
-        p = logits[torch.as_tensor(idx.reshape(-1), device=logits.device)]
+        p = logits[to_device(idx.reshape(-1), np.int64, logits.device)]
         if T > 0:  # greedy needs no distribution: argmax of the logits is the one-hot's
             p = S.probs_from_logits(p, T)
         p = p.view(nv, K + 1, -1)
@@ -346,9 +401,9 @@ class RuntimeExecutor:
             u_a = S.keyed_uniform(self.seed, ids[:, None], base[:, None] + j[None, :K], S.ACCEPT)
             accepted, nxt = S.verify_batch(torch.as_tensor(x, device=p.device), dq, p, T, u_a, u_t, k=qn - 1)
         else:
-            a = torch.as_tensor(accepted, device=p.device)
+            a = to_device(accepted, np.int64, p.device)
             pa = p[torch.arange(nv, device=p.device), a]  # logits at T == 0, else probabilities
-            nxt = _pick(pa, T, u_t[rows, accepted], probs=pa).cpu().numpy()
+            nxt = self._emit(_pick(pa, T, u_t[rows, accepted], probs=pa))
         for i, (st, rid, q, ctx) in enumerate(zip(sts, ids.tolist(), qn.tolist(), plan.verify_context.tolist())):
             k, a = q - 1, int(accepted[i])
             if self.events is not None and k:
@@ -369,3 +424,88 @@ def _pick(x: torch.Tensor, T: float, u, probs=None) -> torch.Tensor:
     if T <= 0:
         return x.argmax(-1)
     return S.sample(probs if probs is not None else S.probs_from_logits(x, T), u)
+
+
+class Slab:
+    """Sampled tokens on the GPU, for a loop that does not wait for them (`RuntimeExecutor.overlap`).
+
+    A pass writes its sampled tokens (first tokens, drafts, verifications' next tokens) to a ring
+    on the device and the host keeps a placeholder for each, `-(position + 1)`, in the requests'
+    token lists; the next pass's input ids gather from the ring (`fill`), so no read-back stands
+    between two passes (SGLang's overlap scheduler does the same with its future token ids). Each
+    pass also queues a copy of its tokens to pinned host memory; once it is finished (`settle`)
+    the placeholders of its requests are replaced by the ids (`resolve`), so a placeholder lives
+    about two passes, far less than the ring's length."""
+
+    SIZE = 1 << 20
+
+    def __init__(self, device):
+        self.dev = device
+        self.ring = None  # allocated at first use
+        self.host = np.zeros(self.SIZE, np.int64)  # settled values by ring index
+        self.head = 0  # next position (absolute: ring index = head % SIZE)
+        self.settled = 0  # positions below this are in `host`
+        self._lo = 0
+
+    def begin(self) -> None:
+        """A pass starts: its tokens (at most a quarter of the ring) will sit contiguous."""
+        if self.head % self.SIZE > self.SIZE - self.SIZE // 4:
+            self.head += self.SIZE - self.head % self.SIZE
+        self._lo = self.head
+
+    def put(self, tokens: torch.Tensor) -> list[int]:
+        n = int(tokens.shape[0])
+        if not n:
+            return []
+        assert self.head + n - self._lo <= self.SIZE // 4, "a pass samples more tokens than the slab holds"
+        if self.ring is None:
+            self.ring = torch.zeros(self.SIZE, dtype=torch.int64, device=self.dev)
+        i = self.head % self.SIZE
+        self.ring[i:i + n] = tokens.to(torch.int64)
+        ph = list(range(-self.head - 1, -self.head - n - 1, -1))
+        self.head += n
+        return ph
+
+    def end(self):
+        """(first position, count, host copy in flight) of this pass's tokens, or None."""
+        n = self.head - self._lo
+        if not n:
+            return None
+        i = self._lo % self.SIZE
+        src = self.ring[i:i + n]
+        if src.device.type == "cuda":
+            dst = torch.empty(n, dtype=torch.int64, pin_memory=True)
+            dst.copy_(src, non_blocking=True)
+        else:
+            dst = src.clone()
+        return self._lo, n, dst
+
+    def fill(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Input ids with every placeholder replaced by its token from the ring."""
+        ph = tokens < 0
+        return torch.where(ph, self.ring[(-1 - tokens).clamp_(min=0) % self.SIZE], tokens)
+
+    def settle(self, tokens) -> bool:
+        """A finished pass's tokens reach the host (its copy has run)."""
+        lo, n, dst = tokens
+        i = lo % self.SIZE
+        self.host[i:i + n] = dst.numpy()
+        self.settled = max(self.settled, lo + n)
+        return True
+
+    def _value(self, x: int) -> int:
+        return int(self.host[(-1 - x) % self.SIZE])
+
+    def resolve(self, st: RequestTokens) -> None:
+        """Settled placeholders in a request's lists replaced by their ids."""
+        toks, lim = st.tokens, -1 - self.settled  # placeholders > lim are settled
+        i = min(st.clean, len(toks))
+        while i < len(toks):
+            x = toks[i]
+            if x < 0:
+                if x <= lim:
+                    break
+                toks[i] = self._value(x)
+            i += 1
+        st.clean = i
+        st.drafts[:] = [self._value(x) if lim < x < 0 else x for x in st.drafts]

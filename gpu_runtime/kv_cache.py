@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from .model_config import LlamaConfig
-from .pages import PageLists, full_page_lists, token_slots, upload
+from .pages import PageLists, full_page_lists, to_device, token_slots, upload
 
 
 class PagedKVCache:
@@ -90,7 +90,7 @@ class PagedAttention:
 
     def last_token_rows(self) -> torch.Tensor:
         """Index of each request's last token in the flat batch (its next-token logits)."""
-        return torch.as_tensor(np.cumsum(self.q_len) - 1, device=self.cache.device)
+        return to_device(np.cumsum(self.q_len) - 1, None, self.cache.device)
 
     def lists_for(self, layer: int) -> PageLists:
         return self.lists

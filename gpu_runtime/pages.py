@@ -104,12 +104,26 @@ def token_slots(page_tables, start: np.ndarray, q_len: np.ndarray, page_size: in
     return pos, page, pos % page_size
 
 
+def to_device(a, dtype, device) -> torch.Tensor:
+    """A host array as a tensor of numpy `dtype` (None: its own) on `device`. On a GPU through pinned memory and
+    without waiting: `torch.as_tensor(..., device="cuda")` synchronises the stream after its copy,
+    so every such upload would make the host wait for every pass already queued, and the runtime's
+    overlapped loop (engine.py) prepares a pass while the previous one runs. Torch's pinned-memory
+    cache keeps the staging block until the copy has run."""
+    t = torch.from_numpy(np.ascontiguousarray(a, dtype=dtype))
+    if not isinstance(device, torch.device):
+        device = torch.device(device)
+    if device.type != "cuda":
+        return t
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 def upload(arrays, dtypes, device) -> list[torch.Tensor]:
-    """Host arrays as device tensors of `dtypes` (`torch.as_tensor` each). One place for a pass's
+    """Host arrays as device tensors of `dtypes` (`to_device` each). One place for a pass's
     uploads: packing them into one (pinned or pageable) buffer and one copy measured no clear win on
     the H200 host (benchmarks/host_prep.py --device cuda: within its run-to-run noise), so each
     array is copied as before."""
-    return [torch.as_tensor(np.ascontiguousarray(a, dtype=dt), device=device) for a, dt in zip(arrays, dtypes)]
+    return [to_device(a, dt, device) for a, dt in zip(arrays, dtypes)]
 
 
 def concat_page_lists(parts: list[PageLists], layout: list[int] | None = None) -> PageLists:
@@ -142,6 +156,6 @@ def selected_page_lists(page_table: torch.Tensor, selected: torch.Tensor, counts
     last = np.repeat(last_page_len(kv_lens, page_size), num_kv_heads)
     counts = np.asarray(counts, dtype=np.int64)
     return PageLists(torch.arange(rows, dtype=torch.int32, device=selected.device) * k,
-                     torch.as_tensor(counts, dtype=torch.int32, device=selected.device),
-                     torch.as_tensor(last, dtype=torch.int32, device=selected.device),
+                     to_device(counts, np.int32, selected.device),
+                     to_device(last, np.int32, selected.device),
                      phys.reshape(-1).contiguous(), counts, last, num_kv_heads, page_size)

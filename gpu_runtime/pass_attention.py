@@ -37,7 +37,7 @@ from . import dispatch, selection
 from .buckets import bucket, pow2
 from .draft_store import DraftStore
 from .kv_cache import PagedAttention, PagedKVCache
-from .pages import PageLists, concat_page_lists, full_page_lists, last_page_len, pages_for
+from .pages import PageLists, concat_page_lists, full_page_lists, last_page_len, pages_for, to_device
 from .selection import PageMeta, select_static, top_pages
 
 SINK, RECENT = 1, 1  # pages always kept at the start and at the end of the context
@@ -47,6 +47,7 @@ SINK, RECENT = 1, 1  # pages always kept at the start and at the end of the cont
 # took 25.5 ms where the decodes alone took 10.7), as serving engines run prefill and decode
 # attention as separate kernels. The cost models price the same split (spsim/cost/calibrated.py).
 SPLIT_PREFILL = True
+_NP = {torch.int64: np.int64, torch.int32: np.int32}  # per-pass inputs' dtypes, as uploaded
 TABLE_COLS = 128  # page-table and page-score widths: at least this, rounded up by `buckets.bucket` (fewer graph shapes)
 
 
@@ -136,7 +137,7 @@ class PassAttention(PagedAttention):
         if meta is not None and self.fused_write():  # page runs for the bounds (kv_write.py)
             from .kv_write import run_lengths
 
-            self._run = torch.as_tensor(run_lengths(self._page_np), device=dev)
+            self._run = to_device(run_lengths(self._page_np), None, dev)
             self._inputs.append(self._run)
         # page scores the attention kernel writes: verify-attn keeps the verifications' (and last
         # prefill chunks'); step-layer ranks the draft rows' pages by layer 0's
@@ -150,7 +151,7 @@ class PassAttention(PagedAttention):
             states.ensure_score_width(maxp)
             states.scored_pages[slots] = pages_for(kv_len[score_rows], ps)
             src = (np.asarray(score_rows, np.int64)[:, None] * hkv + np.arange(hkv)).reshape(-1)
-            self._keep = (torch.as_tensor(src, device=dev), torch.as_tensor(states.score_rows(slots), device=dev))
+            self._keep = (to_device(src, None, dev), to_device(states.score_rows(slots), None, dev))
             self._inputs += list(self._keep)
         self._q = None
         self._slab_at = 0 if not n_dr else off
@@ -168,7 +169,7 @@ class PassAttention(PagedAttention):
         for i, t in enumerate(tables):
             pt[i, :len(t)] = t
         def T(a, dt=torch.int64):  # a per-pass device input (graphs.py copies these into a captured pass)
-            t = a if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a), dtype=dt, device=dev)
+            t = a if isinstance(a, torch.Tensor) else to_device(a, _NP[dt], dev)
             self._inputs.append(t)
             return t
 
@@ -237,8 +238,8 @@ class PassAttention(PagedAttention):
     def _masks(self, npg, scored, width: int, dev):
         """Per row: columns with a usable score, and columns always kept (sink, recent, and pages
         the scores never covered: they hold drafts since)."""
-        n = torch.as_tensor(np.repeat(npg, self.hkv), device=dev)[:, None]
-        sc = torch.as_tensor(np.repeat(np.asarray(scored, np.int64), self.hkv), device=dev)[:, None]
+        n = to_device(np.repeat(npg, self.hkv), None, dev)[:, None]
+        sc = to_device(np.repeat(np.asarray(scored, np.int64), self.hkv), None, dev)[:, None]
         col = torch.arange(width, device=dev)[None, :]
         valid = col < torch.minimum(n, sc)
         keep = ((col < SINK) | (col >= torch.minimum(n - RECENT, sc))) & (col < n)

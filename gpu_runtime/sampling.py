@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from spsim.keyed import INV53, U64, key
+from .pages import to_device
 
 DRAFT = 0  # sampling a draft token
 ACCEPT = 1  # the accept test of the draft at that position
@@ -80,7 +81,7 @@ def sample(probs: torch.Tensor, u) -> torch.Tensor:
     A one-hot row (T == 0) returns its argmax for every u."""
     p = probs.to(torch.float64)
     cdf = p.cumsum(-1)
-    u = u if isinstance(u, torch.Tensor) else torch.as_tensor(np.asarray(u, np.float64))
+    u = u if isinstance(u, torch.Tensor) else to_device(u, np.float64, p.device)  # no wait: overlapped loop
     ut = u.to(device=p.device, dtype=torch.float64).reshape(-1, 1) * cdf[:, -1:]
     idx = torch.searchsorted(cdf, ut, right=True).squeeze(1)
     last = p.shape[-1] - 1 - (p > 0).flip(-1).to(torch.int32).argmax(-1)

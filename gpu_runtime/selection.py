@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from . import dispatch
-from .pages import pages_for
+from .pages import pages_for, to_device
 
 
 def budget_pages(budget_tokens, page_size: int, sink: int = 1, recent: int = 1):
@@ -65,7 +65,7 @@ def top_pages(scores: torch.Tensor, counts) -> torch.Tensor:
     if dispatch.use_triton(scores.device):
         from .quest import topk_pages
 
-        return topk_pages(scores, torch.as_tensor(counts, dtype=torch.int32, device=scores.device), k)
+        return topk_pages(scores, to_device(counts, np.int32, scores.device), k)
     return top_pages_torch(scores, counts)
 
 
@@ -74,7 +74,7 @@ def top_pages_torch(scores: torch.Tensor, counts) -> torch.Tensor:
     k = int(counts.max(initial=1))
     _, idx = torch.topk(scores, min(k, scores.shape[1]), dim=1, sorted=True)
     rank = torch.arange(idx.shape[1], device=idx.device)
-    cnt = torch.as_tensor(counts, device=idx.device)
+    cnt = to_device(counts, None, idx.device)
     big = torch.iinfo(torch.int64).max
     idx = torch.sort(torch.where(rank[None, :] < cnt[:, None], idx, big), dim=1).values
     return torch.where(idx == big, -1, idx)
@@ -85,7 +85,7 @@ def select_quest(q, meta: PageMeta, page_table, kv_lens, budget_tokens, page_siz
     """Quest / SparseSpec-style selection for drafting requests: `(selected, counts)`."""
     hkv = meta.kmin.shape[1]
     counts = selection_counts(kv_lens, budget_tokens, page_size, sink, recent, hkv)
-    npg = torch.as_tensor(pages_for(kv_lens, page_size), dtype=torch.int32, device=q.device)
+    npg = to_device(pages_for(kv_lens, page_size), np.int32, q.device)
     scores = dispatch.quest_scores(q, meta, page_table, npg, sink, recent)
     return top_pages(scores, counts), counts
 
@@ -97,8 +97,8 @@ def select_from_scores(page_scores: torch.Tensor, scored_pages, kv_lens, budget_
     that verification covered; later pages (holding tokens drafted since) are always kept."""
     counts = selection_counts(kv_lens, budget_tokens, page_size, sink, recent, num_kv_heads)
     dev = page_scores.device
-    n = torch.as_tensor(np.repeat(pages_for(kv_lens, page_size), num_kv_heads), device=dev)[:, None]
-    scored = torch.as_tensor(np.repeat(np.asarray(scored_pages, dtype=np.int64), num_kv_heads), device=dev)[:, None]
+    n = to_device(np.repeat(pages_for(kv_lens, page_size), num_kv_heads), None, dev)[:, None]
+    scored = to_device(np.repeat(np.asarray(scored_pages, dtype=np.int64), num_kv_heads), None, dev)[:, None]
     col = torch.arange(page_scores.shape[1], device=dev)[None, :]
     s = torch.where(col < torch.minimum(n, scored), page_scores, float("-inf"))
     keep_from = torch.minimum(n - recent, scored)  # pages the verification never saw hold drafts: keep
@@ -118,4 +118,4 @@ def select_static(kv_lens, budget_tokens, page_size: int, num_kv_heads: int, sin
     head = np.minimum(sink, c)  # sink pages, unless the row keeps fewer
     sel = np.where(j < head, j, n2 - c + j)  # then the last c - head pages
     sel = np.where(j < c, sel, -1)
-    return torch.as_tensor(sel, device=device), counts
+    return to_device(sel, None, device), counts

@@ -90,6 +90,9 @@ class Batcher:
         self.finished = 0
         self.on_done = None  # callable(rid, now) when a request finishes or is rejected
         self.draft_log = None  # policies.draftlog.DraftLog: sampled requests' draft lengths (None: off)
+        # time stamps of a pass applied before its end is known (`apply(..., t_end=None)`, the
+        # runtime's overlapped loop): replayed in order by `stamp` once the pass has ended
+        self._deferred: list = []
         # per-request constants, sliced (views) instead of made for every plan and view;
         # read-only: a batch never holds more than max_batch requests
         self._budget = np.full(cfg.max_batch, cfg.draft_budget, I64)
@@ -188,19 +191,45 @@ class Batcher:
             self.preempted.append(rid)
         self.dirty = True
 
-    def finish(self, rid: int, now: float) -> None:
+    def finish(self, rid: int, now: float | None) -> None:
         t = self.t
         self._release(rid)
         self.running.remove(rid)
         t.phase[rid] = DONE
-        t.t_finish[rid] = now
         self.policy.on_finish(rid)
         self.finished += 1
         if self.announce:
             self.released.append(rid)
         self.dirty = True
+        self._at(now, self._finished_at, rid)
+
+    def _finished_at(self, now: float, rid: int) -> None:
+        self.t.t_finish[rid] = now
         if self.on_done:
             self.on_done(rid, now)
+
+    def _emitted_at(self, now: float, v: np.ndarray) -> None:
+        t = self.t
+        self.itl.append(now - t.t_last_emit[v])
+        t.t_last_emit[v] = now
+
+    def _logged_at(self, now: float, v, drafted, accepted) -> None:
+        self.draft_log.add(v, drafted, accepted, now)
+
+    # ---------------------------------------------------------------- time stamps
+    def _at(self, now: float | None, fn, *args) -> None:
+        """`fn(now, *args)` now, or, with `now` None (the pass's end is not known yet), when
+        `stamp` gives it. Only time fields and the finish callback wait: planning reads none."""
+        if now is None:
+            self._deferred.append((fn, args))
+        else:
+            fn(now, *args)
+
+    def stamp(self, t_end: float) -> None:
+        """The pass applied with `t_end=None` ended at `t_end`: its time stamps, in order."""
+        todo, self._deferred = self._deferred, []
+        for fn, args in todo:
+            fn(t_end, *args)
 
     # ---------------------------------------------------------------- planning
     def _decoding(self) -> np.ndarray:
@@ -334,7 +363,9 @@ class Batcher:
         plan.freed_pages = self.pool.take_freed()
 
     # ---------------------------------------------------------------- outcomes
-    def apply(self, plan: PassPlan, out: Outcome, t_end: float) -> None:
+    def apply(self, plan: PassPlan, out: Outcome, t_end: float | None) -> None:
+        """The pass's outcome. `t_end` None: the pass is still running (the runtime's overlapped
+        loop plans the next pass first); its time stamps wait for `stamp(t_end)`."""
         t = self.t
         self.passes += 1
         for rid, tok in zip(plan.prefill_ids.tolist(), plan.prefill_tokens.tolist()):
@@ -354,18 +385,13 @@ class Batcher:
         if len(v):
             self.record_verifications(v, plan.verify_query - 1, np.asarray(out.accepted, I64), t_end)
 
-    def _prefill_done(self, rid: int, now: float) -> None:
+    def _prefill_done(self, rid: int, now: float | None) -> None:
         t, cfg, cache = self.t, self.cfg, self.pool.cache
         t.phase[rid] = DECODE
         self.prefilling.remove(rid)
         t.committed[rid] += 1  # the prefill pass samples the next token
         t.target[rid] = -1
-        if np.isnan(t.t_first[rid]):
-            t.t_first[rid] = now
-        else:  # a recomputed request resumes: the gap counts as one inter-token latency
-            t.recomputes[rid] += 1
-            self.itl.append(np.array([now - t.t_last_emit[rid]]))
-        t.t_last_emit[rid] = now
+        self._at(now, self._first_token_at, rid)
         if cache is not None:  # publish this prompt's full blocks for later requests
             full = self._blocks(rid)[: int(t.prompt[rid]) // cfg.block_size]
             moved = self.pool.publish_prefix(rid, full[int(t.cached_blocks[rid]):].tolist())
@@ -376,10 +402,19 @@ class Batcher:
         if t.committed[rid] >= t.output[rid]:
             self.finish(rid, now)
 
+    def _first_token_at(self, now: float, rid: int) -> None:
+        t = self.t
+        if np.isnan(t.t_first[rid]):
+            t.t_first[rid] = now
+        else:  # a recomputed request resumes: the gap counts as one inter-token latency
+            t.recomputes[rid] += 1
+            self.itl.append(np.array([now - t.t_last_emit[rid]]))
+        t.t_last_emit[rid] = now
+
     # ---------------------------------------------------------------- extension point
     # For executors that advance many passes at once (the simulator's fast path): it plans from
     # the request table, `running`, `pool.free()` and `decode_order`, and applies through these.
-    def record_verifications(self, v: np.ndarray, drafted: np.ndarray, accepted: np.ndarray, now: float) -> None:
+    def record_verifications(self, v: np.ndarray, drafted: np.ndarray, accepted: np.ndarray, now: float | None) -> None:
         """Verifications of requests `v` (which held `drafted` drafts) ending at `now`: commit the
         accepted prefix and the target token, shrink pages to the committed tokens, tell the policy,
         finish requests that reached their output length."""
@@ -395,8 +430,7 @@ class Batcher:
         need = -(-(t.ctx[v] - t.shared_tokens[v]) // self.cfg.page_size)
         self.pool.resize(v, t.pages[v], need)
         t.pages[v] = need
-        self.itl.append(now - t.t_last_emit[v])
-        t.t_last_emit[v] = now
+        self._at(now, self._emitted_at, v)
         spec = drafted > 0
         if any(spec.tolist()):
             sv = v[spec]
@@ -404,7 +438,7 @@ class Batcher:
             t.target[sv] = -1
             self.policy.on_verify(sv, drafted[spec], accepted[spec])
             if self.draft_log is not None:
-                self.draft_log.add(sv, drafted[spec], accepted[spec], now)
+                self._at(now, self._logged_at, sv, drafted[spec], accepted[spec])
         done = t.committed[v] >= t.output[v]
         if any(done.tolist()):
             for rid in v[done].tolist():

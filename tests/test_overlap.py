@@ -1,0 +1,115 @@
+"""The overlapped loop (`RuntimeOptions.overlap`): each pass is planned and prepared while the
+previous one runs, its sampled tokens staying on the device as placeholders (`executor.Slab`) and
+its time stamps applied once it ends (`Batcher.stamp`). On the CPU nothing runs concurrently, but
+every piece of bookkeeping is the one the GPU uses: a run must be the serial run, token for token.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from spsim.config import ServingConfig  # noqa: E402
+from spsim.errors import SpsimError  # noqa: E402
+
+from test_runtime import CheapDrafts, mixed_trace, tiny  # noqa: E402,F401
+
+
+def _runs(tiny, policy, method, **opts):  # noqa: F811
+    from spsim.gpu_runtime.engine import RuntimeOptions, run_trace
+
+    cfg = ServingConfig(policy=policy, offline=True, kv_pages=80, page_size=16, draft_budget=48, max_draft=6,
+                        draft_kv=method, max_batch=8, token_budget=256, acceptance="sparsespec-llama8b")
+    tr = mixed_trace(output=(30, 80))  # long enough outputs that the small pool preempts
+    return [run_trace(tr, cfg, RuntimeOptions(device="cpu", overlap=o, **opts), model=tiny, cost=CheapDrafts())
+            for o in (False, True)]
+
+
+@pytest.mark.parametrize("policy,method,opts", [
+    ("fixed-k:k=4", "verify-quest", {}),
+    ("aspire", "verify-attn", {"pad_passes": True}),
+    ("sync:k=3", "step-layer", {}),
+    ("entropy", "static", {"synthetic_prefill": True}),
+    ("ar", "auto", {"pad_passes": True, "coarse_shapes": True}),
+])
+def test_an_overlapped_run_is_the_serial_run(tiny, policy, method, opts):  # noqa: F811
+    """Offline, the same plans, tokens, accept events and per-request counts, and every time stamp
+    in place: placeholders resolved to the ids the serial loop read back, stamps deferred to the
+    pass's end but none lost."""
+    serial, over = _runs(tiny, policy, method, **opts)
+    assert over.result.summary["runtime"]["overlap"] is True
+    assert serial.result.summary["runtime"]["overlap"] is False
+    assert over.tokens == serial.tokens
+    assert all(t >= 0 for toks in over.tokens.values() for t in toks)  # no placeholder left
+    assert over.events == serial.events
+    strip = lambda ps: [{k: v for k, v in p.items() if not k.endswith("_ms")} for p in ps]  # noqa: E731
+    assert strip(over.passes) == strip(serial.passes)
+    cols = ["drafts", "verifies", "spec_verifies", "accepted", "preemptions", "recomputes", "output_tokens"]
+    assert over.result.requests[cols].equals(serial.result.requests[cols])
+    req = over.result.requests
+    assert np.isfinite(req["first_token_s"]).all() and np.isfinite(req["finish_s"]).all()
+    assert (req["finish_s"] >= req["first_token_s"]).all()
+    s, o = serial.result.summary, over.result.summary
+    assert o["completed"] == s["completed"] == 10
+    if policy != "ar":
+        assert o["drafted_tokens"] > 0 and o["preemptions"] > 0
+    # offline time is the sum of the passes' intervals; each pass has one
+    assert all(p["gpu_ms"] > 0 for p in over.passes)
+    assert req["finish_s"].max() == pytest.approx(sum(p["gpu_ms"] for p in over.passes) / 1e3, rel=1e-4)
+
+
+def test_overlap_under_arrivals_and_closed_loop(tiny):  # noqa: F811
+    """With arrivals (wall clock) and closed-loop concurrency the overlapped loop sees arrivals and
+    finishes a pass later, but serves every request with ordered stamps."""
+    from spsim.gpu_runtime.engine import RuntimeOptions, run_trace
+
+    tr = mixed_trace(output=(8, 16))
+    tr.arrival = np.linspace(0.0, 0.3, len(tr))
+    for kw in ({"offline": False}, {"offline": False, "concurrency": 3}):
+        cfg = ServingConfig(policy="fixed-k:k=3", kv_pages=200, page_size=16, draft_budget=48, max_draft=6,
+                            max_batch=8, token_budget=256, acceptance="sparsespec-llama8b", **kw)
+        run = run_trace(tr, cfg, RuntimeOptions(device="cpu", overlap=True), model=tiny, cost=CheapDrafts())
+        req = run.result.requests
+        assert run.result.summary["completed"] == len(tr)
+        assert (req["first_token_s"] >= req["arrival_s"]).all()
+        assert (req["finish_s"] >= req["first_token_s"]).all()
+        assert all(t >= 0 for toks in run.tokens.values() for t in toks)
+        assert sum(p["committed"] for p in run.passes) == int(req["output_tokens"].sum())
+
+
+def test_overlap_needs_preset_acceptance(tiny):  # noqa: F811
+    from spsim.gpu_runtime.engine import RuntimeOptions, run_trace
+
+    cfg = ServingConfig(policy="ar", offline=True, kv_pages=200, page_size=16, acceptance="real")
+    with pytest.raises(SpsimError, match="preset acceptance"):
+        run_trace(mixed_trace(n=2), cfg, RuntimeOptions(device="cpu", overlap=True), model=tiny)
+
+
+def test_slab_placeholders_wrap_and_resolve():
+    """Placeholders name absolute slab positions; a pass's tokens stay contiguous across the ring's
+    end; settled placeholders are replaced in order and unsettled ones kept."""
+    from spsim.gpu_runtime.executor import RequestTokens, Slab
+
+    slab = Slab(torch.device("cpu"))
+    slab.head = Slab.SIZE - Slab.SIZE // 8  # near the end: the next pass starts at the ring's start
+    slab.begin()
+    assert slab.head % Slab.SIZE == 0
+    a = slab.put(torch.tensor([5, 6, 7]))
+    b = slab.put(torch.tensor([9]))
+    assert a == [-slab.head + 3, -slab.head + 2, -slab.head + 1] and b == [-slab.head]
+    ids = slab.fill(torch.tensor([1, a[1], 2, b[0]]))
+    assert ids.tolist() == [1, 6, 2, 9]
+    tk = slab.end()
+    assert tk[1] == 4
+    st = RequestTokens([3, 4, a[0], a[2]], 2, drafts=[b[0]])
+    slab.begin()
+    c = slab.put(torch.tensor([11]))
+    st.tokens.append(c[0])  # a later pass's, not settled yet
+    slab.settle(tk)
+    slab.resolve(st)
+    assert st.tokens == [3, 4, 5, 7, c[0]] and st.drafts == [9] and st.clean == 4
+    slab.settle(slab.end())
+    slab.resolve(st)
+    assert st.tokens == [3, 4, 5, 7, 11] and st.clean == 5
