@@ -114,6 +114,8 @@ def main() -> int:
                     "measured is their mean, with their range")
     ap.add_argument("--coarse-shapes", action="store_true", help="pad passes to powers of two (spsim validate "
                     "--coarse-shapes): fewer CUDA-graph shapes")
+    ap.add_argument("--overlap", default=None, action=argparse.BooleanOptionalAction,
+                    help="plan each pass while the previous runs (spsim validate --overlap; default: on GPUs)")
     ap.add_argument("--tag", default="", help="added to the result files' names (e.g. _rehearsed)")
     ap.add_argument("--calibrate-first", type=float, default=None, metavar="MINUTES",
                     help="measure and fit a profile on this GPU first (calibrate_gpu, this many minutes of the "
@@ -156,10 +158,11 @@ def main() -> int:
 
     if a.repeat < 1:
         sys.exit(f"validate_gpu.py: --repeat must be >= 1 (got {a.repeat})")
-    opts = RuntimeOptions(device=a.device, rehearse=a.rehearse, repeats=a.repeat, coarse_shapes=a.coarse_shapes)
+    opts = RuntimeOptions(device=a.device, rehearse=a.rehearse, repeats=a.repeat, coarse_shapes=a.coarse_shapes,
+                          overlap=a.overlap)
     index = {"benchmark": "validate_gpu", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
              "command": " ".join(sys.argv), "minutes": a.minutes, "model": a.model, "profile": profile,
-             "rehearse": a.rehearse, "repeat": a.repeat, "coarse_shapes": a.coarse_shapes,
+             "rehearse": a.rehearse, "repeat": a.repeat, "coarse_shapes": a.coarse_shapes, "overlap": a.overlap,
              "acceptance": a.acceptance, "machine": {"python": platform.python_version()}, "runs": []}
 
     def save_index():

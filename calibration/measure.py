@@ -142,14 +142,28 @@ def plan_token_state(plan) -> dict[int, tuple[int, int, int]]:
     return st
 
 
+class RejectAll:
+    """A preset acceptance for timing: every draft rejected, entropies zero, decided on the host
+    (the runtime's preset path; calibration repeats a pass from a reset state anyway)."""
+
+    def verify(self, ids, committed, k, context, budget, method):
+        return np.zeros(len(ids), np.int64)
+
+    def draft_entropy(self, ids, committed, pos, context, budget, method):
+        return np.zeros(len(ids))
+
+
 class Bench:
     """The model, the cache and the way one point is timed."""
 
     def __init__(self, model, cache, graphs: bool, min_reps: int = 3, max_reps: int = 10, target_s: float = 0.25,
-                 seed: int = 0, pad: bool | None = None):
+                 seed: int = 0, pad: bool | None = None, overlap: bool | None = None):
         """`pad`: dummy requests bring passes without prefill to a few shapes, as `spsim run` does
         with CUDA graphs (gpu_runtime/padding.py); None: with graphs. A padding cache holds
-        `SCRATCH_PAGES` pages past the ones the points' requests use."""
+        `SCRATCH_PAGES` pages past the ones the points' requests use. `overlap`: repeats run back to
+        back, each prepared while the previous one runs, as `spsim run`'s overlapped loop runs a
+        trace (engine.py; None: on a GPU); a sample is then the interval between two repeats'
+        ends."""
         from spsim.gpu_runtime.padding import SCRATCH_PAGES
 
         self.model, self.cache = model, cache
@@ -162,6 +176,7 @@ class Bench:
         self.perm = np.random.default_rng(seed).permutation(self.num_pages).astype(np.int64)
         self.dev = cache.device
         self.monitor = None  # a clocks.ClockMonitor: the GPU's clock and power over each point's repeats
+        self.overlap = cache.device.type == "cuda" if overlap is None else bool(overlap)
 
     def _executor(self, point: Point, tables):
         from spsim.gpu_runtime.executor import RuntimeExecutor
@@ -171,9 +186,12 @@ class Bench:
             from spsim.gpu_runtime.padding import PassPadding
 
             padding = PassPadding(self.num_pages, self.cache.page_size)
+        # verifications accept nothing, decided on the host as a preset decides in `spsim run`
+        # (the overlapped loop needs it; each repeat starts from the same state anyway)
         ex = RuntimeExecutor(self.model, self.cache, Tables(tables), None, lambda rid: [], method=point.method,
-                             budget=point.budget, temperature=0.0, seed=0, acceptance=None, record_events=False,
-                             drafts_possible=point.group != "ar", padding=padding)
+                             budget=point.budget, temperature=0.0, seed=0, acceptance=RejectAll(),
+                             record_events=False, drafts_possible=point.group != "ar", padding=padding)
+        ex.overlap = self.overlap
         for m in getattr(ex, "meta", None) or []:  # Quest bounds of random keys: min <= max, finite
             m.kmin.normal_().abs_().neg_()
             m.kmax.normal_().abs_()
@@ -204,14 +222,29 @@ class Bench:
         gpu: list[float] = []  # the forward on the device (CUDA events: first launch to logits)
         pad0 = ex.padding.stats() if ex.padding is not None else None
         t_a = time.monotonic()
+        prev = None
+        if self.overlap:
+            reset()
+            first_tk = ex.launch(plan)
+            reset()
+            prev = ex.launch(plan)  # prepared while the first runs
+            ex.finish(first_tk)  # its interval held its own preparation, the GPU idle: not a sample
         while len(samples) < self.max_reps:
             reset()
-            samples.append(ex.execute(plan).elapsed_s)
-            prep.append(float(getattr(ex, "last_prep_s", 0.0)))
+            if prev is None:
+                samples.append(ex.execute(plan).elapsed_s)
+                prep.append(float(ex.last_prep_s))
+            else:  # the next repeat is enqueued before this one is waited for
+                cur = ex.launch(plan)
+                prep.append(float(ex.last_prep_s))
+                samples.append(ex.finish(prev).elapsed_s)
+                prev = cur
             gpu.append(float(getattr(ex, "last_gpu_s", float("nan"))))
             spent = sum(samples)
             if (len(samples) >= self.min_reps and spent >= self.target_s) or (len(samples) >= 2 and spent >= 1.0):
                 break
+        if prev is not None:
+            ex.finish(prev)
         during = self.monitor.window(t_a, time.monotonic()) if self.monitor is not None else None
         graphed = ex.graphs is not None and getattr(ex.graphs, "replays", 0) > replays0
         # drafting requests that share pages with others (the cache is smaller than the pass's KV):
@@ -258,13 +291,16 @@ class Bench:
 
 # ---------------------------------------------------------------------------- the sweep
 
-def runtime_facts(graphs: bool) -> dict:
+def runtime_facts(graphs: bool, overlap: bool = False) -> dict:
     """What the runtime does that its cost model must price alike (recorded per session, read by
     the fit: `CalibratedParams.prefill_graph_tokens`, `prefill_split`)."""
     from spsim.gpu_runtime.graphs import PREFILL_GRAPH_TOKENS
     from spsim.gpu_runtime.pass_attention import SPLIT_PREFILL
 
-    return {"prefill_graph_tokens": PREFILL_GRAPH_TOKENS if graphs else 0, "prefill_split": bool(SPLIT_PREFILL)}
+    return {"prefill_graph_tokens": PREFILL_GRAPH_TOKENS if graphs else 0, "prefill_split": bool(SPLIT_PREFILL),
+            # passes timed back to back, each prepared while the previous ran (Bench.overlap):
+            # the profile prices the overlapped loop of `spsim run`
+            "overlap": bool(overlap)}
 
 
 def kernel_version() -> str:
@@ -412,7 +448,7 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
     info["design"] = design
     info["padded"] = padded
     info["token_ids"] = "random"  # per position (token_resetter); sweeps before 2026-12-02 repeated one id per request
-    info.update(runtime_facts(graphs and dev.type == "cuda"))
+    info.update(runtime_facts(graphs and dev.type == "cuda", overlap=(bench_kw or {}).get("overlap", dev.type == "cuda")))
     info["sweep_cache_pages"] = pages  # the requests' pages (the dummies' scratch pages come after)
     log(f"{info['device_name']}: {allocatable:,} KV pages allocatable ({page_size} tokens), sweep cache "
         f"{pages:,} pages; {len(todo)} of {len(points)} points to measure "

@@ -44,6 +44,9 @@ def register(app: typer.Typer) -> None:
         coarse_shapes: bool = typer.Option(False, "--coarse-shapes", help="Pad passes to powers of two (rows, tokens, page-table and selection widths): fewer CUDA-graph shapes "
                                             "under policies that mix drafting and verifying requests, more padding. Not yet "
                                             "measured on a GPU; the shipped profiles were measured without it."),
+        overlap: Optional[bool] = typer.Option(None, "--overlap/--no-overlap", help="Plan and prepare each pass "
+                                               "while the previous one runs (default: on GPUs with preset "
+                                               "acceptance; real acceptance needs each verification's result first)."),
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write summary.json, requests.csv, "
                                            "events.jsonl and passes.jsonl here."),
         dump_tokens: Optional[Path] = typer.Option(None, "--dump-tokens", help="Write {request id: generated "
@@ -72,7 +75,8 @@ def register(app: typer.Typer) -> None:
         tr = load_trace(trace, trace_format, limit, skip_invalid)
         opts = RuntimeOptions(weights=weights, device=device, dtype=dtype, text=str(text) if text else None,
                               temperature=temperature, max_passes=max_passes, cuda_graphs=cuda_graphs,
-                              synthetic_prefill=synthetic_prefill, rehearse=rehearse, coarse_shapes=coarse_shapes)
+                              synthetic_prefill=synthetic_prefill, rehearse=rehearse, coarse_shapes=coarse_shapes,
+                              overlap=overlap)
         res = run_trace(tr, serving, opts)
         if as_json:
             typer.echo(res.result.summary_json(), nl=False)

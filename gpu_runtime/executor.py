@@ -369,7 +369,9 @@ class RuntimeExecutor:
             spec = k > 0
             if spec.any():
                 v = plan.verify_ids[spec]
-                accepted[spec] = self.acc.verify(v, t.committed[v], k[spec], plan.verify_context[spec],
+                committed = (t.committed[v] if t is not None else  # calibration runs without a request table
+                             np.asarray([len(self.req[x].tokens) - self.req[x].prompt_len for x in v.tolist()], np.int64))
+                accepted[spec] = self.acc.verify(v, committed, k[spec], plan.verify_context[spec],
                                                  np.full(len(v), self.budget), np.full(len(v), self.method))
         if not nv:
             return entropy, accepted

@@ -45,6 +45,9 @@ def register(app: typer.Typer) -> None:
         coarse_shapes: bool = typer.Option(False, "--coarse-shapes", help="Pad passes to powers of two (rows, tokens, page-table and selection widths): fewer CUDA-graph shapes "
                                             "under policies that mix drafting and verifying requests, more padding. Not yet "
                                             "measured on a GPU; the shipped profiles were measured without it."),
+        overlap: Optional[bool] = typer.Option(None, "--overlap/--no-overlap", help="Plan and prepare each pass "
+                                               "while the previous one runs (default: on GPUs with preset "
+                                               "acceptance; real acceptance needs each verification's result first)."),
         repeat: int = typer.Option(1, "--repeat", min=1, max=20, help="Measured runs of the trace (after the "
                                    "rehearsal, if any): measured is their mean, shown with its range. Under "
                                    "arrivals one 45 s Azure window's mean TPOT moved 7 % from run to run on the H200."),
@@ -76,7 +79,7 @@ def register(app: typer.Typer) -> None:
         from .gpu_runtime.engine import RuntimeOptions
 
         opts = RuntimeOptions(device=device, dtype=dtype, cuda_graphs=cuda_graphs, rehearse=rehearse, repeats=repeat,
-                              coarse_shapes=coarse_shapes)
+                              coarse_shapes=coarse_shapes, overlap=overlap)
         v = run_both(tr, cfg, opts, warm=warm, log=lambda m: err.print(f"[dim]{m}[/]"))
         v.report["trace"] = trace
         if as_json:

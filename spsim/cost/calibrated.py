@@ -114,6 +114,8 @@ class CalibratedParams(RooflineParams):
     prefill_graph_tokens: int = 0  # passes with prefill of at most this many tokens replay a CUDA graph
     #                                (no eager terms); 0: every pass holding a prefill chunk ran eagerly
     prefill_split: bool = False  # prefill chunks of 128-row tiles ran in an attention launch of their own
+    overlap: bool = False  # passes timed back to back, each prepared while the previous ran (the
+    #                        overlapped loop of `spsim run`): the host's share is hidden where it is shorter
 
     @classmethod
     def from_dict(cls, d: dict) -> "CalibratedParams":

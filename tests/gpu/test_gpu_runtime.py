@@ -107,3 +107,56 @@ def test_coarse_shapes_replay_the_same_tokens(model, policy, method):
     assert graphed.result.summary["runtime"]["padding"]["coarse"] is True
     g = graphed.result.summary["runtime"]["cuda_graphs"]
     assert g["replays"] > g["captures"] > 0
+
+
+@pytest.mark.parametrize("policy,method", [("ar", "auto"), ("fixed-k:k=4", "verify-quest"), ("aspire", "verify-attn"),
+                                           ("sync:k=3", "step-layer")])
+def test_the_overlapped_loop_is_the_serial_loop(model, policy, method):
+    """On the GPU the overlapped loop really runs a pass while the next is prepared: the same plans
+    and tokens as the serial loop (placeholders gathered on the device), graphs replayed alike."""
+    cfg = ServingConfig(policy=policy, offline=True, kv_pages=8000, draft_kv=method, draft_budget=256,
+                        max_draft=6, acceptance="sparsespec-llama8b")
+    serial, over = (run_trace(trace(), cfg, RuntimeOptions(device="cuda", overlap=o), model=model)
+                    for o in (False, True))
+    assert over.result.summary["runtime"]["overlap"] is True
+    assert over.tokens == serial.tokens
+    strip = lambda ps: [{k: v for k, v in p.items() if not k.endswith("_ms")} for p in ps]  # noqa: E731
+    assert strip(over.passes) == strip(serial.passes)
+    assert over.result.summary["runtime"]["cuda_graphs"]["replays"] > 0
+
+
+@pytest.mark.parametrize("method", ["verify-quest", "verify-attn", "step-layer", "static", "step-quest"])
+def test_launching_a_graphed_pass_never_waits_for_the_gpu(model, method):
+    """`RuntimeExecutor.launch` of a mixed pass (drafts + verifications), replayed from its graph,
+    makes no host-device synchronisation (torch's sync debug mode raises on one): what lets the
+    host prepare the next pass while this one runs."""
+    from spsim.calibration.design import Point
+    from spsim.calibration.measure import Bench, page_tables, token_resetter
+    from spsim.gpu_runtime.kv_cache import PagedKVCache
+    from spsim.gpu_runtime.padding import SCRATCH_PAGES
+    from spsim.plan import DraftMethod
+
+    m = next(x for x in DraftMethod if x.label == method)
+    point = Point("mixed", int(m), 256, (), ((4000, 0), (3000, 1), (5000, 2)), ((4500, 4), (2500, 3)))
+    cache = PagedKVCache(model.cfg, 3000 + SCRATCH_PAGES, 16, device=model.device, dtype=model.dtype)
+    bench = Bench(model, cache, graphs=True, overlap=True)
+    tables = page_tables(point, bench.num_pages, 16, bench.perm)
+    ex = bench._executor(point, tables)
+    plan = point.plan()
+    reset = token_resetter(ex, plan, model.cfg.vocab)
+    bench._prime(ex, point, plan, reset)
+    for _ in range(2):  # capture, then one replay
+        reset()
+        ex.execute(plan)
+    reset()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        a = ex.launch(plan)
+        reset()
+        b = ex.launch(plan)  # the next, enqueued behind the first
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    ex.finish(a)
+    ex.finish(b)
+    assert ex.graphs.replays >= 3
