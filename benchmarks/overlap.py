@@ -29,7 +29,7 @@ PASSES = [
     ("draft 16 x 32K verify-quest, first", "draft", 1, (), ((32768, 0),) * 16, ()),
     ("draft 16 x 32K verify-quest, later", "draft", 1, (), ((32768, 3),) * 16, ()),
     ("verify 16 x 32K q=5", "verify", 1, (), (), ((32768, 5),) * 16),
-    ("mixed 16 draft + 16 verify q=9, 32K, verify-quest", "mixed", 1, (), ((32768, 2),) * 16, ((32768, 9),) * 16),
+    ("mixed 16 draft + 16 verify q=9, 16K, verify-quest", "mixed", 1, (), ((16384, 2),) * 16, ((16384, 9),) * 16),
     ("draft 32 x 8K step-layer", "draft", 2, (), ((8192, 1),) * 32, ()),
     ("prefill 512 at 8K + 16 decodes at 16K", "mixed", 1, ((8192, 512),), (), ((16384, 1),) * 16),
 ]

@@ -286,7 +286,7 @@ def _serve(trace, cfg, opts, progress, serving, table, b, ex, graphs, arrivals):
 
     b.on_done = on_done
     done_count = 0
-    pending: list = []  # the overlapped loop's pass in flight: (plan, ticket, host_s, captures before)
+    pending: list = []  # the overlapped loop's pass in flight: (plan, ticket, host_s, captured)
 
     def log(plan, out, host_s, caps):
         nonlocal done_count
@@ -300,7 +300,7 @@ def _serve(trace, cfg, opts, progress, serving, table, b, ex, graphs, arrivals):
                        # tokens this pass committed: first tokens of finished prefills, and per
                        # verification its accepted drafts plus one
                        "committed": int(plan.prefill_last.sum()) + len(plan.verify_ids) + int(out.accepted.sum()),
-                       "captured": graphs is not None and graphs.captures > caps})
+                       "captured": caps})
         if progress is not None:
             d = int(((table.phase == Phase.DONE) | (table.phase == Phase.REJECTED)).sum())
             if d != done_count:
@@ -345,6 +345,7 @@ def _serve(trace, cfg, opts, progress, serving, table, b, ex, graphs, arrivals):
             raise RuntimeError("batcher produced an empty pass with work pending")  # a bug, not input
         caps = graphs.captures if graphs is not None else 0
         tk = ex.launch(plan)
+        caps = graphs is not None and graphs.captures > caps  # this pass captured a graph
         if ex.overlap:
             # the batcher takes this pass's outcome (known on the host) now and plans the next
             # while the GPU runs it; the previous pass is settled first, so time stamps land in

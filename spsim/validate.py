@@ -180,6 +180,7 @@ def validate(trace, cfg: ServingConfig, opts, *, model=None, tokenizer=None, cos
     `spsim run` would give its policies, from --profile/--cost/--model); `warm`: warm up first
     (default: on GPUs); `before_run(sim_result)`: called between the simulation and the GPU run
     (a budgeted script checks the predicted duration there and may raise to skip the run)."""
+    from .cost.calibrated import CalibratedCostModel
     from .gpu_runtime.engine import kv_pages_for, load, policy_cost_model, run_trace
 
     say = log or (lambda msg: None)
@@ -212,6 +213,15 @@ def validate(trace, cfg: ServingConfig, opts, *, model=None, tokenizer=None, cos
 
     report = compare(trace, cfg, run, sim, sim_passes, cost)
     report["wall_s"] = {k: round(v, 2) for k, v in wall.items()}
+    # a profile timed its passes serially or overlapped (CalibratedParams.overlap): the run should match
+    measured = getattr(getattr(cost, "p", None), "overlap", None)
+    ran = run.result.summary["runtime"].get("overlap")
+    if isinstance(cost, CalibratedCostModel) and ran is not None and bool(measured) != bool(ran):
+        msg = (f"the profile timed its passes {'overlapped' if measured else 'serially'} but this run "
+               f"{'overlapped' if ran else 'ran serially'} (--overlap/--no-overlap): the host's share of each "
+               "pass is priced for the other loop")
+        report.setdefault("warnings", []).append(msg)
+        say(f"warning: {msg}")
     return Validation(report, run, sim, sim_passes)
 
 

@@ -14,7 +14,7 @@ SCRIPT = ROOT / "benchmarks/host_share.py"
 
 def test_host_share_of_the_3b_sweep(tmp_path):
     out = tmp_path / "h.json"
-    meas = ROOT / "benchmarks/results/calibration/h200-llama-3.2-3b.measurements.jsonl"
+    meas = ROOT / "benchmarks/results/calibration/sweep9_s18_serial/h200-llama-3.2-3b.measurements.jsonl"  # timed serially
     res = subprocess.run([sys.executable, str(SCRIPT), str(meas), "--out", str(out)], capture_output=True, text=True,
                          timeout=600)
     assert res.returncode == 0, res.stderr

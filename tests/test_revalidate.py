@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ROOT / "benchmarks/results/validate_mooncake_offline_n50_ar_s18.json"
+RUN = ROOT / "benchmarks/results/validate_mooncake_offline_n50_ar_s19.json"
 PROFILE = ROOT / "calibration/profiles/h200-llama-3.1-8b.json"
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
