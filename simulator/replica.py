@@ -6,6 +6,11 @@ segment interrupts it: the segment is cut after the last pass that started befor
 exactly where the step path would first have seen it. Either way it is one SimPy event per step
 or segment. Pass times are added on a replica-local clock so both paths give bit-identical
 timestamps.
+
+`lag` models a runtime that plans each pass while the previous one runs (the overlapped loop of
+`spsim run`, which a profile measured that way prices): a request arriving while pass M runs is
+first seen by pass M + 2, not M + 1 (pass M + 1 was planned when M started). An idle replica sees
+it at once.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from spsim.metrics import CATEGORIES
 
 class Replica:
     def __init__(self, env: simpy.Environment, index: int, batcher: Batcher, fast_path: FastPath,
-                 executor: SimExecutor, fast: bool = True, max_segment: int = 4096):
+                 executor: SimExecutor, fast: bool = True, max_segment: int = 4096, lag: bool = False):
         self.env = env
         self.index = index
         self.batcher = batcher
@@ -40,7 +45,36 @@ class Replica:
         self.cat_passes = dict.fromkeys(CATEGORIES, 0)
         self.segments = 0
         self.seg_env = None  # env.now the step path would have after the last segment's passes
+        self.lag = lag
+        self.started = 0  # passes started
+        self.running = -1  # index of the pass running now (-1: none; None: one of a segment's)
+        self.held: list[list] = []  # lag: [rid, arrival, pass running at arrival] not yet seen
         self.proc = env.process(self.run())
+
+    def arrive(self, rid: int, now: float) -> None:
+        """A request routed here: into the batcher's queue, or held for a pass (`lag`)."""
+        if self.lag and self.running != -1:
+            self.held.append([rid, now, self.running])
+        else:
+            self._enqueue(rid, now)
+        self.notify()
+
+    def _enqueue(self, rid: int, at: float) -> None:
+        self.batcher.enqueue(rid, at)
+        self.batcher.t.replica[rid] = self.index
+
+    def _release_held(self) -> None:
+        """Held requests the pass about to be planned sees: those that arrived two passes back,
+        or all of them when nothing else is left to run (the runtime then waits for them)."""
+        k, b = self.started, self.batcher
+        idle = not b.has_work()
+        keep = []
+        for h in self.held:
+            if idle or h[2] <= k - 2:
+                self._enqueue(h[0], h[1])
+            else:
+                keep.append(h)
+        self.held = keep
 
     def notify(self) -> None:
         """New work arrived: wake an idle replica, or cut a running segment short."""
@@ -53,6 +87,8 @@ class Replica:
     def run(self):
         env, b = self.env, self.batcher
         while True:
+            if self.held:
+                self._release_held()
             if not b.has_work():
                 self.seg_env = None
                 self.wake = env.event()
@@ -63,7 +99,7 @@ class Replica:
             now = self.clock = max(self.clock, env.now if self.seg_env is None else self.seg_env)
             self.seg_env = None
             b.admit(now)  # before segment(): a segment only forms once nothing more can be admitted
-            sp = self.fp.plan(self.max_segment) if self.fast else None
+            sp = self.fp.plan(self.max_segment) if self.fast and not self.held else None
             if sp is not None:
                 yield from self._run_segment(sp, now)
                 continue
@@ -75,9 +111,12 @@ class Replica:
             cat = plan.category
             self.cat_ns[cat] += int(np.rint(out.elapsed_s * 1e9))
             self.cat_passes[cat] += 1
+            self.running = self.started
+            self.started += 1
             yield env.timeout(end - env.now)
             self.clock = end
-            b.apply(plan, out, end)
+            b.apply(plan, out, end)  # a closed loop's next request, released here, counts as arriving in this pass
+            self.running = -1
 
     def _run_segment(self, sp, now: float):
         env = self.env
@@ -103,6 +142,7 @@ class Replica:
                 ends[i], env_ends[i] = y, e
                 x = y if y > e else e
         self.in_segment = True
+        self.running = None  # an arrival's pass is known once the segment is cut
         try:
             yield env.timeout(ends.item(n - 1) - env.now)
         except simpy.Interrupt:
@@ -111,6 +151,11 @@ class Replica:
             n = max(1, int(np.count_nonzero(starts < env.now)))
             yield env.timeout(max(0.0, ends.item(n - 1) - env.now))
         self.in_segment = False
+        for h in self.held:  # arrivals while the kept passes ran: during the last of them
+            if h[2] is None:
+                h[2] = self.started + n - 1
+        self.started += n
+        self.running = self.started - 1  # releases by the segment's last pass
         self.segments += 1
         b = self.batcher
         tn = np.rint(times[:n] * 1e9).astype(np.int64)
@@ -131,3 +176,4 @@ class Replica:
         self.clock = ends.item(n - 1)
         self.seg_env = env_ends.item(n - 1)
         self.fp.apply(sp, n, ends, accepted)
+        self.running = -1

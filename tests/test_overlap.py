@@ -66,7 +66,7 @@ def test_overlap_under_arrivals_and_closed_loop(tiny):  # noqa: F811
     from spsim.gpu_runtime.engine import RuntimeOptions, run_trace
 
     tr = mixed_trace(output=(8, 16))
-    tr.arrival = np.linspace(0.0, 0.3, len(tr))
+    tr.arrival_s = np.linspace(0.0, 0.3, len(tr))
     for kw in ({"offline": False}, {"offline": False, "concurrency": 3}):
         cfg = ServingConfig(policy="fixed-k:k=3", kv_pages=200, page_size=16, draft_budget=48, max_draft=6,
                             max_batch=8, token_budget=256, acceptance="sparsespec-llama8b", **kw)
@@ -113,3 +113,47 @@ def test_slab_placeholders_wrap_and_resolve():
     slab.settle(slab.end())
     slab.resolve(st)
     assert st.tokens == [3, 4, 5, 7, 11] and st.clean == 5
+
+
+class LaggedCheapDrafts(CheapDrafts):
+    """CheapDrafts as measured on the overlapped runtime (what a profile's `overlap` says)."""
+
+    overlapped = True
+
+
+@pytest.mark.parametrize("policy", ["fixed-k:k=3", "aspire"])
+def test_a_closed_loop_plans_alike_in_both_worlds_with_the_lag(tiny, policy):  # noqa: F811
+    """Closed loop (--concurrency): the overlapped runtime sees each released request one pass late;
+    the simulator with a cost model measured overlapped (`overlapped`: replica.py's lag) models just
+    that, so both build the same passes. Without the lag the simulator plans differently."""
+    from spsim.gpu_runtime.engine import RuntimeOptions, run_trace
+    from spsim.simulator.engine import SimConfig, simulate
+
+    kw = dict(policy=policy, concurrency=3, kv_pages=200, page_size=16, draft_budget=48, max_draft=6,
+              max_batch=8, token_budget=256, acceptance="sparsespec-llama8b")
+    tr = mixed_trace(output=(20, 50))
+    run = run_trace(tr, ServingConfig(**kw), RuntimeOptions(device="cpu", overlap=True), model=tiny,
+                    cost=LaggedCheapDrafts())
+    lagged = simulate(tr, SimConfig(**kw), cost=LaggedCheapDrafts())
+    plain = simulate(tr, SimConfig(**kw), cost=CheapDrafts())
+    cols = ["drafts", "verifies", "spec_verifies", "accepted"]
+    assert run.result.requests[cols].equals(lagged.requests[cols])
+    n = sum(run.result.summary["passes"].values())
+    assert n == sum(lagged.summary["passes"].values())
+    assert n != sum(plain.summary["passes"].values())
+
+
+def test_the_lag_delays_first_tokens_under_arrivals():
+    """Open-loop arrivals: the same trace simulated with the lag has every request's first token no
+    earlier and some later (one pass, for those arriving while a pass ran); offline nothing moves."""
+    from spsim.simulator.engine import SimConfig, simulate
+
+    tr = mixed_trace(n=30, output=(20, 60))
+    tr.arrival_s = np.sort(np.random.default_rng(0).uniform(0, 0.2, len(tr)))
+    kw = dict(policy="fixed-k:k=3", kv_pages=2000, page_size=16, draft_budget=48, max_draft=6, max_batch=8,
+              token_budget=256, acceptance="sparsespec-llama8b")
+    lag, plain = (simulate(tr, SimConfig(**kw), cost=c) for c in (LaggedCheapDrafts(), CheapDrafts()))
+    d = lag.requests["first_token_s"].to_numpy() - plain.requests["first_token_s"].to_numpy()
+    assert (d >= -1e-12).all() and (d > 0).any()
+    off = [simulate(tr, SimConfig(offline=True, **kw), cost=c).requests for c in (LaggedCheapDrafts(), CheapDrafts())]
+    assert off[0].equals(off[1])

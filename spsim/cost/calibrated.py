@@ -521,6 +521,12 @@ class CalibratedCostModel(RooflineCostModel):
         rest = t - h if t > h else 0.0
         return h + (rest ** e + P.eager_launch_s ** e) ** (1.0 / e)
 
+    @property
+    def overlapped(self) -> bool:
+        """Measured on a runtime that plans each pass while the previous one runs (the simulator
+        then lets arrivals wait a pass longer: simulator/replica.py)."""
+        return bool(self.p.overlap)
+
     # ---- the CostModel protocol ----
     def time(self, plan: PassPlan) -> float:
         n_pre, n_dr, n_ver = len(plan.prefill_ids), len(plan.draft_ids), len(plan.verify_ids)
