@@ -14,7 +14,8 @@ from spsim.plan import DraftMethod
 
 ROOT = Path(__file__).resolve().parent.parent
 MEAS = ROOT / "benchmarks/results/calibration/sweep3_unpadded/h200-llama-3.1-8b.measurements.jsonl"
-PADDED = ROOT / "benchmarks/results/calibration/h200-llama-3.1-8b.measurements.jsonl"  # the padded sweep
+PADDED = ROOT / "benchmarks/results/calibration/sweep9_s18_serial/h200-llama-3.1-8b.measurements.jsonl"  # padded, serial
+SHIPPED = ROOT / "benchmarks/results/calibration/h200-llama-3.1-8b.measurements.jsonl"  # today's design, overlapped
 
 
 def _design_of(path):
@@ -102,3 +103,14 @@ def test_the_padded_sweep_measured_the_whole_design():
     cache = int(s["sweep_cache_pages"])
     for p in added:  # each drafting request on pages of its own, in the sweep's cache
         assert 1 < len(p.drafts) and _pages_needed_all(p, s["page_size"]) <= cache
+
+
+def test_the_shipped_sweep_measured_todays_design():
+    """The shipped 8B measurements (session 19, one overlapped session) hold every point of today's
+    design once, none failed and none whose drafts shared pages."""
+    design, recs = _design_of(SHIPPED)
+    sessions, _ = read_measurements(SHIPPED)
+    assert len(sessions) == 1 and sessions[0]["padded"] is True and sessions[0]["overlap"] is True
+    keys = [m.point.key for m in recs]
+    assert sorted(keys) == sorted(p.key for p in design)
+    assert all(m.ok and not m.record["shared_pages"] for m in recs)
