@@ -202,7 +202,7 @@ def test_sync_auto_segment_ends_mid_cycle(seed, max_segment, monkeypatch):
     # the cycle's k) is replayed though its verification is not in the segment
     from spsim.simulator.replica import Replica
 
-    monkeypatch.setattr(Replica.__init__, "__defaults__", (True, max_segment))
+    monkeypatch.setattr(Replica.__init__, "__defaults__", (True, max_segment, False))  # fast, max_segment, lag
     tr = make_trace(16, seed=seed, span=10.0, prompt=(2000, 30000), output=(100, 600))
     same(tr, "sync", p=0.8, seed=seed, offline=True)
 
