@@ -157,3 +157,50 @@ def test_the_lag_delays_first_tokens_under_arrivals():
     assert (d >= -1e-12).all() and (d > 0).any()
     off = [simulate(tr, SimConfig(offline=True, **kw), cost=c).requests for c in (LaggedCheapDrafts(), CheapDrafts())]
     assert off[0].equals(off[1])
+
+
+def test_slab_bookkeeping_over_many_passes():
+    """A long simulated history of passes over a small ring (the ring wraps many times): every
+    request's tokens, read back through placeholders, gathers and settles one pass late, equal the
+    ids sampled, and no placeholder outlives the pass after its own."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from spsim.gpu_runtime.executor import RequestTokens, Slab
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=4), min_size=1, max_size=60),
+           st.integers(0, 2**31))
+    def check(passes, seed):
+        rng = np.random.default_rng(seed)
+        slab = Slab(torch.device("cpu"))
+        slab.SIZE = 64  # wraps every few passes
+        slab.host = np.zeros(slab.SIZE, np.int64)
+        reqs = {r: RequestTokens([int(x) for x in rng.integers(0, 100, 3)], 3) for r in range(6)}
+        truth = {r: list(st_.tokens) for r, st_ in reqs.items()}
+        pending = None
+        for rids in passes:
+            rids = sorted(set(rids))
+            slab.begin()
+            ids = torch.tensor([reqs[r].tokens[-1] for r in rids])  # this pass's inputs
+            if (ids < 0).any():  # as the executor: gathered only where a placeholder is
+                ids = slab.fill(ids)
+            assert ids.tolist() == [truth[r][-1] for r in rids]
+            new = torch.as_tensor(rng.integers(0, 100, len(rids)))
+            for r, ph in zip(rids, slab.put(new)):
+                reqs[r].tokens.append(ph)
+            for r, x in zip(rids, new.tolist()):
+                truth[r].append(x)
+            tk = slab.end()
+            if pending is not None:  # the previous pass ends while this one is in flight
+                slab.settle(pending[0])
+                for r in pending[1]:
+                    slab.resolve(reqs[r])
+                    assert all(x >= 0 for x in reqs[r].tokens[:-1])  # only this pass's may wait
+            pending = (tk, rids)
+        slab.settle(pending[0])
+        for r in pending[1]:
+            slab.resolve(reqs[r])
+        assert {r: s.tokens for r, s in reqs.items()} == truth
+
+    check()
