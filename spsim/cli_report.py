@@ -61,6 +61,8 @@ def cost_note(c: dict) -> str:
     if err.get("median_abs_rel") is not None:
         what += (f" (pass time held out: median error {err['median_abs_rel']:.1%}, p95 "
                  f"{err['p95_abs_rel']:.1%})")
+    if c.get("overlapped_runtime"):
+        what += "; passes overlapped with the host's planning, arrivals seen a pass later"
     return what + "; --cost roofline for the analytic model"
 
 
