@@ -204,3 +204,21 @@ def test_slab_bookkeeping_over_many_passes():
         assert {r: s.tokens for r, s in reqs.items()} == truth
 
     check()
+
+
+def test_rehearsed_and_repeated_overlapped_runs_are_the_plain_run(tiny):  # noqa: F811
+    """`rehearse` and `repeats` serve the trace again over the same executor, slab and stores: with
+    the overlapped loop every measured run is a fresh run (tokens, events, passes)."""
+    from spsim.gpu_runtime.engine import RuntimeOptions, run_trace
+
+    cfg = ServingConfig(policy="aspire", offline=True, kv_pages=120, page_size=16, draft_budget=48, max_draft=6,
+                        draft_kv="verify-attn", max_batch=8, token_budget=256, acceptance="sparsespec-llama8b")
+    plain = run_trace(mixed_trace(), cfg, RuntimeOptions(device="cpu", pad_passes=True, overlap=True), model=tiny,
+                      cost=CheapDrafts())
+    again = run_trace(mixed_trace(), cfg, RuntimeOptions(device="cpu", pad_passes=True, overlap=True, rehearse=True,
+                                                         repeats=2), model=tiny, cost=CheapDrafts())
+    assert again.tokens == plain.tokens and again.events == plain.events
+    strip = lambda ps: [{k: v for k, v in p.items() if not k.endswith("_ms")} for p in ps]  # noqa: E731
+    assert strip(again.passes) == strip(plain.passes)
+    reps = again.result.summary["runtime"]["repeats"]
+    assert len(reps) == 2 and reps[0]["passes_run"] == reps[1]["passes_run"] == len(plain.passes)
