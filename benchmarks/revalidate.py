@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # a checkout without an install
 
-HEADLINE = ("output_throughput", "mean_tpot_ms", "p99_tpot_ms", "mean_e2el_ms", "p99_e2el_ms")
+HEADLINE = ("output_throughput", "mean_tpot_ms", "p99_tpot_ms", "mean_e2el_ms", "p99_e2el_ms", "mean_ttft_ms")
 COST_AWARE = ("aspire", "entropy")  # and sync with its k chosen per cycle (k=-1, the default)
 
 
