@@ -448,7 +448,8 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
     info["design"] = design
     info["padded"] = padded
     info["token_ids"] = "random"  # per position (token_resetter); sweeps before 2026-12-02 repeated one id per request
-    info.update(runtime_facts(graphs and dev.type == "cuda", overlap=(bench_kw or {}).get("overlap", dev.type == "cuda")))
+    overlap = (bench_kw or {}).get("overlap")  # as Bench decides it: None means on a GPU
+    info.update(runtime_facts(graphs and dev.type == "cuda", overlap=dev.type == "cuda" if overlap is None else bool(overlap)))
     info["sweep_cache_pages"] = pages  # the requests' pages (the dummies' scratch pages come after)
     log(f"{info['device_name']}: {allocatable:,} KV pages allocatable ({page_size} tokens), sweep cache "
         f"{pages:,} pages; {len(todo)} of {len(points)} points to measure "
