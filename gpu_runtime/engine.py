@@ -288,7 +288,7 @@ def _serve(trace, cfg, opts, progress, serving, table, b, ex, graphs, arrivals):
     done_count = 0
     pending: list = []  # the overlapped loop's pass in flight: (plan, ticket, host_s, captured)
 
-    def log(plan, out, host_s, caps):
+    def log(plan, out, host_s, captured):
         nonlocal done_count
         cat = plan.category
         cat_ns[cat] += int(round(out.elapsed_s * 1e9))
@@ -300,7 +300,7 @@ def _serve(trace, cfg, opts, progress, serving, table, b, ex, graphs, arrivals):
                        # tokens this pass committed: first tokens of finished prefills, and per
                        # verification its accepted drafts plus one
                        "committed": int(plan.prefill_last.sum()) + len(plan.verify_ids) + int(out.accepted.sum()),
-                       "captured": caps})
+                       "captured": captured})
         if progress is not None:
             d = int(((table.phase == Phase.DONE) | (table.phase == Phase.REJECTED)).sum())
             if d != done_count:
@@ -310,12 +310,12 @@ def _serve(trace, cfg, opts, progress, serving, table, b, ex, graphs, arrivals):
     def settle():  # the overlapped loop: wait for the pass in flight, stamp its end
         if not pending:
             return
-        plan, tk, host_s, caps = pending.pop()
+        plan, tk, host_s, captured = pending.pop()
         out = ex.finish(tk)
         if not wall:  # its interval already holds the host's planning, done while a pass ran
             sim_now[0] += out.elapsed_s
         b.stamp(now())
-        log(plan, out, host_s, caps)
+        log(plan, out, host_s, captured)
 
     if cfg.concurrency:
         state["released"] = min(cfg.concurrency, n)
@@ -343,22 +343,22 @@ def _serve(trace, cfg, opts, progress, serving, table, b, ex, graphs, arrivals):
         host_s = time.perf_counter() - h0
         if plan.is_empty():
             raise RuntimeError("batcher produced an empty pass with work pending")  # a bug, not input
-        caps = graphs.captures if graphs is not None else 0
+        before = graphs.captures if graphs is not None else 0
         tk = ex.launch(plan)
-        caps = graphs is not None and graphs.captures > caps  # this pass captured a graph
+        captured = graphs is not None and graphs.captures > before  # this pass captured a graph
         if ex.overlap:
             # the batcher takes this pass's outcome (known on the host) now and plans the next
             # while the GPU runs it; the previous pass is settled first, so time stamps land in
             # order. Arrivals and finishes are thus seen one pass later than in a serial loop.
             settle()
             b.apply(plan, Outcome(float("nan"), tk.entropy, tk.accepted), None)
-            pending.append((plan, tk, host_s, caps))
+            pending.append((plan, tk, host_s, captured))
         else:
             out = ex.finish(tk)
             if not wall:
                 sim_now[0] += out.elapsed_s + host_s
             b.apply(plan, out, now())
-            log(plan, out, host_s, caps)
+            log(plan, out, host_s, captured)
         if opts.max_passes and len(passes) + len(pending) >= opts.max_passes:
             break
     settle()
