@@ -448,15 +448,14 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
     info["design"] = design
     info["padded"] = padded
     info["token_ids"] = "random"  # per position (token_resetter); sweeps before 2026-12-02 repeated one id per request
-    overlap = (bench_kw or {}).get("overlap")  # as Bench decides it: None means on a GPU
-    info.update(runtime_facts(graphs and dev.type == "cuda", overlap=dev.type == "cuda" if overlap is None else bool(overlap)))
+    bench = Bench(model, cache, graphs, pad=padded, **(bench_kw or {}))
+    info.update(runtime_facts(graphs and dev.type == "cuda", overlap=bench.overlap))
     info["sweep_cache_pages"] = pages  # the requests' pages (the dummies' scratch pages come after)
     log(f"{info['device_name']}: {allocatable:,} KV pages allocatable ({page_size} tokens), sweep cache "
         f"{pages:,} pages; {len(todo)} of {len(points)} points to measure "
         f"({len(points) - len(todo)} already in {out}); setup {time.monotonic() - t0:.0f} s")
     writer = Writer(out)
     writer.session(info)
-    bench = Bench(model, cache, graphs, pad=padded, **(bench_kw or {}))
     if dev.type == "cuda":
         bench.monitor = ClockMonitor.start(dev.index or 0)
     counts = {"measured": 0, "failed": 0, "skipped": len(points) - len(todo), "left": 0, "design": len(points)}

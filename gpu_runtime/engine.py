@@ -286,7 +286,7 @@ def _serve(trace, cfg, opts, progress, serving, table, b, ex, graphs, arrivals):
 
     b.on_done = on_done
     done_count = 0
-    pending: list = []  # the overlapped loop's pass in flight: (plan, ticket, host_s, captured)
+    pending: list = []  # the overlapped loop's pass in flight: (ticket, host_s, captured)
 
     def log(plan, out, host_s, captured):
         nonlocal done_count
@@ -310,12 +310,12 @@ def _serve(trace, cfg, opts, progress, serving, table, b, ex, graphs, arrivals):
     def settle():  # the overlapped loop: wait for the pass in flight, stamp its end
         if not pending:
             return
-        plan, tk, host_s, captured = pending.pop()
+        tk, host_s, captured = pending.pop()
         out = ex.finish(tk)
         if not wall:  # its interval already holds the host's planning, done while a pass ran
             sim_now[0] += out.elapsed_s
         b.stamp(now())
-        log(plan, out, host_s, captured)
+        log(tk.plan, out, host_s, captured)
 
     if cfg.concurrency:
         state["released"] = min(cfg.concurrency, n)
@@ -352,7 +352,7 @@ def _serve(trace, cfg, opts, progress, serving, table, b, ex, graphs, arrivals):
             # order. Arrivals and finishes are thus seen one pass later than in a serial loop.
             settle()
             b.apply(plan, Outcome(float("nan"), tk.entropy, tk.accepted), None)
-            pending.append((plan, tk, host_s, captured))
+            pending.append((tk, host_s, captured))
         else:
             out = ex.finish(tk)
             if not wall:

@@ -203,19 +203,6 @@ class Batcher:
         self.dirty = True
         self._at(now, self._finished_at, rid)
 
-    def _finished_at(self, now: float, rid: int) -> None:
-        self.t.t_finish[rid] = now
-        if self.on_done:
-            self.on_done(rid, now)
-
-    def _emitted_at(self, now: float, v: np.ndarray) -> None:
-        t = self.t
-        self.itl.append(now - t.t_last_emit[v])
-        t.t_last_emit[v] = now
-
-    def _logged_at(self, now: float, v, drafted, accepted) -> None:
-        self.draft_log.add(v, drafted, accepted, now)
-
     # ---------------------------------------------------------------- time stamps
     def _at(self, now: float | None, fn, *args) -> None:
         """`fn(now, *args)` now, or, with `now` None (the pass's end is not known yet), when
@@ -230,6 +217,28 @@ class Batcher:
         todo, self._deferred = self._deferred, []
         for fn, args in todo:
             fn(t_end, *args)
+
+    def _first_token_at(self, now: float, rid: int) -> None:
+        t = self.t
+        if np.isnan(t.t_first[rid]):
+            t.t_first[rid] = now
+        else:  # a recomputed request resumes: the gap counts as one inter-token latency
+            t.recomputes[rid] += 1
+            self.itl.append(np.array([now - t.t_last_emit[rid]]))
+        t.t_last_emit[rid] = now
+
+    def _finished_at(self, now: float, rid: int) -> None:
+        self.t.t_finish[rid] = now
+        if self.on_done:
+            self.on_done(rid, now)
+
+    def _emitted_at(self, now: float, v: np.ndarray) -> None:
+        t = self.t
+        self.itl.append(now - t.t_last_emit[v])
+        t.t_last_emit[v] = now
+
+    def _logged_at(self, now: float, v, drafted, accepted) -> None:
+        self.draft_log.add(v, drafted, accepted, now)
 
     # ---------------------------------------------------------------- planning
     def _decoding(self) -> np.ndarray:
@@ -401,15 +410,6 @@ class Batcher:
         self.dirty = True
         if t.committed[rid] >= t.output[rid]:
             self.finish(rid, now)
-
-    def _first_token_at(self, now: float, rid: int) -> None:
-        t = self.t
-        if np.isnan(t.t_first[rid]):
-            t.t_first[rid] = now
-        else:  # a recomputed request resumes: the gap counts as one inter-token latency
-            t.recomputes[rid] += 1
-            self.itl.append(np.array([now - t.t_last_emit[rid]]))
-        t.t_last_emit[rid] = now
 
     # ---------------------------------------------------------------- extension point
     # For executors that advance many passes at once (the simulator's fast path): it plans from

@@ -214,9 +214,9 @@ def validate(trace, cfg: ServingConfig, opts, *, model=None, tokenizer=None, cos
     report = compare(trace, cfg, run, sim, sim_passes, cost)
     report["wall_s"] = {k: round(v, 2) for k, v in wall.items()}
     # a profile timed its passes serially or overlapped (CalibratedParams.overlap): the run should match
-    measured = getattr(getattr(cost, "p", None), "overlap", None)
+    measured = isinstance(cost, CalibratedCostModel) and cost.overlapped
     ran = run.result.summary["runtime"].get("overlap")
-    if isinstance(cost, CalibratedCostModel) and ran is not None and bool(measured) != bool(ran):
+    if isinstance(cost, CalibratedCostModel) and ran is not None and measured != bool(ran):
         msg = (f"the profile timed its passes {'overlapped' if measured else 'serially'} but this run "
                f"{'overlapped' if ran else 'ran serially'} (--overlap/--no-overlap): the host's share of each "
                "pass is priced for the other loop")

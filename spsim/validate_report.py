@@ -208,16 +208,17 @@ def rows(r: dict) -> dict[str, tuple[list[str], list[list[str]]]]:
     """Tables as (header, rows) by title: metrics, pass by pass (pass-clocked modes), categories."""
     t = {}
     mrows = []
+    repeated = "measured_runs" in r["metrics"].get("output_throughput", {})
     for k, v in r["metrics"].items():
         label = LABELS.get(k) or f"{k.split('_', 1)[1].replace('_ms', '').upper()} {k.split('_')[0].replace('median', 'p50')} (ms)"
         tgt = "" if v["target"] is None else (f"±{100 * v['target']:.0f}% " + ("ok" if v["within"] else "MISSED"))
         row = [label, _num(v["measured"]), _num(v["predicted"]), _pct(v["rel_error"]), tgt]
-        if "measured_runs" in r["metrics"].get("output_throughput", {}):
+        if repeated:
             runs = v.get("measured_runs")
             row.insert(2, "" if not runs else f"{_num(min(runs))} .. {_num(max(runs))}")
         mrows.append(row)
     head = ["metric", "measured", "predicted", "error", "target"]
-    if "measured_runs" in r["metrics"].get("output_throughput", {}):
+    if repeated:
         n = len(r["metrics"]["output_throughput"]["measured_runs"])
         head = ["metric", f"measured (mean of {n})", "range", "predicted", "error", "target"]
     t["predicted vs measured"] = (head, mrows)
