@@ -37,7 +37,7 @@ from . import dispatch, selection
 from .buckets import bucket, pow2
 from .draft_store import DraftStore
 from .kv_cache import PagedAttention, PagedKVCache
-from .pages import PageLists, concat_page_lists, full_page_lists, last_page_len, pages_for, to_device
+from .pages import PageLists, concat_page_arrays, full_page_arrays, last_page_len, pages_for, to_device, upload
 from .selection import PageMeta, select_static, top_pages
 
 SINK, RECENT = 1, 1  # pages always kept at the start and at the end of the context
@@ -47,8 +47,8 @@ SINK, RECENT = 1, 1  # pages always kept at the start and at the end of the cont
 # took 25.5 ms where the decodes alone took 10.7), as serving engines run prefill and decode
 # attention as separate kernels. The cost models price the same split (spsim/cost/calibrated.py).
 SPLIT_PREFILL = True
-_NP = {torch.int64: np.int64, torch.int32: np.int32}  # per-pass inputs' dtypes, as uploaded
 TABLE_COLS = 128  # page-table and page-score widths: at least this, rounded up by `buckets.bucket` (fewer graph shapes)
+COARSE_TABLE_COLS = 512  # coarse shapes: drafting rows' page-table width at least this (8K tokens of 16-token pages)
 
 
 @dataclass
@@ -117,18 +117,17 @@ class PassAttention(PagedAttention):
         lists = lists0 = None
         if n_dr:
             a, b = n_prefill, n_prefill + n_dr
-            pre = full_page_lists(page_tables[:a], kv_len[:a], hkv, ps, dev)
-            ver = full_page_lists(page_tables[b:], kv_len[b:], hkv, ps, dev)
+            pre = full_page_arrays(page_tables[:a], kv_len[:a], hkv, ps)
+            ver = full_page_arrays(page_tables[b:], kv_len[b:], hkv, ps)
             slab = self._setup_drafts(page_tables[a:b], drafts, dev)
             # the slab's page ids stored first: at offset 0 whatever the prefill chunks' lists hold,
             # so a captured pass's slab view fits every later pass of its shape (graphs.py)
-            lists = concat_page_lists([pre, slab, ver], layout=[1, 0, 2])
+            lists = PageLists.from_host(*concat_page_arrays([pre, slab, ver], layout=[1, 0, 2]), hkv, ps, dev)
             off = 0
-            self._slab = lists.indices[off:off + slab.indices.shape[0]].view(self._rows, self._K)
+            self._slab = lists.indices[off:off + len(slab[3])].view(self._rows, self._K)
             if m == DraftMethod.STEP_LAYER:  # layer 0 attends in full and ranks the pages
-                lists0 = concat_page_lists([pre, full_page_lists(page_tables[a:b], kv_len[a:b], hkv, ps, dev), ver])
-            elif m == DraftMethod.STATIC:
-                self._write(self._static_sel)
+                full = full_page_arrays(page_tables[a:b], kv_len[a:b], hkv, ps)
+                lists0 = PageLists.from_host(*concat_page_arrays([pre, full, ver]), hkv, ps, dev)
         super().__init__(cache, page_tables, start, q_len, lists=lists, attention_fn=attention_fn)
         self.lists0 = lists0
         if SPLIT_PREFILL:
@@ -157,25 +156,27 @@ class PassAttention(PagedAttention):
         self._slab_at = 0 if not n_dr else off
 
     # -- setup (host, once per pass)
-    def _setup_drafts(self, tables, d: DraftRows, dev) -> PageLists:
-        """Slot, counts and index tensors of the draft rows; returns their page lists (a slab of
-        `count` page ids per row at `row * K`, filled per layer)."""
+    def _setup_drafts(self, tables, d: DraftRows, dev) -> tuple:
+        """Slot, counts and index tensors of the draft rows, uploaded in one copy; returns their page
+        lists on the host, `(start, count, last_len, indices)`: a slab of `count` page ids per row at
+        `row * K`, filled per layer on the device (STATIC: here, its selection depending on lengths
+        only)."""
         hkv, ps, m, kp = self.hkv, self.ps, self.method, self.kp
         kv = np.asarray(d.kv_len, np.int64)
         n = len(kv)
         npg = pages_for(kv, ps)
-        width = (pow2 if d.coarse else bucket)(int(max(len(t) for t in tables)), TABLE_COLS)
+        longest = int(max(len(t) for t in tables))
+        width = pow2(longest, COARSE_TABLE_COLS) if d.coarse else bucket(longest, TABLE_COLS)
         pt = np.zeros((n, width), np.int64)
         for i, t in enumerate(tables):
             pt[i, :len(t)] = t
-        def T(a, dt=torch.int64):  # a per-pass device input (graphs.py copies these into a captured pass)
-            t = a if isinstance(a, torch.Tensor) else to_device(a, _NP[dt], dev)
-            self._inputs.append(t)
-            return t
-
-        self._table = T(pt)
-        self._table_rows = T(self._table.repeat_interleave(hkv, 0))  # [rows, width]: gathers per row
         self._rows = rows = n * hkv
+        up: list[tuple[str, np.ndarray, type]] = []  # (attribute, host array, dtype): one upload below
+
+        def T(name, a, dt=np.int64):
+            up.append((name, a, dt))
+
+        static = None
         if m in (DraftMethod.VERIFY_QUEST, DraftMethod.VERIFY_ATTN):
             run_start = np.asarray(d.run_start, np.int64)
             top = run_start // ps  # the run's first draft kept its newest page; later pages are new
@@ -183,9 +184,9 @@ class PassAttention(PagedAttention):
             counts = c_sel + (npg - 1 - top)
             first = np.flatnonzero(np.asarray(d.first, bool))
             slots = self.store.slots_of(d.rids)
-            self._slots = T(slots)
-            self._c_sel = T(np.repeat(c_sel, hkv))[:, None]
-            self._top = T(np.repeat(top, hkv))[:, None]
+            T("_slots", slots)
+            T("_c_sel", np.repeat(c_sel, hkv)[:, None])
+            T("_top", np.repeat(top, hkv)[:, None])
             extra = max(0, d.pad_first - len(first)) if len(first) else 0
             if len(first) and not extra:
                 # padded to a power of two by repeating the first one (the same pages written
@@ -205,42 +206,63 @@ class PassAttention(PagedAttention):
                 # a power of two (at least 8): the first selections' width is part of a graph's
                 # shape, and short contexts (below the budget) gave one width per 8 pages
                 self._kf = kp if d.coarse else min(kp, pow2(int(cf.max()), 8))
-                self._first = T(first)
-                self._first_slots = T(f_slots)
-                self._first_counts = T(np.repeat(cf, hkv), torch.int32)
-                self._first_npg = T(f_npg, torch.int32)
-                self._first_table = T(f_table)
+                T("_first", first)
+                T("_first_slots", f_slots)
+                T("_first_counts", np.repeat(cf, hkv), np.int32)
+                T("_first_npg", f_npg, np.int32)
+                T("_first_table", f_table)
                 if m == DraftMethod.VERIFY_ATTN:
-                    self._first_score_rows = T(self.store.score_rows(f_slots))
+                    T("_first_score_rows", self.store.score_rows(f_slots))
                     scored = self.store.scored_pages[f_slots]
                     self._first_w = bucket(int(f_npg.max()), TABLE_COLS)
                     self.store.ensure_score_width(self._first_w)
-                    self._first_masks = tuple(T(x) for x in self._masks(f_npg, scored, self._first_w, dev))
+                    T("_first_mask_n", np.repeat(f_npg, hkv)[:, None])
+                    T("_first_mask_sc", np.repeat(np.asarray(scored, np.int64), hkv)[:, None])
         else:
             counts = np.minimum(npg, kp)
             if m == DraftMethod.STATIC:
-                sel, _ = select_static(kv, self.budget, ps, hkv, SINK, dev)
-                self._static_sel = sel
-            elif m == DraftMethod.STEP_QUEST:
-                self._npg = T(npg, torch.int32)
-            elif m == DraftMethod.STEP_LAYER:
-                self._step_w = self._score_width
-                self._step_masks = tuple(T(x) for x in self._masks(npg, npg, self._step_w, dev))
-            self._counts_t = T(np.repeat(counts, hkv), torch.int32)
+                static, _ = select_static(kv, self.budget, ps, hkv, SINK, None)
+            else:
+                if m == DraftMethod.STEP_QUEST:
+                    T("_npg", npg, np.int32)
+                    T("_table", pt)
+                elif m == DraftMethod.STEP_LAYER:
+                    self._step_w = self._score_width
+                    T("_step_mask_n", np.repeat(npg, hkv)[:, None])
+                    T("_step_mask_sc", np.repeat(npg, hkv)[:, None])
+                T("_counts_t", np.repeat(counts, hkv), np.int32)
         counts = np.repeat(counts, hkv)
         # slab width (rows read only `counts`): the budget's pages plus two for the pages a run's drafts
         # reach, so one width serves a run's every draft (fewer graph shapes)
         self._K = K = _round_up(max(int(counts.max()), kp + 2), 8)
-        self._col = T(torch.arange(K, device=dev)[None, :])
+        rows_pt = np.repeat(pt, hkv, 0)  # [rows, width]: each row's request's page table
+        if static is None:
+            T("_table_rows", rows_pt)
+            T("_col", np.arange(K)[None, :])
+            indices = np.zeros(rows * K, np.int64)
+        else:  # the window's physical pages, here (`_write`'s gather on the host)
+            sel = np.full((rows, K), -1, np.int64)
+            sel[:, :static.shape[1]] = static[:, :K]
+            indices = np.take_along_axis(rows_pt, np.clip(sel, 0, width - 1), 1).reshape(-1)
+        ts = upload([a for _, a, _ in up], [dt for _, _, dt in up], dev)
+        for (name, _, _), t in zip(up, ts):
+            setattr(self, name, t)
+        self._inputs += ts  # graphs.py copies these into a captured pass
+        if m == DraftMethod.STEP_LAYER:
+            self._step_masks = self._masks(self._step_mask_n, self._step_mask_sc, self._step_w)
+            self._inputs += list(self._step_masks)
+        elif m == DraftMethod.VERIFY_ATTN and self._nf:
+            self._first_masks = self._masks(self._first_mask_n, self._first_mask_sc, self._first_w)
+            self._inputs += list(self._first_masks)
         last = np.repeat(last_page_len(kv, ps), hkv)
-        return PageLists.from_host(np.arange(rows) * K, counts, last, np.zeros(rows * K, np.int64), hkv, ps, dev)
+        return np.arange(rows) * K, counts, last, indices
 
-    def _masks(self, npg, scored, width: int, dev):
-        """Per row: columns with a usable score, and columns always kept (sink, recent, and pages
-        the scores never covered: they hold drafts since)."""
-        n = to_device(np.repeat(npg, self.hkv), None, dev)[:, None]
-        sc = to_device(np.repeat(np.asarray(scored, np.int64), self.hkv), None, dev)[:, None]
-        col = torch.arange(width, device=dev)[None, :]
+    @staticmethod
+    def _masks(n: torch.Tensor, sc: torch.Tensor, width: int):
+        """Per row (`n` its pages, `sc` the pages its scores cover, `[rows, 1]` on the device):
+        columns with a usable score, and columns always kept (sink, recent, and pages the scores
+        never covered: they hold drafts since)."""
+        col = torch.arange(width, device=n.device)[None, :]
         valid = col < torch.minimum(n, sc)
         keep = ((col < SINK) | (col >= torch.minimum(n - RECENT, sc))) & (col < n)
         return ~valid, keep

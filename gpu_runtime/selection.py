@@ -109,7 +109,7 @@ def select_from_scores(page_scores: torch.Tensor, scored_pages, kv_lens, budget_
 def select_static(kv_lens, budget_tokens, page_size: int, num_kv_heads: int, sink: int = 1,
                   device="cpu"):
     """StreamingLLM / MagicDec window: the first `sink` pages and the most recent ones filling the
-    budget. Depends only on lengths, so it is built on the host."""
+    budget. Depends only on lengths, so it is built on the host (`device` None: a numpy array)."""
     counts = selection_counts(kv_lens, budget_tokens, page_size, sink, 1, num_kv_heads)
     n = np.repeat(pages_for(kv_lens, page_size), num_kv_heads)
     k = int(counts.max(initial=1))
@@ -118,4 +118,4 @@ def select_static(kv_lens, budget_tokens, page_size: int, num_kv_heads: int, sin
     head = np.minimum(sink, c)  # sink pages, unless the row keeps fewer
     sel = np.where(j < head, j, n2 - c + j)  # then the last c - head pages
     sel = np.where(j < c, sel, -1)
-    return to_device(sel, None, device), counts
+    return (sel if device is None else to_device(sel, None, device)), counts

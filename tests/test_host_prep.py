@@ -135,3 +135,25 @@ def test_copy_all_equals_copy_into():
     _copy_all(b, src)
     for x, y in zip(a, b):
         assert x.dtype == y.dtype and torch.equal(x, y)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_packed_upload_round_trips_aligned(seed):
+    """One packed copy (the GPU's path, here on the CPU): every array comes back equal, with its
+    dtype and shape, each view at a 16-byte boundary (Triton specialises pointers on it)."""
+    rng = np.random.default_rng(seed)
+    kinds = [np.int64, np.int32, np.bool_, np.float64]
+    arrays, dtypes = [], []
+    for _ in range(rng.integers(1, 9)):
+        shape = tuple(int(x) for x in rng.integers(0, 6, rng.integers(1, 3)))
+        dt = kinds[rng.integers(len(kinds))]
+        arrays.append(rng.integers(-50, 50, shape))
+        dtypes.append(dt)
+    out = upload(arrays, dtypes, "cpu", pack=True)
+    plain = upload(arrays, dtypes, "cpu", pack=False)
+    for a, dt, t, p in zip(arrays, dtypes, out, plain):
+        assert t.dtype == p.dtype and tuple(t.shape) == a.shape
+        assert np.array_equal(t.numpy(), np.asarray(a, dt))
+        assert t.data_ptr() % 16 == 0
+    if len(out) > 1:  # one buffer under all of them
+        assert len({t.untyped_storage().data_ptr() for t in out}) == 1
