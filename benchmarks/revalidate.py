@@ -51,7 +51,7 @@ def repredict(r: dict, profile: str) -> dict:
     """The simulator's metrics for the run `r` (a validate JSON) under `profile`."""
     from spsim.config import ServingConfig
     from spsim.cost.profile import load_cost_model
-    from spsim.validate import simulate_like
+    from spsim.validate import priced_as_run, simulate_like
     from spsim.validate_report import metrics
 
     tr = _trace_of(r)
@@ -59,7 +59,8 @@ def repredict(r: dict, profile: str) -> dict:
         raise ValueError(f"the trace window is not the run's ({len(tr)} requests, {tr.ids[0]}..{tr.ids[-1]})")
     cfg = ServingConfig(policy=r["policy"], acceptance=r["acceptance"], model=r["model"], profile=profile,
                         offline=r["load"] == "offline", seed=r["seed"], kv_pages=r["kv_pages"]).validate()
-    cost = load_cost_model(profile)
+    coarse = bool(((r.get("runtime") or {}).get("padding") or {}).get("coarse"))
+    cost = priced_as_run(load_cost_model(profile), coarse)
     sim, _ = simulate_like(tr, cfg, cost)
     measured = {k: v["measured"] for k, v in r["metrics"].items()}
     return metrics(measured, sim.summary)

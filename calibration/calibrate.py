@@ -194,13 +194,13 @@ def runtime_of(sessions: list[dict]) -> dict:
     """The measured runtime's facts the cost model prices (`measure.runtime_facts`); sessions from
     before they were recorded ran every prefill pass eagerly in one attention launch. Sessions
     that disagree cannot be fitted as one runtime."""
-    facts = {(int(x.get("prefill_graph_tokens", 0)), bool(x.get("prefill_split", False)), bool(x.get("overlap", False)))
-             for x in sessions}
+    facts = {(int(x.get("prefill_graph_tokens", 0)), bool(x.get("prefill_split", False)), bool(x.get("overlap", False)),
+              "bucket" if x.get("padded") else "none") for x in sessions}
     if len(facts) > 1:
         raise SpsimError("the measurements' sessions ran different runtimes (prefill graphs / split launches / "
-                         f"overlapped passes: {sorted(facts)}): measure into a new file")
-    (tokens, split, overlap), = facts
-    return {"prefill_graph_tokens": tokens, "prefill_split": split, "overlap": overlap}
+                         f"overlapped passes / padding: {sorted(facts)}): measure into a new file")
+    (tokens, split, overlap, padding), = facts
+    return {"prefill_graph_tokens": tokens, "prefill_split": split, "overlap": overlap, "padding": padding}
 
 
 def profile_info(path: Path, sessions: list[dict]) -> dict:

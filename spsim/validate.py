@@ -193,6 +193,7 @@ def validate(trace, cfg: ServingConfig, opts, *, model=None, tokenizer=None, cos
     pages = kv_pages_for(model.cfg, cfg, opts, model.dtype)
     cfg = cfg.with_(kv_pages=int(pages))
     cost = cost if cost is not None else policy_cost_model(cfg, model.cfg)
+    cost = priced_as_run(cost, opts.coarse_shapes)
     wall = {}
     t0 = time.perf_counter()
     sim, sim_passes = simulate_like(trace, cfg, cost)
@@ -223,6 +224,16 @@ def validate(trace, cfg: ServingConfig, opts, *, model=None, tokenizer=None, cos
         report.setdefault("warnings", []).append(msg)
         say(f"warning: {msg}")
     return Validation(report, run, sim, sim_passes)
+
+
+def priced_as_run(cost, coarse_shapes: bool):
+    """The cost model as the run pads its passes: a calibrated profile measured on padded passes
+    prices `--coarse-shapes` runs padded to powers of two (cost/padding.py), in both worlds."""
+    from .cost.calibrated import CalibratedCostModel
+
+    if coarse_shapes and isinstance(cost, CalibratedCostModel) and cost.p.padding != "none":
+        return cost.with_params(padding="pow2")
+    return cost
 
 
 def write(out: Path, v: Validation) -> None:

@@ -32,16 +32,19 @@ PARAMS = CalibratedParams(
     score_col_s=2e-8, score_attn_frac=0.4)
 
 
-@pytest.fixture(scope="module", params=[(0, False), (132, False), (132, True)],
-                ids=["no-tail", "work-item-tail", "graphed-split-prefill"])
+@pytest.fixture(scope="module", params=[(0, False, "none"), (132, False, "none"), (132, True, "none"),
+                                        (132, True, "bucket"), (0, False, "pow2")],
+                ids=["no-tail", "work-item-tail", "graphed-split-prefill", "padded", "padded-pow2"])
 def cm(request):
-    """The test profile, without and with the attention's work-item tail (`attn_sms`), and of a
-    runtime that graphs short prefill passes and plans prefill chunks apart."""
+    """The test profile, without and with the attention's work-item tail (`attn_sms`), of a
+    runtime that graphs short prefill passes and plans prefill chunks apart, and of runtimes that
+    pad their graphed passes (cost/padding.py)."""
     from dataclasses import replace
 
-    sms, split = request.param
+    sms, split, pad = request.param
     return CalibratedCostModel("llama-3.1-8b", "h200", params=replace(PARAMS, attn_sms=sms, prefill_split=split,
-                                                                      prefill_graph_tokens=2048 if split else 0),
+                                                                      prefill_graph_tokens=2048 if split else 0,
+                                                                      padding=pad),
                                info={"kv_pages_allocatable": 54321})
 
 
@@ -376,7 +379,7 @@ def test_graphed_prefill_passes_and_prefill_chunks_planned_apart(cm):
     in their own (16-row) tile, each launch with its own work-item tail."""
     from dataclasses import replace
 
-    P = replace(cm.p, prefill_split=True, prefill_graph_tokens=2048)
+    P = replace(cm.p, prefill_split=True, prefill_graph_tokens=2048, padding="none")  # padding: its own test
     on = CalibratedCostModel("llama-3.1-8b", "h200", params=P)
     off = CalibratedCostModel("llama-3.1-8b", "h200", params=replace(P, prefill_split=False))
     pre = lambda n, dec=0: PassPlan(  # noqa: E731

@@ -79,6 +79,8 @@ from spsim.hardware import GPU
 from spsim.models import ModelConfig
 from spsim.plan import DraftMethod, PassPlan
 
+from .padding import MODES as PADDING_MODES
+from .padding import SCRATCH_PAGES, padded, padded_vec
 from .roofline import RooflineCostModel, RooflineParams
 
 N_METHODS = len(DraftMethod)
@@ -116,6 +118,8 @@ class CalibratedParams(RooflineParams):
     prefill_split: bool = False  # prefill chunks of 128-row tiles ran in an attention launch of their own
     overlap: bool = False  # passes timed back to back, each prepared while the previous ran (the
     #                        overlapped loop of `spsim run`): the host's share is hidden where it is shorter
+    padding: str = "none"  # how the runtime pads graphed passes (cost/padding.py: none, bucket, pow2): their
+    #                        dummy and filler tokens are priced in the linear layers
 
     @classmethod
     def from_dict(cls, d: dict) -> "CalibratedParams":
@@ -123,6 +127,8 @@ class CalibratedParams(RooflineParams):
         unknown = set(d) - names
         if unknown:
             raise ValueError(f"unknown params {sorted(unknown)}")
+        if d.get("padding", "none") not in PADDING_MODES:
+            raise ValueError(f"padding must be one of {', '.join(PADDING_MODES)} (got {d['padding']!r})")
         kw = dict(d)
         for k in ("draft_pass_s", "first_pass_s", "attn_tile_eff", "select_col_s"):
             if kw.get(k) is not None:
@@ -602,6 +608,8 @@ class CalibratedCostModel(RooflineCostModel):
                 total += kern * self.p.score_attn_frac
         total += kern_tall
         eager = bool(self.eager(n_pre > 0, tokens))
+        if self.p.padding != "none" and not eager:
+            tokens, logits = padded(tokens, logits, n_dr, n_ver, self.p.padding, SCRATCH_PAGES * self.page_size)
         t = self.pass_overhead(tokens, num_logits=logits) + total + self.pass_terms(eager, methods)
         if n_dr:
             pos0 = plan.draft_pos == 0
@@ -779,7 +787,12 @@ class CalibratedCostModel(RooflineCostModel):
                 kern = kern * r[:, None]
             if frac:
                 att = att + np.where(keep[:, None], kern * frac, 0.0)
-        t = self.overhead_table(int(tokens.max()))[tokens] + att.sum(axis=1)
+        if self.p.padding != "none":  # decode-like passes: every one replays a graph, padded
+            tp, lp = padded_vec(tokens, tokens, draft.sum(axis=1), verify.sum(axis=1), self.p.padding,
+                                SCRATCH_PAGES * self.page_size)
+            t = self.overhead_vec(tp, lp) + att.sum(axis=1)
+        else:
+            t = self.overhead_table(int(tokens.max()))[tokens] + att.sum(axis=1)
         if has_draft:  # no prefill here
             t = t + np.where(draft, self.draft_pass[seg.method][None, :], 0.0).max(axis=1)
             t = t + np.where(draft & (seg.draft_pos == 0), self.first_pass[seg.method][None, :], 0.0).max(axis=1)
@@ -818,7 +831,7 @@ class CalibratedCostModel(RooflineCostModel):
         return t
 
     def decode_times(self, context: list[int], n: int) -> np.ndarray:
-        if self.p.attn_sms:  # the work-item tail is per pass: priced as a segment
+        if self.p.attn_sms or self.p.padding != "none":  # the tail and padding are per pass: priced as a segment
             from spsim.simulator.segment import DecodeSegment
 
             return self.segment_times(DecodeSegment.plain(context, n))
@@ -865,7 +878,12 @@ class CalibratedCostModel(RooflineCostModel):
                 att = att + np.where(keep, kern * frac, 0.0)
         att = att + kern_tall
         eager = self.eager(batch.has_prefill, batch.tokens)
-        lin = self.overhead_vec(batch.tokens, batch.logits)
+        tok, logi = batch.tokens, batch.logits
+        if self.p.padding != "none":
+            tp, lp = padded_vec(tok, logi, np.bincount(batch.dr_of, minlength=n), np.bincount(batch.ver_of, minlength=n),
+                                self.p.padding, SCRATCH_PAGES * self.page_size)
+            tok, logi = np.where(eager, tok, tp), np.where(eager, logi, lp)
+        lin = self.overhead_vec(tok, logi)
         per = np.zeros(n)
         np.maximum.at(per, batch.dr_of, self.draft_pass[batch.dr_method])  # the largest method's (as time())
         first = np.zeros(n)

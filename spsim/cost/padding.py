@@ -1,0 +1,90 @@
+"""The tokens and logits rows a padded pass really computes, for the calibrated cost model.
+
+The runtime pads every pass it replays from a CUDA graph to a few shapes (gpu_runtime/padding.py):
+dummy drafting and verifying requests of one token each up to a padded request count, a filler
+request bringing the token count to a padded size (when it fits the scratch pages), and logits
+rows rounded up. Those tokens go through every linear layer, so a profile measured on a padded
+runtime has them in its pass times: the fit must see them (a 1,024-token prefill measured with
+256 filler tokens is not the cost of 1,024), and a prediction must add them as the run will.
+On the H200 a 1,100-token prefill beside decodes took 25 ms unpadded (`--coarse-shapes`, whose
+filler would not fit), and a profile fitted as if the measured 1,024 + 256 tokens were 1,024
+priced it 29.5 ms.
+
+Modes: "none" (nothing added), "bucket" (the runtime's default: request counts by `pad_count`,
+tokens and logits by `bucket`), "pow2" (`--coarse-shapes`: powers of two). The rules are the
+runtime's own (`gpu_runtime/buckets.py`, pure Python), vectorised here; tests hold the two equal.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spsim.gpu_runtime.buckets import bucket, pad_count, pow2
+
+MODES = ("none", "bucket", "pow2")
+SCRATCH_PAGES = 16  # gpu_runtime/padding.py: pages outside the pool the filler's query must fit in
+LEAST = 8  # padded token and logits counts are at least this (PassPadding._size(..., 8))
+
+
+def padded(tokens: int, logits: int, n_draft: int, n_verify: int, mode: str, scratch_tokens: int) -> tuple[int, int]:
+    """(tokens, logits rows) a graphable pass computes once padded (scalars)."""
+    if mode == "none":
+        return tokens, logits
+    count, size = (pow2, pow2) if mode == "pow2" else (pad_count, bucket)
+    dummies = (count(n_draft) - n_draft if n_draft else 0) + (count(n_verify) - n_verify if n_verify else 0)
+    row = tokens + dummies
+    fill = size(row + 1, LEAST) - row
+    if fill > scratch_tokens:
+        return row, max(logits, size(logits, LEAST) if dummies else logits)
+    return row + fill, size(logits, LEAST)
+
+
+def padded_vec(tokens, logits, n_draft, n_verify, mode: str, scratch_tokens: int):
+    """`padded` of many passes (integer arrays)."""
+    tokens, logits = np.asarray(tokens, np.int64), np.asarray(logits, np.int64)
+    if mode == "none":
+        return tokens, logits
+    n_draft, n_verify = np.asarray(n_draft, np.int64), np.asarray(n_verify, np.int64)
+    count, size = (pow2_vec, pow2_vec) if mode == "pow2" else (pad_count_vec, bucket_vec)
+    dummies = np.where(n_draft > 0, count(n_draft) - n_draft, 0) + np.where(n_verify > 0, count(n_verify) - n_verify, 0)
+    row = tokens + dummies
+    fill = size(row + 1, LEAST) - row
+    fits = fill <= scratch_tokens
+    lpad = size(logits, LEAST)
+    return np.where(fits, row + fill, row), np.where(fits | (dummies > 0), np.maximum(lpad, logits), logits)
+
+
+def pow2_vec(n, least: int = 1) -> np.ndarray:
+    """`buckets.pow2` of an integer array (exact: through bit lengths, not floating logs)."""
+    m = np.maximum(np.asarray(n, np.int64), least) - 1
+    return np.left_shift(np.int64(1), _bit_length(m))
+
+
+def bucket_vec(n, least: int = 16) -> np.ndarray:
+    """`buckets.bucket` of an integer array: 2^k x {1, 1.25, 1.5, 1.75}, at least `least`."""
+    n = np.maximum(np.asarray(n, np.int64), least)
+    p = np.left_shift(np.int64(1), _bit_length(n - 1))
+    out = p.copy()
+    for num in (7, 6, 5):  # largest step first: the smallest step >= n (and >= least) wins last
+        step = p // 2 + (p * (num - 4)) // 8
+        out = np.where((n <= step) & (step >= least), step, out)
+    return out
+
+
+def pad_count_vec(n) -> np.ndarray:
+    """`buckets.pad_count` of an integer array: 0, 1, 2, 3, 4, 6, 8, 12, 16, ..."""
+    n = np.asarray(n, np.int64)
+    p = np.left_shift(np.int64(1), _bit_length(np.maximum(n, 1) - 1))
+    return np.where(n <= 2, n, np.where(n <= p * 3 // 4, p * 3 // 4, p))
+
+
+def _bit_length(m: np.ndarray) -> np.ndarray:
+    """int.bit_length of each non-negative integer."""
+    m = np.asarray(m, np.int64)
+    out = np.zeros(m.shape, np.int64)
+    nz = m > 0
+    out[nz] = np.floor(np.log2(m[nz])).astype(np.int64) + 1
+    # floating logs can be one off just below a power of two: correct against the powers themselves
+    out = np.where(nz & (np.left_shift(np.int64(1), np.maximum(out - 1, 0)) > m), out - 1, out)
+    out = np.where(nz & (np.left_shift(np.int64(1), out) <= m), out + 1, out)
+    return out
