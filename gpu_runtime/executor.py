@@ -53,6 +53,7 @@ class Ticket:
     accepted: np.ndarray
     t_start: float  # host clock when its preparation began
     done: object = None  # CUDA event after its last work (None: finished at launch, CPU or empty)
+    start: object = None  # CUDA event recorded as its preparation began (timing: see finish)
     gpu: tuple | None = None  # CUDA events around the forward (time_gpu)
     tokens: tuple | None = None  # (first slab position, count, pinned host copy) of its sampled tokens
     rids: tuple = ()  # requests whose lists may hold its placeholders
@@ -164,6 +165,10 @@ class RuntimeExecutor:
         if cuda and not self.overlap:
             torch.cuda.synchronize(self.dev)
         t0 = time.perf_counter()
+        start = None
+        if cuda:  # on the GPU's clock: when the GPU reached this pass's preparation (see finish)
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
         self.slab.begin()
         self._forget(plan)
         rids, tables, start, qlen, toks = [], [], [], [], []
@@ -267,8 +272,9 @@ class RuntimeExecutor:
         tk = Ticket(plan, entropy, accepted, t0, gpu=ev, tokens=self.slab.end(),
                     rids=tuple(r for r in rids if r >= 0))
         if cuda:
-            tk.done = torch.cuda.Event()
+            tk.done = torch.cuda.Event(enable_timing=True)
             tk.done.record()
+            tk.start = start
         return tk
 
     def finish(self, tk: Ticket) -> Outcome:
@@ -280,6 +286,12 @@ class RuntimeExecutor:
         t = time.perf_counter()
         elapsed = t - max(tk.t_start, self._last_done)
         self._last_done = t
+        if tk.start is not None:
+            # the GPU's clock: its start event ran when the stream reached it (at once on an idle
+            # GPU, else as the previous pass ended), so this is the same interval, without the
+            # host's delay in noticing the end (an overlapped loop finishes a pass after launching
+            # the next one: a launch that waits, a capture, moved time between neighbours)
+            elapsed = tk.start.elapsed_time(tk.done) / 1e3
         if tk.gpu is not None:
             self.last_gpu_s = tk.gpu[0].elapsed_time(tk.gpu[1]) / 1e3
         if tk.tokens is not None:

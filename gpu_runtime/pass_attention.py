@@ -248,12 +248,8 @@ class PassAttention(PagedAttention):
         for (name, _, _), t in zip(up, ts):
             setattr(self, name, t)
         self._inputs += ts  # graphs.py copies these into a captured pass
-        if m == DraftMethod.STEP_LAYER:
-            self._step_masks = self._masks(self._step_mask_n, self._step_mask_sc, self._step_w)
-            self._inputs += list(self._step_masks)
-        elif m == DraftMethod.VERIFY_ATTN and self._nf:
-            self._first_masks = self._masks(self._first_mask_n, self._first_mask_sc, self._first_w)
-            self._inputs += list(self._first_masks)
+        # the page masks are built inside the forward (lists_for), from these inputs: a captured
+        # pass replays them, where built here they were ~8 launches of every pass's preparation
         last = np.repeat(last_page_len(kv, ps), hkv)
         return np.arange(rows) * K, counts, last, indices
 
@@ -309,7 +305,8 @@ class PassAttention(PagedAttention):
                 return self.lists0
             if layer == 1:  # layer 0 has run: its scores rank the pages for every later layer
                 s = self._scores[self.n_pre * self.hkv:(self.n_pre + self.n_dr) * self.hkv]
-                self._write(self._top_k(s, self._step_masks, self._counts_t, self._K))
+                masks = self._masks(self._step_mask_n, self._step_mask_sc, self._step_w)
+                self._write(self._top_k(s, masks, self._counts_t, self._K))
             return self.lists
         if self.method == DraftMethod.STEP_QUEST:
             s = dispatch.quest_scores(self._draft_q(), self.meta[layer], self._table, self._npg, SINK, RECENT)
@@ -322,6 +319,8 @@ class PassAttention(PagedAttention):
         """A run's first drafts select and store their pages; every draft reads its run's stored
         pages plus the pages its drafts have reached since (page ids top + 1 ..)."""
         st = self.store
+        if self._nf and layer == 0 and self.method == DraftMethod.VERIFY_ATTN:  # once a forward (captured with it)
+            self._first_masks = self._masks(self._first_mask_n, self._first_mask_sc, self._first_w)
         if self._nf:
             if self.method == DraftMethod.VERIFY_QUEST:
                 q = self._draft_q().index_select(0, self._first)
