@@ -102,6 +102,7 @@ def compare_policies(trace, base: SimConfig, specs: list[str], seeds: int, conso
         row["cost_model"], row["profile"] = ss[0]["config"]["cost_model"], ss[0]["config"]["profile"]
         row["cost_heldout_error"] = ss[0]["config"].get("cost_heldout_error")
         row["overlapped_runtime"] = ss[0]["config"].get("overlapped_runtime")
+        row["padded_passes"] = ss[0]["config"].get("padded_passes")
         row["memory_note"] = ss[0]["memory_note"]
         row["overload_note"] = ss[0]["overload_note"]
         rows.append(row)

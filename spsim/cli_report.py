@@ -63,6 +63,8 @@ def cost_note(c: dict) -> str:
                  f"{err['p95_abs_rel']:.1%})")
     if c.get("overlapped_runtime"):
         what += "; passes overlapped with the host's planning, arrivals seen a pass later"
+    if c.get("padded_passes") not in (None, "none"):
+        what += "; graphed passes padded as the runtime pads them"
     return what + "; --cost roofline for the analytic model"
 
 

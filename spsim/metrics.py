@@ -220,6 +220,8 @@ def summarize_run(table, batchers, cat_ns: list[dict], cat_passes: list[dict], c
         "cost_heldout_error": (getattr(cost, "info", None) or {}).get("heldout_error"),
         # a profile measured on the overlapped runtime: arrivals wait a pass longer (simulator/replica.py)
         "overlapped_runtime": bool(getattr(cost, "overlapped", False)),
+        # how the measured runtime pads graphed passes, priced (cost/padding.py); "none": not priced
+        "padded_passes": getattr(getattr(cost, "p", None), "padding", "none"),
         "acceptance": cfg.acceptance, "load": cfg.load,
         "draft_kv": cfg.draft_kv, "draft_budget": cfg.draft_budget, "max_draft": cfg.max_draft,
         "max_batch": cfg.max_batch, "token_budget": cfg.token_budget, "page_size": cfg.page_size,
