@@ -43,8 +43,8 @@ def register(app: typer.Typer) -> None:
                                       "every CUDA graph shape it meets, then measure a second run: the steady "
                                       "state, without first-use captures and eager passes (twice the GPU time)."),
         coarse_shapes: bool = typer.Option(False, "--coarse-shapes", help="Pad passes to powers of two (rows, tokens, page-table and selection widths): fewer CUDA-graph shapes "
-                                            "under policies that mix drafting and verifying requests, more padding. Not yet "
-                                            "measured on a GPU; the shipped profiles were measured without it."),
+                                            "under policies that mix drafting and verifying requests, more padding. The simulator "
+                                            "prices the same padding (the shipped profiles were measured on the default one)."),
         overlap: Optional[bool] = typer.Option(None, "--overlap/--no-overlap", help="Plan and prepare each pass "
                                                "while the previous one runs (default: on GPUs with preset "
                                                "acceptance; real acceptance needs each verification's result first)."),
