@@ -1,6 +1,7 @@
 """How many distinct CUDA-graph shapes a run's passes have, without a GPU.
 
     python3 benchmarks/graph_shapes.py [--workload 16x32768] [--policies fixed-k:k=4,aspire] [--output-tokens 128]
+    python3 benchmarks/graph_shapes.py --trace azure-conv --window 45 --policies fixed-k:k=4 --coarse --rehearse
 
 The runtime replays a pass from a CUDA graph only when a pass of the same shape came before
 (`gpu_runtime/graphs.py`); a pass of a new shape runs eagerly (about twice a replay's time on the
@@ -43,9 +44,13 @@ class NullModel:
 
 
 def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, max_graphs: int = 48,
-                 capture_after: int = 2, trace=None, coarse: bool = False) -> dict:
+                 capture_after: int = 2, trace=None, coarse: bool = False, jitter: float = 0.0, seed: int = 0,
+                 stall_s: float = 0.0, seen: set | None = None) -> dict:
     """`workload` B x C offline, or `trace` (a `Trace`) at its own arrival times, the clock advanced
-    by each pass's time as the shipped H200 profile prices it (the roofline where none ships)."""
+    by each pass's time as the shipped H200 profile prices it (the roofline where none ships).
+    `jitter`: each pass's time scaled by a uniform draw in 1 +- jitter (`seed`); `stall_s` added to
+    the clock at a pass of a shape not in `seen` (which the run then adds: a capture or an eager
+    pass stalls the loop, so a rehearsal meets other batches than the run it prepares)."""
     from spsim.build import build
     from spsim.config import ServingConfig
     from spsim.gpu_runtime.executor import RuntimeExecutor
@@ -88,6 +93,7 @@ def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, 
             return model(tokens, attn.positions, attn, logit_rows=logit_rows)
 
     ex.graphs = Probe()
+    rng = np.random.default_rng(seed)
     now, nxt = 0.0, 0
     while True:
         while nxt < b_n and arrivals[nxt] <= now:
@@ -101,8 +107,13 @@ def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, 
             now = float(arrivals[nxt])
             continue
         plan = batcher.plan(now)
+        n_keys = len(keys)
         out = ex.execute(plan)
-        now += 0.01 if trace is None else serving.cost.time(plan)
+        dt = 0.01 if trace is None else serving.cost.time(plan)
+        now += dt * (rng.uniform(1 - jitter, 1 + jitter) if jitter else 1.0)
+        if seen is not None and len(keys) > n_keys and keys[-1] not in seen:
+            seen.add(keys[-1])
+            now += stall_s
         batcher.apply(plan, out, now)
     # the runtime's rule over the recorded keys: capture at the capture_after-th sighting, LRU of max_graphs
     graphs, seen, replay, capture, eager = OrderedDict(), {}, 0, 0, 0
@@ -123,7 +134,7 @@ def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, 
     return {"workload": workload, "policy": policy, "coarse": coarse, "output_tokens": output_tokens,
             "graphable_passes": len(keys),
             "distinct_shapes": len(set(keys)), "replay": replay, "capture": capture, "eager": eager,
-            "distinct_by_part": probe.stats()["distinct_by_part"]}
+            "distinct_by_part": probe.stats()["distinct_by_part"], "_keys": keys}
 
 
 def main() -> None:
@@ -136,6 +147,11 @@ def main() -> None:
                     "instead of --workload, e.g. azure-conv with --window 45 (spsim validate's window)")
     ap.add_argument("--window", type=float, default=None, help="with --trace: requests arriving in the first S seconds")
     ap.add_argument("--coarse", action="store_true", help="passes padded to powers of two (--coarse-shapes)")
+    ap.add_argument("--rehearse", action="store_true", help="with --trace: serve it twice, a rehearsal then the "
+                    "measured run, pass times jittered (--jitter) and each new shape stalling the clock (a capture: "
+                    "50 ms in the rehearsal, an eager pass: 25 ms after it); counts the measured run's passes of a "
+                    "shape the rehearsal never met (spsim validate --rehearse captures every shape it meets)")
+    ap.add_argument("--jitter", type=float, default=0.1, help="with --rehearse: pass times scaled by 1 +- this")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     tr = None
@@ -147,7 +163,19 @@ def main() -> None:
         tr = window(tr, 0.0, a.window) if a.window else tr
     rows = []
     for pol in a.policies.split(","):
-        r = count_shapes(a.workload, pol, a.output_tokens, a.kv_pages, trace=tr, coarse=a.coarse)
+        if a.rehearse and tr is not None:
+            seen: set = set()
+            first = count_shapes(a.workload, pol, a.output_tokens, a.kv_pages, trace=tr, coarse=a.coarse,
+                                 jitter=a.jitter, seed=1, stall_s=0.05, seen=seen)
+            met = set(first.pop("_keys"))
+            r = count_shapes(a.workload, pol, a.output_tokens, a.kv_pages, trace=tr, coarse=a.coarse,
+                             jitter=a.jitter, seed=2, stall_s=0.025, seen=seen)
+            new = [k for k in r["_keys"] if k not in met]
+            r.update(rehearsal_passes=first["graphable_passes"], rehearsal_shapes=first["distinct_shapes"],
+                     unseen_in_rehearsal=len(new), unseen_shapes=len(set(new)), jitter=a.jitter)
+        else:
+            r = count_shapes(a.workload, pol, a.output_tokens, a.kv_pages, trace=tr, coarse=a.coarse)
+        r.pop("_keys", None)
         if tr is not None:
             r.update(workload=f"{a.trace}" + (f" first {a.window:g} s" if a.window else ""), requests=len(tr))
         rows.append(r)
