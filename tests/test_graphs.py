@@ -342,3 +342,20 @@ def test_graph_shapes_counts_a_run_without_a_gpu():
     ar = runs["ar"]
     assert ar["distinct_shapes"] < ar["graphable_passes"] / 2 and ar["replay"] > 0
     assert runs["fixed-k:k=3"]["distinct_by_part"]["drafting"] > 1
+
+
+def test_graph_shapes_rehearsal_meets_an_offline_runs_every_shape():
+    """`count_shapes` with a shared `seen` set (graph_shapes.py --rehearse): offline, the clock does
+    not shape the batches, so a second run meets no shape the first did not; the first fills `seen`."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "graph_shapes.py"
+    spec = importlib.util.spec_from_file_location("graph_shapes", path)
+    gs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gs)
+    seen: set = set()
+    first = gs.count_shapes("4x4096", "fixed-k:k=3", 16, kv_pages=2048, jitter=0.1, seed=1, stall_s=0.05, seen=seen)
+    assert len(seen) == first["distinct_shapes"] > 1
+    again = gs.count_shapes("4x4096", "fixed-k:k=3", 16, kv_pages=2048, jitter=0.1, seed=2, stall_s=0.025, seen=seen)
+    assert set(again["_keys"]) <= set(first["_keys"]) and len(seen) == first["distinct_shapes"]
