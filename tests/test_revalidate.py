@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ROOT / "benchmarks/results/validate_mooncake_offline_n50_ar_s19.json"
-PROFILE = ROOT / "calibration/profiles/h200-llama-3.1-8b.json"
+RUN = ROOT / "benchmarks/results/validate_mooncake_offline_n50_ar_s20.json"
+# the profile that run was predicted with (session 20's sweep, fitted before padding was priced)
+PROFILE = ROOT / "benchmarks/results/calibration/sweep11_s20_unpadded_fit/h200-llama-3.1-8b.json"
+SHIPPED = ROOT / "calibration/profiles/h200-llama-3.1-8b.json"
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -29,6 +31,18 @@ def test_the_committed_run_is_predicted_again_exactly():
     for k in ("output_throughput", "duration", "mean_tpot_ms", "p99_tpot_ms", "mean_e2el_ms", "p90_ttft_ms"):
         assert now[k]["predicted"] == pytest.approx(r["metrics"][k]["predicted"], rel=1e-9), k
         assert now[k]["measured"] == r["metrics"][k]["measured"]
+
+
+def test_the_shipped_profiles_predictions_are_the_committed_ones():
+    """docs/validation.md quotes the session 20 runs re-predicted with the shipped profile
+    (`revalidate_s20_padding_8b.json`): they come out again."""
+    from revalidate import repredict
+
+    table = json.loads((ROOT / "benchmarks/results/revalidate_s20_padding_8b.json").read_text())
+    row = next(x for x in table["runs"] if x["file"] == RUN.name)
+    now = repredict(json.loads(RUN.read_text()), str(SHIPPED))
+    for k, err in row["now"].items():
+        assert now[k]["rel_error"] == pytest.approx(err, rel=1e-9, abs=1e-12), k
 
 
 def test_cli_table_and_skips(tmp_path):
