@@ -51,6 +51,11 @@ class Replica:
         self.held: list[list] = []  # lag: [rid, arrival, pass running at arrival] not yet seen
         self.proc = env.process(self.run())
 
+    @property
+    def outstanding(self) -> int:
+        """Requests routed here and not finished: waiting or running, and those the lag still holds."""
+        return self.batcher.outstanding + len(self.held)
+
     def arrive(self, rid: int, now: float) -> None:
         """A request routed here: into the batcher's queue, or held for a pass (`lag`)."""
         if self.lag and self.running != -1:

@@ -15,14 +15,15 @@ class RoundRobin:
 
 
 class LeastOutstanding:
-    """Fewest requests waiting or running; ties to the lowest index (deterministic)."""
+    """Fewest requests waiting or running (or held by an overlapped runtime's lag, not yet in the
+    queue); ties to the lowest index (deterministic)."""
 
     name = "least-outstanding"
 
     def pick(self, replicas) -> int:
         best, best_n = 0, None
         for i, r in enumerate(replicas):
-            n = r.batcher.outstanding
+            n = r.outstanding
             if best_n is None or n < best_n:
                 best, best_n = i, n
         return best

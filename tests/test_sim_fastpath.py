@@ -100,3 +100,20 @@ def test_the_overlap_lag_keeps_fast_and_step_paths_alike(policy):
     # batches around it (fixed-k, session 20's profile: one of 40 by 0.07 ms)
     assert ttft.mean() < lagged.mean() and (ttft < lagged).any()
     assert (ttft <= lagged + 1e-3).all()
+
+
+def test_least_outstanding_counts_the_arrivals_the_lag_holds():
+    """An arrival an overlapped runtime has not seen yet still counts against its replica: two
+    replicas with one request each, the first holding two more, send the next to the second."""
+    from types import SimpleNamespace
+
+    from spsim.simulator.replica import Replica
+    from spsim.simulator.router import LeastOutstanding
+
+    a, b = Replica.__new__(Replica), Replica.__new__(Replica)  # the router reads only their counts
+    for r, held in ((a, 2), (b, 0)):
+        r.batcher, r.held = SimpleNamespace(outstanding=1), [[0, 0.0, 0]] * held
+    assert (a.outstanding, b.outstanding) == (3, 1)
+    assert LeastOutstanding().pick([a, b]) == 1
+    b.held = [[0, 0.0, 0]] * 3
+    assert LeastOutstanding().pick([a, b]) == 0
