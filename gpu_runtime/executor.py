@@ -165,10 +165,10 @@ class RuntimeExecutor:
         if cuda and not self.overlap:
             torch.cuda.synchronize(self.dev)
         t0 = time.perf_counter()
-        start = None
+        began = None
         if cuda:  # on the GPU's clock: when the GPU reached this pass's preparation (see finish)
-            start = torch.cuda.Event(enable_timing=True)
-            start.record()
+            began = torch.cuda.Event(enable_timing=True)
+            began.record()
         self.slab.begin()
         self._forget(plan)
         rids, tables, start, qlen, toks = [], [], [], [], []
@@ -274,7 +274,7 @@ class RuntimeExecutor:
         if cuda:
             tk.done = torch.cuda.Event(enable_timing=True)
             tk.done.record()
-            tk.start = start
+            tk.start = began
         return tk
 
     def finish(self, tk: Ticket) -> Outcome:

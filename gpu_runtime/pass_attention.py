@@ -150,7 +150,7 @@ class PassAttention(PagedAttention):
             states.ensure_score_width(maxp)
             states.scored_pages[slots] = pages_for(kv_len[score_rows], ps)
             src = (np.asarray(score_rows, np.int64)[:, None] * hkv + np.arange(hkv)).reshape(-1)
-            self._keep = (to_device(src, None, dev), to_device(states.score_rows(slots), None, dev))
+            self._keep = tuple(upload([src, states.score_rows(slots)], [None, None], dev))
             self._inputs += list(self._keep)
         self._q = None
         self._slab_at = 0 if not n_dr else off

@@ -20,9 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from spsim.gpu_runtime.buckets import bucket, pad_count, pow2
+from spsim.gpu_runtime.padding import SCRATCH_PAGES  # pages outside the pool the filler's query must fit in
 
 MODES = ("none", "bucket", "pow2")
-SCRATCH_PAGES = 16  # gpu_runtime/padding.py: pages outside the pool the filler's query must fit in
 LEAST = 8  # padded token and logits counts are at least this (PassPadding._size(..., 8))
 
 
@@ -79,12 +79,5 @@ def pad_count_vec(n) -> np.ndarray:
 
 
 def _bit_length(m: np.ndarray) -> np.ndarray:
-    """int.bit_length of each non-negative integer."""
-    m = np.asarray(m, np.int64)
-    out = np.zeros(m.shape, np.int64)
-    nz = m > 0
-    out[nz] = np.floor(np.log2(m[nz])).astype(np.int64) + 1
-    # floating logs can be one off just below a power of two: correct against the powers themselves
-    out = np.where(nz & (np.left_shift(np.int64(1), np.maximum(out - 1, 0)) > m), out - 1, out)
-    out = np.where(nz & (np.left_shift(np.int64(1), out) <= m), out + 1, out)
-    return out
+    """int.bit_length of each non-negative integer (exact below 2^53: the float exponent)."""
+    return np.frexp(np.asarray(m, np.int64).astype(np.float64))[1].astype(np.int64)
