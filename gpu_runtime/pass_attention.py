@@ -228,8 +228,7 @@ class PassAttention(PagedAttention):
                     T("_table", pt)
                 elif m == DraftMethod.STEP_LAYER:
                     self._step_w = self._score_width
-                    T("_step_mask_n", np.repeat(npg, hkv)[:, None])
-                    T("_step_mask_sc", np.repeat(npg, hkv)[:, None])
+                    T("_step_pages", np.repeat(npg, hkv)[:, None])  # every page scored: pages and scored pages alike
                 T("_counts_t", np.repeat(counts, hkv), np.int32)
         counts = np.repeat(counts, hkv)
         # slab width (rows read only `counts`): the budget's pages plus two for the pages a run's drafts
@@ -305,7 +304,7 @@ class PassAttention(PagedAttention):
                 return self.lists0
             if layer == 1:  # layer 0 has run: its scores rank the pages for every later layer
                 s = self._scores[self.n_pre * self.hkv:(self.n_pre + self.n_dr) * self.hkv]
-                masks = self._masks(self._step_mask_n, self._step_mask_sc, self._step_w)
+                masks = self._masks(self._step_pages, self._step_pages, self._step_w)
                 self._write(self._top_k(s, masks, self._counts_t, self._K))
             return self.lists
         if self.method == DraftMethod.STEP_QUEST:
