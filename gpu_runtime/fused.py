@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from .interpret import INTERPRET  # noqa: F401  (applies the interpreter fix before decoration)
+from . import pdl
 
 
 def enabled(x: torch.Tensor) -> bool:
@@ -25,7 +26,8 @@ def enabled(x: torch.Tensor) -> bool:
 
 
 @triton.jit
-def _rmsnorm(X, Y, RES, W, OUT, OUT_RES, n, eps, ADD: tl.constexpr, BLOCK: tl.constexpr):
+def _rmsnorm(X, Y, RES, W, OUT, OUT_RES, n, eps, ADD: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    pdl.enter(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     ok = cols < n
@@ -45,7 +47,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     n = x.shape[-1]
     out = torch.empty_like(x)
     rows = x.numel() // n
-    _rmsnorm[(rows,)](x, x, x, weight, out, out, n, eps, ADD=False, BLOCK=triton.next_power_of_2(n), num_warps=8)
+    _rmsnorm[(rows,)](x, x, x, weight, out, out, n, eps, ADD=False, BLOCK=triton.next_power_of_2(n), num_warps=8, **pdl.kw())
     return out
 
 
@@ -55,12 +57,13 @@ def add_rmsnorm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: flo
     n = x.shape[-1]
     res, out = torch.empty_like(x), torch.empty_like(x)
     rows = x.numel() // n
-    _rmsnorm[(rows,)](x, y, x, weight, out, res, n, eps, ADD=True, BLOCK=triton.next_power_of_2(n), num_warps=8)
+    _rmsnorm[(rows,)](x, y, x, weight, out, res, n, eps, ADD=True, BLOCK=triton.next_power_of_2(n), num_warps=8, **pdl.kw())
     return res, out
 
 
 @triton.jit
-def _rope(X, COS, SIN, OUT, heads, stride_t, stride_h, HALF: tl.constexpr):
+def _rope(X, COS, SIN, OUT, heads, stride_t, stride_h, HALF: tl.constexpr, PDL: tl.constexpr = False):
+    pdl.enter(PDL)
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     i = tl.arange(0, HALF)
@@ -81,13 +84,14 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     out = torch.empty((t, h, d), dtype=x.dtype, device=x.device)
     if t:
         _rope[(t, h)](x, cos.contiguous(), sin.contiguous(), out, h, x.stride(0), x.stride(1), HALF=d // 2,
-                      num_warps=1)
+                      num_warps=1, **pdl.kw())
     return out
 
 
 @triton.jit
-def _rope_qk(QKV, COS, SIN, Q, K, q_heads, kv_heads, stride_t, HALF: tl.constexpr):
+def _rope_qk(QKV, COS, SIN, Q, K, q_heads, kv_heads, stride_t, HALF: tl.constexpr, PDL: tl.constexpr = False):
     """One program per (token, head) of q and k: rotated q into Q, rotated k into K."""
+    pdl.enter(PDL)
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     i = tl.arange(0, HALF)
@@ -114,12 +118,13 @@ def rope_qk(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, q_heads: in
     k = torch.empty((t, kv_heads, d), dtype=qkv.dtype, device=qkv.device)
     if t:
         _rope_qk[(t, q_heads + kv_heads)](qkv, cos.contiguous(), sin.contiguous(), q, k, q_heads, kv_heads,
-                                          qkv.stride(0), HALF=d // 2, num_warps=1)
+                                          qkv.stride(0), HALF=d // 2, num_warps=1, **pdl.kw())
     return q, k
 
 
 @triton.jit
-def _silu_mul(GU, OUT, n, BLOCK: tl.constexpr):
+def _silu_mul(GU, OUT, n, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    pdl.enter(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = cols < n
@@ -138,5 +143,5 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     out = torch.empty((t, n), dtype=gate_up.dtype, device=gate_up.device)
     block = 1024
     if t:
-        _silu_mul[(t, triton.cdiv(n, block))](gate_up, out, n, BLOCK=block, num_warps=4)
+        _silu_mul[(t, triton.cdiv(n, block))](gate_up, out, n, BLOCK=block, num_warps=4, **pdl.kw())
     return out

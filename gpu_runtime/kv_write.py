@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from .interpret import INTERPRET  # noqa: F401  (applies the interpreter fix before decoration)
+from . import pdl
 
 
 def run_lengths(page: np.ndarray) -> np.ndarray:
@@ -43,7 +44,8 @@ def run_lengths(page: np.ndarray) -> np.ndarray:
 def _kv_write(K, V, KC, VC, PAGE, OFF, RUN, KMIN, KMAX,
               stride_kt, stride_kh, stride_vt, stride_vh,
               stride_cp, stride_ch, stride_co, stride_mp, stride_mh,
-              PS: tl.constexpr, D: tl.constexpr, META: tl.constexpr):
+              PS: tl.constexpr, D: tl.constexpr, META: tl.constexpr, PDL: tl.constexpr = False):
+    pdl.enter(PDL)
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
     d = tl.arange(0, D)
@@ -86,4 +88,4 @@ def write_kv(kc: torch.Tensor, vc: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     _kv_write[(t, hkv)](k, v, kc, vc, page, off, run if use_meta else off, kmin, kmax,
                         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
                         kc.stride(0), kc.stride(1), kc.stride(2), kmin.stride(0), kmin.stride(1),
-                        PS=kc.shape[2], D=d, META=use_meta, num_warps=1)
+                        PS=kc.shape[2], D=d, META=use_meta, num_warps=1, **pdl.kw())

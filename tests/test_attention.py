@@ -186,13 +186,16 @@ def test_merge_fused_or_separate_and_plan_reused(fused):
 
 
 def test_fused_merge_chosen_by_split_count():
-    """Auto: units of at most FUSED_MAX_SPLITS splits merge in the main kernel, more in a merge launch."""
+    """Auto: units of at most FUSED_MAX_STEPS steps of `fused_chunk` partials merge in the main
+    kernel, more in a merge launch."""
     rng = rng_for("fuse_rule")
     b = make_batch([Req("decode", 640), Req("decode", 100)], 2, 4, 64, 16, torch.float32, "cpu", rng)
     few = A.plan_attention(b.q_len, b.lists, 8, tokens_per_split=192, block_n=32)
     many = A.plan_attention(b.q_len, b.lists, 8, tokens_per_split=32, block_n=32)
-    assert int(few.merge[:, 4].max()) <= A.FUSED_MAX_SPLITS and few.fused_merge
-    assert int(many.merge[:, 4].max()) > A.FUSED_MAX_SPLITS and not many.fused_merge
+    most = A.FUSED_MAX_STEPS * A.fused_chunk(few.block_m)
+    assert few.block_m == many.block_m
+    assert int(few.merge[:, 4].max()) <= most and few.fused_merge
+    assert int(many.merge[:, 4].max()) > most and not many.fused_merge
 
 
 @pytest.mark.parametrize("fused", [True, False])
@@ -241,3 +244,12 @@ def test_long_tile_over_many_items():
     few, _ = run_case("short_tile", reqs, num_sms=64, tokens_per_split=128)
     assert (few.block_n, few.num_warps, few.num_stages) == A.SHORT_TILE
     assert few.work.shape == plan.work.shape  # the same items either way
+
+
+def test_pdl_is_off_under_the_interpreter():
+    """The interpreter cannot run `griddepcontrol`: kernels launch without PDL there (the fused
+    merge and every kernel above ran this way)."""
+    from spsim.gpu_runtime import pdl
+
+    assert A._attn_fwd.__class__.__name__ == "InterpretedFunction"
+    assert not pdl.ENABLED and pdl.kw() == {}

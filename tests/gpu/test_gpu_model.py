@@ -80,3 +80,52 @@ def test_paged_triton_bf16_matches_dense(name, layers):
         assert finite
         assert e_tri < TOL_DENSE and e_tri < TOL_RATIO * e_tor + 1e-3, f"request {r}"
         assert a_tri >= AGREE and a_tri >= a_tor - AGREE_SLACK, f"request {r}"
+
+
+def test_pdl_launches_give_the_same_logits():
+    """Programmatic dependent launch changes when a kernel starts, never what it reads: the passes
+    above (prefill chunks, decodes, verifications) give the same logits bit for bit with it on and
+    off, eagerly and replayed from a CUDA graph (a decode pass at 1 x 32K: 16 splits, fused merge)."""
+    from spsim.gpu_runtime import attention as A
+    from spsim.gpu_runtime import pdl
+
+    cfg = get_config("llama-3.1-8b", layers=2)
+    model = Transformer.random(cfg, seed=0, device=DEV, dtype=torch.bfloat16)
+    gen = torch.Generator(device=DEV).manual_seed(1)
+    seqs = [torch.randint(0, cfg.vocab, (n,), device=DEV, generator=gen) for n in SEQ_LENS]
+    was = pdl.ENABLED
+    try:
+        with torch.no_grad():
+            pdl.ENABLED = True
+            on = run_passes(model, seqs)
+            pdl.ENABLED = False
+            off = run_passes(model, seqs)
+            cache = PagedKVCache(cfg, 2100, 16, device=DEV, dtype=model.dtype)
+            cache.k.normal_(generator=gen)
+            cache.v.normal_(generator=gen)
+            attn = PagedAttention(cache, [list(range(2049))], [32768], [1])
+            tok = torch.randint(0, cfg.vocab, (1,), device=DEV, generator=gen)
+            plan = A.plan_attention(np.ones(1), attn.lists, cfg.q_heads)
+            assert plan.fused_merge and int(plan.merge[:, 4].max()) > 4
+            graphs = {}
+            for flag in (True, False):
+                pdl.ENABLED = flag
+                eager = model(tok, attn.positions, attn).clone()
+                g = torch.cuda.CUDAGraph()
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    model(tok, attn.positions, attn)
+                torch.cuda.current_stream().wait_stream(side)
+                with torch.cuda.graph(g):
+                    out = model(tok, attn.positions, attn)
+                g.replay()
+                g.replay()
+                torch.cuda.synchronize()
+                graphs[flag] = (eager, out.clone())
+    finally:
+        pdl.ENABLED = was
+    for r in on:
+        assert torch.equal(on[r], off[r]), f"request {r}"
+    assert torch.equal(graphs[True][0], graphs[False][0])
+    assert torch.equal(graphs[True][1], graphs[True][0]) and torch.equal(graphs[False][1], graphs[False][0])
