@@ -42,8 +42,7 @@ def _attn_fwd(Q, K, V, O, PO, PM, PL, PSCORE, WORK, ROW_START, ROW_COUNT, ROW_LA
               stride_score,
               HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, PS: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr,
-              WRITE_SCORES: tl.constexpr, FUSED_MERGE: tl.constexpr = 0, FCS: tl.constexpr = 1,
-              PDL: tl.constexpr = False):
+              WRITE_SCORES: tl.constexpr, FUSED_MERGE: tl.constexpr = 0, PDL: tl.constexpr = False):
     pdl.enter(PDL)
     pid = tl.program_id(0).to(tl.int64)
     w = WORK + pid * 7
@@ -139,27 +138,21 @@ def _attn_fwd(Q, K, V, O, PO, PM, PL, PSCORE, WORK, ROW_START, ROW_COUNT, ROW_LA
             arrived = tl.atomic_add(ARRIVED + mr, 1, sem="acq_rel", scope="gpu")
             if arrived == nslot - 1:
                 tl.debug_barrier()
-                # The global max first, then FCS partials per step: one load latency per FCS
-                # partials, not one per partial (a one-at-a-time online merge made 16 splits slower
-                # fused than with the merge launch; NOTES.md v6).
-                offs_s = tl.arange(0, FCS)
                 m_t = tl.full([BLOCK_M], -1.0e30, tl.float32)
-                for j in range(0, nslot, FCS):
-                    pj = (slot0 + j + offs_s)[:, None] * BLOCK_M + offs_m[None, :]
-                    okj = ((j + offs_s) < nslot)[:, None] & row_ok[None, :]
-                    m_t = tl.maximum(m_t, tl.max(tl.load(PM + pj, mask=okj, other=-1.0e30, cache_modifier=".cg"), axis=0))
                 l_t = tl.zeros([BLOCK_M], tl.float32)
                 acc_t = tl.zeros([BLOCK_M, D], tl.float32)
-                for j in range(0, nslot, FCS):  # L1 bypassed (.cg): other programs wrote these
-                    pj = (slot0 + j + offs_s)[:, None] * BLOCK_M + offs_m[None, :]
-                    okj = ((j + offs_s) < nslot)[:, None] & row_ok[None, :]
-                    m_j = tl.load(PM + pj, mask=okj, other=-1.0e30, cache_modifier=".cg")
-                    l_j = tl.load(PL + pj, mask=okj, other=0.0, cache_modifier=".cg")
-                    o_j = tl.load(PO + pj[:, :, None] * D + offs_d[None, None, :], mask=okj[:, :, None], other=0.0,
+                for j in range(0, nslot):  # online rescaling, one partial at a time; L1 bypassed (.cg)
+                    pj = (slot0 + j) * BLOCK_M + offs_m
+                    m_j = tl.load(PM + pj, mask=row_ok, other=-1.0e30, cache_modifier=".cg")
+                    l_j = tl.load(PL + pj, mask=row_ok, other=0.0, cache_modifier=".cg")
+                    o_j = tl.load(PO + pj[:, None] * D + offs_d[None, :], mask=row_ok[:, None], other=0.0,
                                   cache_modifier=".cg")
-                    wt = tl.exp2(m_j - m_t[None, :])
-                    l_t += tl.sum(l_j * wt, axis=0)
-                    acc_t += tl.sum(o_j * wt[:, :, None], axis=0)
+                    m_n = tl.maximum(m_t, m_j)
+                    a_t = tl.exp2(m_t - m_n)
+                    a_j = tl.exp2(m_j - m_n)
+                    l_t = l_t * a_t + l_j * a_j
+                    acc_t = acc_t * a_t[:, None] + o_j * a_j[:, None]
+                    m_t = m_n
                 out = acc_t / tl.where(l_t > 0, l_t, 1.0)[:, None]
                 o_ptr = O + (q0 + qi).to(tl.int64)[:, None] * stride_ot + hq[:, None] * stride_oh + offs_d[None, :]
                 tl.store(o_ptr, out.to(O.dtype.element_ty), mask=row_ok[:, None])
@@ -249,11 +242,12 @@ class AttentionPlan:
         return [self] if self.tall is None else [self, self.tall]
 
 
-# Units whose partials take at most this many fused-merge steps (`fused_chunk` partials each) merge
-# in the main kernel (the last split to finish merges); more go to the merge launch, which reads 32
-# partials per step. H200, v6 (NOTES.md), one partial per step: draft b=4 (4 splits) 24.0 vs 26.3 us
-# fused; b=1 (16 splits) 20.8 vs 17.3 us. Steps of 4 partials at short tiles: decode_launch.json.
-FUSED_MAX_STEPS = 4
+# Units of at most this many splits merge in the main kernel (the last split to finish merges);
+# more go to the merge launch, which reads 32 partials per step. H200, v6 (NOTES.md): draft b=4
+# (4 splits) 24.0 vs 26.3 us fused; b=1 (16 splits) 20.8 vs 17.3 us. Tried 2026-12-02: a fused merge
+# reading 64/BLOCK_M partials per step after a global max made the main loop itself slower at every
+# size (its registers): decode b=1 32K 43.2 -> 62.6 us, b=16 32K 504 -> 610 (fused_merge_ab_h200.json).
+FUSED_MAX_SPLITS = 4
 
 # (BLOCK_N, num_warps, num_stages) by tile height: short tiles (decode, draft: <= 32 rows),
 # tall (verify, 64 rows), prefill (128 rows). See NOTES.md for the sweeps behind them.
@@ -266,12 +260,6 @@ PREFILL_TILE = (64, 8, 3)
 # drafts b=16 at 2K 40.3 vs 66.0: below LONG_TILE_WAVES waves of items the short tile stays.
 LONG_TILE = (64, 4, 2)
 LONG_TILE_WAVES = 4
-
-
-def fused_chunk(block_m: int) -> int:
-    """Partials per step of the fused merge: a step's [FCS, BLOCK_M, D] fp32 tile stays ~32-64
-    registers a thread at the tiles' warp counts."""
-    return max(1, 64 // block_m)
 
 
 def choose_block_m(q_len: np.ndarray, group: int) -> int:
@@ -381,8 +369,8 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     work = np.stack([u_req[w_unit], u_head[w_unit], u_qb[w_unit], lo, hi, slot,
                      np.where(multi, merge_row[w_unit], -1)], 1)
     mu = np.nonzero(u_splits > 1)[0]
-    if fused_merge is None:  # the fused merge reads a few partials per step: a launch wins past a few steps
-        fused_merge = int(u_splits.max(initial=1)) <= FUSED_MAX_STEPS * fused_chunk(bm)
+    if fused_merge is None:  # the fused merge reads partials one at a time: a launch wins past a few
+        fused_merge = int(u_splits.max(initial=1)) <= FUSED_MAX_SPLITS
     first_slot = np.cumsum(np.where(u_splits > 1, u_splits, 0)) - u_splits
     merge = np.stack([u_req[mu], u_head[mu], u_qb[mu], first_slot[mu], u_splits[mu]], 1)
     q_start = np.concatenate([[0], np.cumsum(q_len)[:-1]]) if n_req else np.zeros(0, np.int64)
@@ -467,8 +455,8 @@ def _launch(q, k_cache, v_cache, plan: AttentionPlan, out, sm_scale, page_scores
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             out.stride(0), out.stride(1), scores.stride(0) if page_scores is not None else 0,
             HKV=hkv, G=plan.group, D=d, PS=ps, BLOCK_M=bm, BLOCK_N=bn, UPCAST=_INTERPRET,
-            WRITE_SCORES=page_scores is not None, FUSED_MERGE=int(plan.fused_merge), FCS=fused_chunk(bm),
-            num_warps=nw, num_stages=num_stages, **pdl.kw())
+            WRITE_SCORES=page_scores is not None, FUSED_MERGE=int(plan.fused_merge), num_warps=nw,
+            num_stages=num_stages, **pdl.kw())
     if plan.merge.shape[0] and not plan.fused_merge:
         mb, db = min(plan.merge_rows, bm), min(plan.merge_dims, d)
         _attn_merge[(plan.merge.shape[0], bm // mb, d // db)](

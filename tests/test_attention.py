@@ -186,16 +186,13 @@ def test_merge_fused_or_separate_and_plan_reused(fused):
 
 
 def test_fused_merge_chosen_by_split_count():
-    """Auto: units of at most FUSED_MAX_STEPS steps of `fused_chunk` partials merge in the main
-    kernel, more in a merge launch."""
+    """Auto: units of at most FUSED_MAX_SPLITS splits merge in the main kernel, more in a merge launch."""
     rng = rng_for("fuse_rule")
     b = make_batch([Req("decode", 640), Req("decode", 100)], 2, 4, 64, 16, torch.float32, "cpu", rng)
     few = A.plan_attention(b.q_len, b.lists, 8, tokens_per_split=192, block_n=32)
     many = A.plan_attention(b.q_len, b.lists, 8, tokens_per_split=32, block_n=32)
-    most = A.FUSED_MAX_STEPS * A.fused_chunk(few.block_m)
-    assert few.block_m == many.block_m
-    assert int(few.merge[:, 4].max()) <= most and few.fused_merge
-    assert int(many.merge[:, 4].max()) > most and not many.fused_merge
+    assert int(few.merge[:, 4].max()) <= A.FUSED_MAX_SPLITS and few.fused_merge
+    assert int(many.merge[:, 4].max()) > A.FUSED_MAX_SPLITS and not many.fused_merge
 
 
 @pytest.mark.parametrize("fused", [True, False])
