@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ROOT / "benchmarks/results/validate_mooncake_offline_n50_ar_s20.json"
-# the profile that run was predicted with (session 20's sweep, fitted before padding was priced)
-PROFILE = ROOT / "benchmarks/results/calibration/sweep11_s20_unpadded_fit/h200-llama-3.1-8b.json"
+RUN = ROOT / "benchmarks/results/validate_mooncake_offline_n50_ar_s21.json"
+# the profile that run was predicted with (session 21's sweep, fitted to wall time)
+PROFILE = ROOT / "benchmarks/results/calibration/sweep13_s21_wall_fit/h200-llama-3.1-8b.json"
 SHIPPED = ROOT / "calibration/profiles/h200-llama-3.1-8b.json"
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -34,11 +34,11 @@ def test_the_committed_run_is_predicted_again_exactly():
 
 
 def test_the_shipped_profiles_predictions_are_the_committed_ones():
-    """docs/validation.md quotes the session 20 runs re-predicted with the shipped profile
-    (`revalidate_s20_padding_8b.json`): they come out again."""
+    """docs/validation.md quotes the session 21 runs re-predicted with the shipped profile (the same
+    sweep fitted to device time: `revalidate_s21_device_fit_8b.json`): they come out again."""
     from revalidate import repredict
 
-    table = json.loads((ROOT / "benchmarks/results/revalidate_s20_padding_8b.json").read_text())
+    table = json.loads((ROOT / "benchmarks/results/revalidate_s21_device_fit_8b.json").read_text())
     row = next(x for x in table["runs"] if x["file"] == RUN.name)
     now = repredict(json.loads(RUN.read_text()), str(SHIPPED))
     for k, err in row["now"].items():

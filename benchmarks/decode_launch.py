@@ -1,0 +1,103 @@
+"""Launch gaps in decode passes: programmatic dependent launch (PDL) on and off, A/B.
+
+    python3 benchmarks/decode_launch.py [--model llama-3.1-8b] [--out FILE]
+
+A batch-1 decode of an 8B model at 32K is ~400 kernels of a few microseconds in one CUDA graph;
+the gaps between them are a visible share of the pass. Each variant (`--variants`, PDL 0/1) is
+captured as its own CUDA graph over the same model and cache and timed over `--rounds` rounds of
+10 replays (median of the rounds' medians), with a check that the variants' logits agree bit for
+bit. Random weights, bf16. Run one variant per process (`--variants 0`, then `--variants 1`): with
+both in one process, the H200 run of 2026-12-02 stopped on an illegal memory access in the replays
+(not seen with one variant per process, nor in the GPU tests, which switch PDL within a process;
+not understood). benchmarks/results/pdl_ab_h200.json: one process per variant, commit 221e620
+(whose `FUSED_MAX_STEPS` 1 is today's merge rule).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def main() -> None:
+    from runtime import copy_bandwidth, graphed, timed
+
+    from spsim.gpu_runtime import pdl
+    from spsim.gpu_runtime.kv_cache import PagedKVCache
+    from spsim.gpu_runtime.model import Transformer
+    from spsim.gpu_runtime.model_config import get_config
+    from spsim.gpu_runtime.pass_attention import DraftRows, PassAttention
+    from spsim.plan import DraftMethod
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="llama-3.1-8b")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--points", default="1x32768,1x4096,16x32768,4x120000")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--variants", default="0,1", help="PDL 0/1, comma-separated (one per process: see above)")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    bw = copy_bandwidth(dev)
+    lc = get_config(args.model)
+    model = Transformer.random(lc, seed=0, device=dev, dtype=torch.bfloat16)
+    wbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    ps = 16
+    points = [tuple(int(x) for x in p.split("x")) for p in args.points.split(",")]
+    pages = max(b * (c + 64) for b, c in points) // ps + 64
+    cache = PagedKVCache(lc, pages, ps, device=dev, dtype=torch.bfloat16)
+    cache.k.normal_()
+    cache.v.normal_()
+    kv_tok = PagedKVCache.bytes_per_page(lc, ps, torch.bfloat16) / ps
+    perm = np.random.default_rng(0).permutation(pages)
+    variants = [dict(pdl=bool(int(v))) for v in args.variants.split(",")]
+    rows = []
+    for b, ctx in points:
+        n = -(-(ctx + 1) // ps)
+        tabs = [perm[i * n:(i + 1) * n].tolist() for i in range(b)]
+        tok = torch.randint(0, lc.vocab, (b,), device=dev)
+        replays, logits = [], []
+        for v in variants:
+            pdl.ENABLED = v["pdl"]
+            attn = PassAttention(cache, list(range(b)), tabs, [ctx] * b, [1] * b, 0, DraftRows(),
+                                 int(DraftMethod.STATIC), 2048, {}, None)
+            logits.append(model(tok, attn.positions, attn).float().cpu())
+            replays.append(graphed(lambda a=attn: model(tok, a.positions, a), dev))
+        same = all(torch.equal(logits[0], x) for x in logits[1:])
+        ms = [[] for _ in variants]
+        for _ in range(args.rounds):
+            for i, r in enumerate(replays):
+                ms[i].append(timed(r, dev))
+        floor = (wbytes + b * ctx * kv_tok) / (bw * 1e12) * 1e3
+        for v, m in zip(variants, ms):
+            rows.append({"batch": b, "context": ctx, **v, "ms_graph": round(statistics.median(m), 4),
+                         "rounds": [round(x, 4) for x in m], "floor_ms": round(floor, 3),
+                         "ratio_graph": round(statistics.median(m) / floor, 4), "same_logits": same})
+            print(rows[-1], flush=True)
+        del replays
+        torch.cuda.empty_cache()
+    out = {"benchmark": "decode_launch", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "machine": {"gpu": torch.cuda.get_device_name(dev), "torch": torch.__version__,
+                       "triton": __import__("triton").__version__, "python": platform.python_version()},
+           "model": args.model, "copy_tb_s": round(bw, 3), "weights_gib": round(wbytes / 2**30, 2),
+           "method": "CUDA-graph replay of one decode pass per variant, median of 10 replays per round, "
+                     f"{args.rounds} interleaved rounds; floor = (weights + KV) / copy bandwidth",
+           "rows": rows}
+    text = json.dumps(out, indent=1) + "\n"
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
