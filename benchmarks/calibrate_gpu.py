@@ -33,6 +33,8 @@ def main() -> int:
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--device", default="cuda", help="cuda, or cpu (tiny models only)")
     ap.add_argument("--design", default="default", choices=["default", "smoke"])
+    ap.add_argument("--points", default=None, help="also measure these pass compositions (JSON lines: "
+                    "`spsim replay ... --calibration-points FILE`)")
     a = ap.parse_args()
     from spsim.calibration.calibrate import calibrate_from, calibrate_gpu
     from spsim.errors import SpsimError
@@ -42,7 +44,7 @@ def main() -> int:
             calibrate_from(a.from_, a.out, a.host_log)
         else:
             calibrate_gpu(a.model, a.minutes, a.out, a.measurements, device=a.device, design=a.design,
-                          host_log=a.host_log, page_size=a.page_size, t_start=t_start)
+                          host_log=a.host_log, page_size=a.page_size, t_start=t_start, points=a.points)
     except SpsimError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

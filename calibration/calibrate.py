@@ -29,17 +29,20 @@ def default_paths(model: str, out: str | None, measurements: str | None) -> tupl
 def calibrate_gpu(model: str = "llama-3.1-8b", minutes: float | None = 8.0, out: str | None = None,
                   measurements: str | None = None, device: str = "cuda", design: str = "default",
                   host_log: str | None = None, page_size: int = 16, t_start: float | None = None, log=print,
-                  measure_kw: dict | None = None) -> dict:
+                  measure_kw: dict | None = None, points: str | None = None) -> dict:
     """Measure what `measurements` lacks (until done or the time budget), then fit and write the
-    profile. Returns the fit report. `measure_kw`: more arguments of `measure` (tests)."""
+    profile. Returns the fit report. `points`: a points file (`trace_points`) measured beside the
+    design. `measure_kw`: more arguments of `measure` (tests)."""
     from .measure import measure
+    from .trace_points import read_points
 
     t_start = time.monotonic() if t_start is None else t_start
     out_p, meas = default_paths(model, out, measurements)
     _check_writable(out_p)
+    extra = read_points(points) if points else None
     deadline = None if minutes is None else t_start + 60 * minutes - FIT_RESERVE_S
     counts = measure(meas, model, device, design=design, deadline=deadline, page_size=page_size, log=log,
-                     **(measure_kw or {}))
+                     extra_points=extra, **(measure_kw or {}))
     log(f"measured {counts['measured']} points ({counts['failed']} failed) into {meas}"
         + (f"; {counts['left']} left: run the same command again to resume" if counts["left"] else ""))
     _measure_allreduce(meas, model, device, log)

@@ -20,6 +20,8 @@ def register(app: typer.Typer) -> None:
                  "  spsim calibrate --gpu --model llama-3.1-8b --out h200-llama-3.1-8b.json   # about 7 min on an H200\n\n"
                  "  spsim calibrate --gpu --minutes 4   # stop in time, run again to resume where it stopped\n\n"
                  "  spsim calibrate --from h200-llama-3.1-8b.measurements.jsonl --out h200.json   # refit, no GPU\n\n"
+                 "  spsim replay mooncake --limit 50 --offline --policy fixed-k:k=4 --calibration-points fk.jsonl\n\n"
+                 "  spsim calibrate --gpu --points fk.jsonl --out h200.json   # the default sweep plus that run's passes\n\n"
                  "  spsim replay mooncake --limit 300 --profile h200-llama-3.1-8b.json\n\n"
                  "From a checkout without an install (the GPU machine): python3 benchmarks/calibrate_gpu.py --help")
     def calibrate(
@@ -41,6 +43,9 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("cuda", "--device", help="cuda, or cpu (tiny models: tests the pipeline)."),
         design: str = typer.Option("default", "--design", help="default (the full sweep) or smoke (a few "
                                    "points of every kind, for tests)."),
+        points: Optional[Path] = typer.Option(None, "--points", help="Also measure these pass compositions "
+                                              "(JSON lines; `spsim replay ... --calibration-points FILE` writes the "
+                                              "ones a trace and policy ask for)."),
     ):
         """Measure pass times on the GPU and fit a calibrated cost profile (or refit one).
 
@@ -60,9 +65,15 @@ def register(app: typer.Typer) -> None:
             raise SpsimError(f"--design must be default or smoke (got {design!r})")
         if host_log is not None and not host_log.is_file():
             raise SpsimError(f"--host-log {host_log}: not a file")
+        if points is not None:
+            if from_ is not None:
+                raise SpsimError("--points adds compositions to measure: give it with --gpu, not --from")
+            from .trace_points import read_points
+
+            read_points(points)  # a bad file fails now, before the model is built
         if from_ is not None:
             calibrate_from(from_, out, str(host_log) if host_log else None)
             return
         calibrate_gpu(model, minutes, str(out) if out else None, str(measurements) if measurements else None,
                       device=device, design=design, host_log=str(host_log) if host_log else None,
-                      page_size=page_size, t_start=t_start)
+                      page_size=page_size, t_start=t_start, points=str(points) if points else None)

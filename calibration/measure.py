@@ -387,12 +387,14 @@ class _Progress:
 def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cuda", design: str = "default",
             deadline: float | None = None, page_size: int = 16, dtype: str | None = None, graphs: bool = True,
             cpu_kv_pages: int = 4096, log=print, bench_kw: dict | None = None, max_points: int | None = None,
-            pad: bool | None = None, anchor: bool = True) -> dict:
+            pad: bool | None = None, anchor: bool = True, extra_points: list | None = None) -> dict:
     """Measure the design's points missing from `out` (appending each as it is taken) until done,
     `deadline` (time.monotonic()) or `max_points` this session; returns counts. `design`: default
     or smoke. `pad`: passes padded with dummy requests as `spsim run` pads them (None: with CUDA
     graphs); a measurements file holds padded or unpadded passes, not both. `anchor`: re-measure
-    the drift controls (`design.anchor_points`) every `ANCHOR_EVERY` points and at the end."""
+    the drift controls (`design.anchor_points`) every `ANCHOR_EVERY` points and at the end.
+    `extra_points`: more points to measure beside the design's (`trace_points.read_points`); those
+    whose requests' KV would not fit the sweep's cache or the model's window are skipped, counted."""
     from spsim.gpu_runtime.padding import SCRATCH_PAGES
 
     import torch
@@ -435,6 +437,14 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
         sweep_max = cpu_kv_pages
     make = {"default": default_design, "smoke": smoke_design}[design]
     points = make(cfg.max_context, sweep_max * page_size)
+    extra_skipped = 0
+    if extra_points:
+        fit = [p for p in extra_points if _pages_needed_all(p, page_size) <= sweep_max and p.max_tokens() <= cfg.max_context]
+        extra_skipped = len(extra_points) - len(fit)
+        have = {p.key for p in points}
+        points = points + [p for p in fit if p.key not in have]
+        log(f"{len(fit)} extra points ({len(extra_points)} given; {extra_skipped} skipped: their KV exceeds the sweep's "
+            f"{sweep_max * page_size:,} tokens or the model's {cfg.max_context:,}-token window)")
     todo = sweep_order([p for p in points if p.key not in done_keys])
     if not todo:
         log(f"all {len(points)} points of the {design} design are in {out} already")
@@ -446,6 +456,8 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
     cache.v.normal_()
     info = machine_info(model, cache, dev, allocatable, free)
     info["design"] = design
+    if extra_points:
+        info["extra_points"] = {"given": len(extra_points), "skipped": extra_skipped}
     info["padded"] = padded
     info["token_ids"] = "random"  # per position (token_resetter); sweeps before 2026-12-02 repeated one id per request
     bench = Bench(model, cache, graphs, pad=padded, **(bench_kw or {}))

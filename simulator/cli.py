@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -65,18 +66,19 @@ class ProgressLines:
               file=self.stream or sys.stderr, flush=True)
 
 
-def _run(trace, cfg, label: str, quiet: bool = False, record: bool = False, draft_sample: int = 0):
+def _run(trace, cfg, label: str, quiet: bool = False, record: bool = False, draft_sample: int = 0, cost=None):
     """Simulate with progress: a live bar on a terminal, else plain lines on stderr (`quiet`: the
     caller's stdout is not a table, e.g. --json). `record`: keep each verification's outcome (the
     step path: the same run, slower; simulator/positions.py). `draft_sample`: record that many
-    requests' draft lengths (policies/draftlog.py; the same run)."""
+    requests' draft lengths (policies/draftlog.py; the same run). `cost`: the cost model to price
+    with (else the run's own)."""
     from functools import partial
 
     from .engine import simulate
 
     if record:
         from .positions import simulate_with_positions as simulate  # noqa: F811
-    simulate = partial(simulate, draft_sample=draft_sample)  # noqa: F811
+    simulate = partial(simulate, draft_sample=draft_sample, **({"cost": cost} if cost is not None else {}))  # noqa: F811
 
     if not live_progress(quiet):
         lines = ProgressLines(label)
@@ -97,6 +99,14 @@ def _write(out: Path, name: str, result, fmt: str) -> None:
             result.requests.to_csv(out / f"{name}requests.csv", index=False)
     except OSError as e:  # checked before the run; the disk can still fill up
         raise SpsimError(f"--out {out}: cannot write ({e.strerror or e})") from None
+
+
+def _recorder(cfg, spec):
+    """The run's cost model, recording each pass it prices (`--calibration-points`)."""
+    from spsim.build import build_cost_model, draft_method
+    from spsim.calibration.trace_points import PassRecorder
+
+    return PassRecorder(build_cost_model(cfg), draft_method(cfg, spec), spec.cls.speculative)
 
 
 def _LazySimConfig(**kw):
@@ -185,6 +195,12 @@ def register(app: typer.Typer) -> None:
         report: Optional[Path] = typer.Option(None, "--report", help="Write a self-contained HTML report here "
                                               "(distributions, GPU time, acceptance by draft position: the run "
                                               "records each verification, which is slower; not for oracle)."),
+        calibration_points: Optional[Path] = typer.Option(
+            None, "--calibration-points", help="Also write the pass compositions this run asks for as calibration "
+            "points (JSON lines, for `spsim calibrate --gpu --points FILE`): the kinds of pass holding the most "
+            "simulated GPU time, one pass each. The run then steps pass by pass (same results, slower)."),
+        calibration_max_points: int = typer.Option(48, "--calibration-max-points", help="At most this many points "
+                                                   "in --calibration-points."),
         limit: Optional[int] = LIMIT, trace_format: Optional[str] = TRACE_FORMAT,
         skip_invalid: bool = SKIP_INVALID,
         serving=None,
@@ -206,10 +222,18 @@ def register(app: typer.Typer) -> None:
         spec = parse_policy(policy)
         if report is not None:
             check_out_dir(report.parent, (report.name,), label=f"--report {report}")
+        recorder = None
+        if calibration_points is not None:
+            if calibration_max_points < 1:
+                raise SpsimError(f"--calibration-max-points must be >= 1 (got {calibration_max_points})")
+            check_out_dir(calibration_points.parent, (calibration_points.name,),
+                          label=f"--calibration-points {calibration_points}")
+            recorder = _recorder(cfg, spec)
+            cfg = dataclasses.replace(cfg, fast=False)
         tr = _load(trace, trace_format, limit, skip_invalid)
         t0 = time.perf_counter()
         res = _run(tr, cfg, f"replay {policy}", quiet=as_json, record=report is not None and not spec.cls.oracle,
-                   draft_sample=DRAFT_SAMPLE if report is not None else 0)
+                   draft_sample=DRAFT_SAMPLE if report is not None else 0, cost=recorder)
         wall = time.perf_counter() - t0
         if as_json:
             typer.echo(res.summary_json(), nl=False)
@@ -220,6 +244,14 @@ def register(app: typer.Typer) -> None:
                 console.print(f"[dim]{escape(res.summary['prefix_cache_note'])}[/]")
             console.print(f"[dim]{escape(cost_note(res.summary['config']))}; simulated in {wall:.1f} s[/]")
         warn(run_notes(res.summary))
+        if recorder is not None:
+            from spsim.calibration.trace_points import choose, write_points
+
+            pts, how = choose(recorder.passes, calibration_max_points)
+            write_points(calibration_points, pts)
+            msg = (f"wrote {calibration_points}: {how['points']} calibration points from {how['passes']:,} passes in "
+                   f"{how['buckets']} kinds, {how['time_share']:.0%} of the simulated GPU time")
+            (console.print if not as_json else lambda m: typer.echo(m, err=True))(msg)
         if out:
             _write(out, "", res, per_request)
             if not as_json:

@@ -105,6 +105,11 @@ class Serving:
             self.acceptance.end(rid)
 
 
+def draft_method(cfg: ServingConfig, spec: PolicySpec) -> int:
+    """The run's draft-KV method: `--draft-kv`, else the policy's own."""
+    return int(spec.cls.default_draft_method if cfg.draft_kv == "auto" else DraftMethod.parse(cfg.draft_kv))
+
+
 def build(cfg: ServingConfig, *, prefix_cache: bool = True, block_size: int | None = None, cost=None,
           acceptance=None, capacity: int | None = None, max_context: int | None = None) -> Serving:
     """Wire a run. `prefix_cache`: whether the trace carries prefix blocks (`block_size` tokens
@@ -125,7 +130,7 @@ def build(cfg: ServingConfig, *, prefix_cache: bool = True, block_size: int | No
                          "(--acceptance PRESET), not real acceptance")
     model = getattr(cost, "model", None) or get_model(cfg.model)
     page_size = int(getattr(cost, "page_size", cfg.page_size))
-    method = int(spec.cls.default_draft_method if cfg.draft_kv == "auto" else DraftMethod.parse(cfg.draft_kv))
+    method = draft_method(cfg, spec)
     bcfg = BatcherConfig(
         capacity_pages=int(capacity if capacity is not None else kv_capacity(cfg, cost, page_size)),
         max_context=int(max_context or model.max_context), max_batch=cfg.max_batch,
