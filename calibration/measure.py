@@ -33,7 +33,7 @@ from spsim.errors import SpsimError
 from spsim.plan import DraftMethod, PassPlan
 
 from .clocks import ClockMonitor
-from .design import Point, anchor_points, default_design, smoke_design, sweep_order
+from .design import Point, _unique, anchor_points, default_design, smoke_design, sweep_order
 from .records import Writer, read_measurements
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -439,11 +439,12 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
     points = make(cfg.max_context, sweep_max * page_size)
     extra_skipped = 0
     if extra_points:
-        fit = [p for p in extra_points if _pages_needed_all(p, page_size) <= sweep_max and p.max_tokens() <= cfg.max_context]
-        extra_skipped = len(extra_points) - len(fit)
+        given = _unique(list(extra_points))
+        fit = [p for p in given if _pages_needed_all(p, page_size) <= sweep_max and p.max_tokens() <= cfg.max_context]
+        extra_skipped = len(given) - len(fit)
         have = {p.key for p in points}
         points = points + [p for p in fit if p.key not in have]
-        log(f"{len(fit)} extra points ({len(extra_points)} given; {extra_skipped} skipped: their KV exceeds the sweep's "
+        log(f"{len(fit)} extra points ({len(given)} given; {extra_skipped} skipped: their KV exceeds the sweep's "
             f"{sweep_max * page_size:,} tokens or the model's {cfg.max_context:,}-token window)")
     todo = sweep_order([p for p in points if p.key not in done_keys])
     if not todo:
@@ -457,7 +458,7 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
     info = machine_info(model, cache, dev, allocatable, free)
     info["design"] = design
     if extra_points:
-        info["extra_points"] = {"given": len(extra_points), "skipped": extra_skipped}
+        info["extra_points"] = {"given": len(_unique(list(extra_points))), "skipped": extra_skipped}
     info["padded"] = padded
     info["token_ids"] = "random"  # per position (token_resetter); sweeps before 2026-12-02 repeated one id per request
     bench = Bench(model, cache, graphs, pad=padded, **(bench_kw or {}))

@@ -120,12 +120,13 @@ def test_calibrate_measures_the_points_beside_the_design(tmp_path):
     too_long = Point("verify", VQ, 128, verifies=((10 ** 6, 2),))
     log = []
     c = measure(tmp_path / "m.jsonl", "tiny", "cpu", design="smoke", bench_kw=dict(min_reps=1, max_reps=1, target_s=0.0),
-                log=log.append, extra_points=[fits, too_long], anchor=False)
+                log=log.append, extra_points=[fits, too_long, fits], anchor=False)
     sessions, recs = read_measurements(tmp_path / "m.jsonl")
     keys = {m.point.key for m in recs}
     assert fits.key in keys and too_long.key not in keys
     assert c["design"] == len(smoke_design(4096, 4096 * 16)) + 1
     assert sessions[0]["extra_points"] == {"given": 2, "skipped": 1}
+    assert sum(m.point.key == fits.key for m in recs) == 1  # given twice, measured once
     assert any("1 extra points (2 given; 1 skipped" in x for x in log)
 
 
