@@ -314,8 +314,8 @@ def _profile_info(info: dict, report: dict, host: float, measured_host: bool) ->
     out["fit_target"] = report.get("target", "wall")
     if "wall_time" in report:
         w = report["wall_time"]
-        out["wall_time_error"] = {"heldout_error": _round({k: v for k, v in w["heldout_error"].items() if k != "groups"}),
-                                  "host_share_median": w["host_share_median"]}
+        held = {k: v for k, v in w["heldout_error"].items() if k != "groups"}
+        out["wall_time_error"] = {"heldout_error": _round(held), "host_share_median": w["host_share_median"]}
     if "gpu_time" in report:
         g = report["gpu_time"]
         out["gpu_time_error"] = {"heldout_error": _round({k: v for k, v in g["heldout_error"].items() if k != "groups"}),

@@ -47,7 +47,8 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     n = x.shape[-1]
     out = torch.empty_like(x)
     rows = x.numel() // n
-    _rmsnorm[(rows,)](x, x, x, weight, out, out, n, eps, ADD=False, BLOCK=triton.next_power_of_2(n), num_warps=8, **pdl.kw())
+    _rmsnorm[(rows,)](x, x, x, weight, out, out, n, eps, ADD=False, BLOCK=triton.next_power_of_2(n), num_warps=8,
+                      **pdl.kw())
     return out
 
 
@@ -57,7 +58,8 @@ def add_rmsnorm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: flo
     n = x.shape[-1]
     res, out = torch.empty_like(x), torch.empty_like(x)
     rows = x.numel() // n
-    _rmsnorm[(rows,)](x, y, x, weight, out, res, n, eps, ADD=True, BLOCK=triton.next_power_of_2(n), num_warps=8, **pdl.kw())
+    _rmsnorm[(rows,)](x, y, x, weight, out, res, n, eps, ADD=True, BLOCK=triton.next_power_of_2(n), num_warps=8,
+                      **pdl.kw())
     return res, out
 
 

@@ -78,7 +78,8 @@ def _run(trace, cfg, label: str, quiet: bool = False, record: bool = False, draf
 
     if record:
         from .positions import simulate_with_positions as simulate  # noqa: F811
-    simulate = partial(simulate, draft_sample=draft_sample, **({"cost": cost} if cost is not None else {}))  # noqa: F811
+    own = {"cost": cost} if cost is not None else {}
+    simulate = partial(simulate, draft_sample=draft_sample, **own)  # noqa: F811
 
     if not live_progress(quiet):
         lines = ProgressLines(label)
