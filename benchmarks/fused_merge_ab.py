@@ -10,10 +10,9 @@ benchmarks/results/fused_merge_ab_h200.json was measured at commit 221e620, whos
 """
 import sys, json, numpy as np, torch
 sys.path.insert(0, "benchmarks")
-from attention import DT, HKV, HQ, D, KV_BYTES_PER_TOKEN, Cache
+from attention import DT, HQ, D, KV_BYTES_PER_TOKEN, Cache
 from attention_grid import n_layers, timed_layers
 from spsim.gpu_runtime import attention as A, pdl
-from spsim.gpu_runtime.reference import mixed_attention_ref
 rows = []
 for b, ctx in [(1, 32768), (1, 65536), (1, 131072), (4, 32768), (16, 32768)]:
     nbytes = b * ctx * KV_BYTES_PER_TOKEN
