@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -225,7 +225,22 @@ def default_design(window: int, kv_tokens: int) -> list[Point]:
     add(Point("prefill", int(P.STEP_LAYER), prefill=((mid, 4096),), drafts=((mid, 2),) * 12,
               verifies=((mid, 5),) * 3, note="beside aspire"))
     _more_points(add, C, short, mid, top, kv_tokens)  # added for the fourth sweep (the points above keep their keys)
+    _edge_mixed(add, top, kv_tokens)  # added in session 21
     return _unique(pts)
+
+
+def _edge_mixed(add, top: int, kv_tokens: int) -> None:
+    """Fixed-k passes at the memory edge, mixed lengths: as many requests of log-uniform contexts
+    (1K to 64K, or the window) as 85 % of the cache holds, a fifth verifying. Added 2026-12-02 (session 21):
+    Mooncake under fixed-k:k=4 runs passes of 30-38 drafts up to ~90K tokens, whose drafts' page
+    tables are as wide as the longest; the mixed points above stop at ~390K tokens of KV (`room`),
+    and the profile predicted those passes 17-28 % short. One point per method, k = 4."""
+    for m in DraftMethod:
+        lens = _mixed_lengths(64, 1024, min(top, 65536), seed=7000 + int(m))
+        while sum(c + 64 for c in lens) > 0.85 * kv_tokens:
+            lens = lens[:-1]
+        if len(lens) >= 10:
+            add(replace(_fixed_k(m, 4, lens), note="memory edge, mixed lengths"))
 
 
 def _fixed_k(m: DraftMethod, k: int, ctxs: list[int], nv: int | None = None) -> Point:
