@@ -39,7 +39,7 @@ def plan_passes(out: str, profile: str = "calibration/profiles/h200-llama-3.1-8b
     from spsim.cost.calibrated import CalibratedCostModel
     from spsim.simulator.engine import SimConfig, simulate
     from spsim.traces import read_trace
-    from spsim.validate import check, select
+    from spsim.validate import RecordingCost, check, select
 
     cost = CalibratedCostModel.from_profile(json.loads(Path(profile).read_text()))
     trace = select(read_trace("mooncake"), limit, None)
@@ -49,11 +49,10 @@ def plan_passes(out: str, profile: str = "calibration/profiles/h200-llama-3.1-8b
     rows = []
     pairs = lambda a, b: [list(x) for x in zip(a.tolist(), b.tolist())]  # noqa: E731
 
-    class Recording:  # every pass priced one by one, in order (spsim/validate.py RecordingCost)
+    class Recording(RecordingCost):  # every pass priced one by one, in order
         n = 0
 
-        def time(self, plan):
-            t = float(cost.time(plan))
+        def record(self, plan, t):
             if plan.category in want:
                 row = {"pass_index": self.n, "category": plan.category,
                        "prefill": pairs(plan.prefill_context, plan.prefill_tokens),
@@ -63,15 +62,9 @@ def plan_passes(out: str, profile: str = "calibration/profiles/h200-llama-3.1-8b
                                budget=int(plan.draft_budget[0]))
                 rows.append(row)
             self.n += 1
-            return t
-
-        def __getattr__(self, name):
-            if name in ("segment_times", "decode_times", "times"):
-                raise AttributeError(name)
-            return getattr(cost, name)
 
     simulate(trace, SimConfig(**{f.name: getattr(cfg, f.name) for f in fields(ServingConfig)}, fast=False),
-             cost=Recording())
+             cost=Recording(cost))
     Path(out).write_text(json.dumps(rows) + "\n")
     print(f"wrote {len(rows)} passes ({categories}) of {policy} to {out}")
 

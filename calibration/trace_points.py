@@ -26,6 +26,7 @@ import numpy as np
 
 from spsim.errors import InputError, SpsimError
 from spsim.plan import DraftMethod
+from spsim.validate import RecordingCost
 
 from .design import GROUPS, Point
 
@@ -38,27 +39,17 @@ class Recorded:
     seconds: float  # the cost model's price of the pass
 
 
-class PassRecorder:
-    """The run's cost model, keeping each pass it prices as a `Point`. Hides the batched pricing
-    paths, so the simulator prices every pass with one `time()` call (its step path)."""
-
-    _HIDDEN = ("segment_times", "decode_times", "times")
+class PassRecorder(RecordingCost):
+    """The run's cost model, keeping each pass it prices as a `Recorded` point (the simulator
+    then prices pass by pass: its step path)."""
 
     def __init__(self, cost, method: int, speculative: bool):
-        self.inner = cost
+        super().__init__(cost)
         self.method = int(method)
         self.speculative = bool(speculative)
-        self.passes: list[Recorded] = []
 
-    def time(self, plan) -> float:
-        t = float(self.inner.time(plan))
-        self.passes.append(Recorded(plan_point(plan, self.method, self.speculative), t))
-        return t
-
-    def __getattr__(self, name):
-        if name in PassRecorder._HIDDEN:
-            raise AttributeError(name)
-        return getattr(self.inner, name)
+    def record(self, plan, seconds: float) -> None:
+        self.passes.append(Recorded(plan_point(plan, self.method, self.speculative), seconds))
 
 
 def plan_point(plan, method: int, speculative: bool) -> Point:

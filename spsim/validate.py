@@ -101,20 +101,24 @@ def pass_clocked(cfg: ServingConfig) -> bool:
 class RecordingCost:
     """The run's cost model, recording each pass the simulator prices. With the step path
     (`fast=False`) the simulator prices every pass with one `time()` call, in order: no segment
-    pricing is offered (those attributes are hidden), so the generic per-pass adapter is used."""
+    pricing is offered (those attributes are hidden), so the generic per-pass adapter is used.
+    Subclasses keep something else per pass by overriding `record`."""
 
     _HIDDEN = ("segment_times", "decode_times", "times")
 
     def __init__(self, cost):
         self.inner = cost
-        self.passes: list[dict] = []
+        self.passes: list = []
 
     def time(self, plan) -> float:
         t = float(self.inner.time(plan))
+        self.record(plan, t)
+        return t
+
+    def record(self, plan, seconds: float) -> None:
         self.passes.append({"category": plan.category, "prefill_tokens": int(plan.prefill_tokens.sum()),
                             "drafts": len(plan.draft_ids), "verifies": len(plan.verify_ids),
-                            "verify_tokens": int(plan.verify_query.sum()), "predicted_ms": t * 1e3})
-        return t
+                            "verify_tokens": int(plan.verify_query.sum()), "predicted_ms": seconds * 1e3})
 
     def __getattr__(self, name):
         if name in RecordingCost._HIDDEN:
