@@ -43,7 +43,8 @@ def calibrate_gpu(model: str = "llama-3.1-8b", minutes: float | None = 8.0, out:
     deadline = None if minutes is None else t_start + 60 * minutes - FIT_RESERVE_S
     counts = measure(meas, model, device, design=design, deadline=deadline, page_size=page_size, log=log,
                      extra_points=extra, **(measure_kw or {}))
-    log(f"measured {counts['measured']} points ({counts['failed']} failed) into {meas}"
+    again = f", {counts['retimed']} of them timed again (their repeats spread over 10 %)" if counts.get("retimed") else ""
+    log(f"measured {counts['measured']} points ({counts['failed']} failed{again}) into {meas}"
         + (f"; {counts['left']} left: run the same command again to resume" if counts["left"] else ""))
     _measure_allreduce(meas, model, device, log)
     try:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import math
 import platform
 import statistics
 import subprocess
@@ -43,6 +44,7 @@ KERNEL_FILES = ("attention.py", "quest.py", "fused.py", "selection.py", "pages.p
 MEM_FRAC = 0.9  # of free memory for KV, as `spsim run` sizes its pool (engine.RuntimeOptions.mem_frac)
 SWEEP_FRAC = 0.75  # of free memory the sweep's cache may take (Quest bounds, graphs, logits beside it)
 ANCHOR_EVERY = 12  # design points between two measurements of the drift controls (design.anchor_points)
+RETIME_SPREAD = 0.10  # a point whose repeats spread wider than this (max - min over median) is timed again
 
 
 class NoRoom(Exception):
@@ -371,6 +373,11 @@ class _Progress:
             self.bar.start()
             self.task = self.bar.add_task("calibrating", total=total)
 
+    def grow(self, n: int = 1) -> None:
+        self.total += n
+        if self.bar is not None:
+            self.bar.update(self.task, total=self.total)
+
     def step(self, label: str, failed: int) -> None:
         self.done += 1
         if self.bar is not None:
@@ -387,14 +394,17 @@ class _Progress:
 def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cuda", design: str = "default",
             deadline: float | None = None, page_size: int = 16, dtype: str | None = None, graphs: bool = True,
             cpu_kv_pages: int = 4096, log=print, bench_kw: dict | None = None, max_points: int | None = None,
-            pad: bool | None = None, anchor: bool = True, extra_points: list | None = None) -> dict:
+            pad: bool | None = None, anchor: bool = True, extra_points: list | None = None,
+            retime_spread: float | None = None) -> dict:
     """Measure the design's points missing from `out` (appending each as it is taken) until done,
     `deadline` (time.monotonic()) or `max_points` this session; returns counts. `design`: default
     or smoke. `pad`: passes padded with dummy requests as `spsim run` pads them (None: with CUDA
     graphs); a measurements file holds padded or unpadded passes, not both. `anchor`: re-measure
     the drift controls (`design.anchor_points`) every `ANCHOR_EVERY` points and at the end.
     `extra_points`: more points to measure beside the design's (`trace_points.read_points`); those
-    whose requests' KV would not fit the sweep's cache or the model's window are skipped, counted."""
+    whose requests' KV would not fit the sweep's cache or the model's window are skipped, counted.
+    `retime_spread`: points whose repeats spread wider are timed once more at the end (`noisy`);
+    None: `RETIME_SPREAD` on a GPU, off on the CPU (the reference paths' wall clock is noisy)."""
     from spsim.gpu_runtime.padding import SCRATCH_PAGES
 
     import torch
@@ -447,9 +457,14 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
         log(f"{len(fit)} extra points ({len(given)} given; {extra_skipped} skipped: their KV exceeds the sweep's "
             f"{sweep_max * page_size:,} tokens or the model's {cfg.max_context:,}-token window)")
     todo = sweep_order([p for p in points if p.key not in done_keys])
+    if retime_spread is None:
+        retime_spread = RETIME_SPREAD if dev.type == "cuda" else math.inf
+    # noisy points of earlier sessions are timed again after the new ones (this session's after it)
+    again = {p.key: sp for p, sp in noisy(done, points, retime_spread)}
+    todo += [p for p in sweep_order([p for p in points if p.key in again])]
     if not todo:
         log(f"all {len(points)} points of the {design} design are in {out} already")
-        return {"measured": 0, "failed": 0, "skipped": len(points), "left": 0, "design": len(points)}
+        return {"measured": 0, "failed": 0, "skipped": len(points), "left": 0, "design": len(points), "retimed": 0}
     anchors = anchor_points(cfg.max_context, sweep_max * page_size) if anchor else []
     pages = min(sweep_max, max(_pages_needed_all(p, page_size) for p in todo + anchors))  # drafts on their own pages
     cache = PagedKVCache(cfg, pages + (SCRATCH_PAGES if padded else 0), page_size, device=dev, dtype=model.dtype)
@@ -471,7 +486,8 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
     writer.session(info)
     if dev.type == "cuda":
         bench.monitor = ClockMonitor.start(dev.index or 0)
-    counts = {"measured": 0, "failed": 0, "skipped": len(points) - len(todo), "left": 0, "design": len(points)}
+    counts = {"measured": 0, "failed": 0, "skipped": len(points) - len(todo) + len(again), "left": 0,
+              "design": len(points), "retimed": 0}
     walls: list[float] = []
     prog = _Progress(len(todo), log)
     ctx = _device_context(dev)
@@ -502,6 +518,9 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
                     measure_anchors(i)
                 rec = {"id": p.key, "group": p.group, "label": p.label, "heldout": p.heldout, "point": p.to_dict(),
                        "t_s": round(time.monotonic() - t_start, 3)}
+                if p.key in again:  # timed before with repeats this far apart
+                    rec["retime"] = {"spread": again.pop(p.key)}
+                    counts["retimed"] += 1
                 w0 = time.monotonic()
                 failed = False
                 try:
@@ -518,6 +537,11 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
                 rec["wall_s"] = round(time.monotonic() - w0, 3)
                 walls.append(rec["wall_s"])
                 writer.write(rec)
+                sp = spread(rec) if rec.get("ok") and "retime" not in rec else None
+                if sp is not None and sp > retime_spread:  # once more at the end of the queue
+                    again[p.key] = round(sp, 4)
+                    todo.append(p)
+                    prog.grow()
                 prog.step(p.label, counts["failed"])
                 if failed:
                     _recover(dev, p)
@@ -531,6 +555,32 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
         if bench.monitor is not None:
             bench.monitor.close()
     return counts
+
+
+def spread(rec: dict) -> float | None:
+    """(max - min) / median of a record's repeats, device times where it has them (the fit's
+    target), else wall times; None without two finite samples."""
+    xs = [x for x in (rec.get("gpu_s") or rec.get("samples") or [])
+          if isinstance(x, (int, float)) and math.isfinite(x) and x > 0]
+    if len(xs) < 2:
+        return None
+    return (max(xs) - min(xs)) / statistics.median(xs)
+
+
+def noisy(done: list, points: list, limit: float = RETIME_SPREAD) -> list:
+    """Points of this design measured with repeats spread wider than `limit` and not
+    timed again yet: a transient (clock change, an allocation, another process) crossed them, so
+    their median may not be the pass's steady cost. Each is timed once more at the end of a
+    sweep; the fit keeps a point's last record. Chosen by the repeats alone, never by the fit."""
+    wanted = {p.key: p for p in points}
+    last = {m.point.key: m for m in done}
+    out = []
+    for key, m in last.items():
+        if key in wanted and m.ok and not m.record.get("retime"):
+            sp = spread(m.record)
+            if sp is not None and sp > limit:
+                out.append((wanted[key], round(sp, 4)))
+    return out
 
 
 def _clocks(dev) -> dict | None:

@@ -236,3 +236,34 @@ def test_points_carry_the_clocks_over_their_repeats(tmp_path):
     assert rec["during"]["sm_mhz"] == 1700.0 and rec["during"]["samples"] >= 1
     bench.monitor = None
     assert "during" not in bench.run(Point("ar", verifies=((100, 1),) * 2))
+
+
+def test_noisy_points_are_timed_once_more_and_only_once(tmp_path):
+    """A point whose repeats spread wider than the limit (a transient crossed it) is timed again at
+    the end of the next sweep, marked `retime`; the fit keeps a point's last record; a point timed
+    again is never queued a third time."""
+    from spsim.calibration import measure as M
+
+    f = tmp_path / "m.jsonl"
+    M.measure(f, "tiny", "cpu", design="smoke", max_points=3, bench_kw=FAST, log=lambda *_: None)
+    lines = f.read_text().splitlines()
+    i = next(i for i, x in enumerate(lines) if '"id"' in x and '"ok":true' in x)
+    rec = json.loads(lines[i])
+    rec["samples"] = [rec["seconds"], 2 * rec["seconds"]]  # a 100 % spread
+    lines[i] = json.dumps(rec)
+    f.write_text("\n".join(lines) + "\n")
+    assert M.spread(rec) == pytest.approx(2 / 1.5 - 1 / 1.5)
+    c = M.measure(f, "tiny", "cpu", design="smoke", bench_kw=FAST, retime_spread=0.5, log=lambda *_: None)
+    _, recs = read_measurements(f)
+    mine = [r for r in recs if r.point.key == rec["id"]]
+    assert len(mine) == 2 and mine[-1].record["retime"]["spread"] == pytest.approx(M.spread(rec), abs=1e-4)
+    assert c["retimed"] >= 1 and c["left"] == 0
+    counts = {}
+    for r in recs:
+        counts[r.point.key] = counts.get(r.point.key, 0) + 1
+    assert max(counts.values()) == 2
+    assert all("retime" in [x for x in recs if x.point.key == k][-1].record for k, n in counts.items() if n == 2)
+    c2 = M.measure(f, "tiny", "cpu", design="smoke", bench_kw=FAST, retime_spread=0.5, log=lambda *_: None)
+    assert c2["measured"] == 0 and c2["retimed"] == 0
+    # the CPU default never re-times (its wall clock is noisy)
+    assert M.noisy(read_measurements(f)[1], smoke_design(4096, 4096 * 16), limit=float("inf")) == []
