@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ROOT / "benchmarks/results/validate_mooncake_offline_n50_ar_s21.json"
-# the profile that run was predicted with (session 21's sweep, fitted to wall time)
-PROFILE = ROOT / "benchmarks/results/calibration/sweep13_s21_wall_fit/h200-llama-3.1-8b.json"
+RUN = ROOT / "benchmarks/results/validate_mooncake_offline_n50_ar_s23.json"
+# the profile that run was predicted with: session 23's sweep, the shipped one
+PROFILE = ROOT / "benchmarks/results/calibration/h200-llama-3.1-8b.json"
 SHIPPED = ROOT / "calibration/profiles/h200-llama-3.1-8b.json"
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -34,15 +34,19 @@ def test_the_committed_run_is_predicted_again_exactly():
 
 
 def test_the_shipped_profiles_predictions_are_the_committed_ones():
-    """docs/validation.md quotes the session 21 runs re-predicted with the shipped profile (the same
-    sweep fitted to device time: `revalidate_s21_device_fit_8b.json`): they come out again."""
+    """docs/validation.md quotes the session 23 runs, predicted on the GPU machine with the profile
+    shipped now (`revalidate_s23_shipped_8b.json`): every one comes out again, error for error."""
     from revalidate import repredict
 
-    table = json.loads((ROOT / "benchmarks/results/revalidate_s21_device_fit_8b.json").read_text())
-    row = next(x for x in table["runs"] if x["file"] == RUN.name)
-    now = repredict(json.loads(RUN.read_text()), str(SHIPPED))
-    for k, err in row["now"].items():
-        assert now[k]["rel_error"] == pytest.approx(err, rel=1e-9, abs=1e-12), k
+    assert SHIPPED.read_bytes() == PROFILE.read_bytes()
+    table = json.loads((ROOT / "benchmarks/results/revalidate_s23_shipped_8b.json").read_text())
+    assert len(table["runs"]) == 7
+    for row in table["runs"]:
+        r = json.loads((ROOT / "benchmarks/results" / row["file"]).read_text())
+        now = repredict(r, str(SHIPPED))
+        for k, err in row["now"].items():
+            assert now[k]["rel_error"] == pytest.approx(err, rel=1e-9, abs=1e-12), (row["file"], k)
+            assert err == pytest.approx(r["metrics"][k]["rel_error"], rel=1e-9, abs=1e-12), (row["file"], k)
 
 
 def test_cli_table_and_skips(tmp_path):
