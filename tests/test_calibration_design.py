@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MEAS = ROOT / "benchmarks/results/calibration/sweep3_unpadded/h200-llama-3.1-8b.measurements.jsonl"
 PADDED = ROOT / "benchmarks/results/calibration/sweep9_s18_serial/h200-llama-3.1-8b.measurements.jsonl"  # padded, serial
 SHIPPED = ROOT / "benchmarks/results/calibration/h200-llama-3.1-8b.measurements.jsonl"  # today's design, overlapped
+SHIPPED_3B = ROOT / "benchmarks/results/calibration/h200-llama-3.2-3b.measurements.jsonl"
 
 
 def _design_of(path):
@@ -108,14 +109,19 @@ def test_the_padded_sweep_measured_the_whole_design():
 
 
 def test_the_shipped_sweep_measured_todays_design():
-    """The shipped 8B measurements (session 21, one overlapped session) hold every point of today's
-    design once but the memory-edge fixed-k passes of mixed lengths added after them (one per
-    method, 34-40 drafting requests), none failed and none whose drafts shared pages."""
-    design, recs = _design_of(SHIPPED)
-    sessions, _ = read_measurements(SHIPPED)
-    assert len(sessions) == 1 and sessions[0]["padded"] is True and sessions[0]["overlap"] is True
-    keys = [m.point.key for m in recs]
-    later = [p for p in design if p.note == "memory edge, mixed lengths"]
-    assert len(later) == len(DraftMethod) and all(p.group == "mixed" and len(p.drafts) >= 30 for p in later)
-    assert sorted(keys) == sorted(p.key for p in design if p not in later)
-    assert all(m.ok and not m.record["shared_pages"] for m in recs)
+    """The shipped measurements (session 23: a sweep and its resumption, both overlapped and padded)
+    hold every point of today's design and of the Mooncake fixed-k points file they were taken
+    with, each once but the noisy ones timed again (`retime`), none failed and none whose drafts
+    shared pages."""
+    from spsim.calibration.trace_points import read_points
+
+    for name, points in ((SHIPPED, "points_mooncake50_fixed-k4.jsonl"), (SHIPPED_3B, "points_mooncake50_fixed-k4_3b.jsonl")):
+        design, recs = _design_of(name)
+        sessions, _ = read_measurements(name)
+        assert len(sessions) >= 2 and all(x["padded"] is True and x["overlap"] is True for x in sessions)
+        extra = {p.key for p in read_points(ROOT / "benchmarks/data" / points)}
+        keys = [m.point.key for m in recs]
+        again = [m.point.key for m in recs if m.record.get("retime")]
+        assert sorted(set(keys)) == sorted({p.key for p in design} | extra)
+        assert Counter(keys) == Counter(list(set(keys)) + again)  # once each, the noisy ones twice
+        assert all(m.ok and not m.record["shared_pages"] for m in recs)
