@@ -83,8 +83,11 @@ def _pow2(n: int) -> int:
 def _bucket(p: Point) -> tuple:
     ctx = [c for c, _ in p.prefill] + [c for c, _ in p.drafts] + [c for c, _ in p.verifies]
     mean_ctx = float(np.mean(ctx)) if ctx else 0.0
+    # a run's first drafts select pages (scoring every page, a top-k as wide as the longest): a
+    # pass of them costs unlike one of later drafts at the same counts and contexts
+    first = sum(1 for _, pos in p.drafts if pos == 0)
     return (p.group, p.method, p.budget, _pow2(len(p.prefill)), _pow2(sum(n for _, n in p.prefill)),
-            _pow2(len(p.drafts)), _pow2(len(p.verifies)), max((q for _, q in p.verifies), default=0),
+            _pow2(len(p.drafts)), _pow2(first), _pow2(len(p.verifies)), max((q for _, q in p.verifies), default=0),
             int(np.log2(max(mean_ctx, 1.0)) + 0.5))
 
 

@@ -67,6 +67,16 @@ def test_choose_keeps_the_costly_kinds_each_by_its_median_pass():
         choose(passes, 0)
 
 
+def test_first_drafts_are_a_kind_of_their_own():
+    """A pass of a run's first drafts (they select pages) and one of later drafts at the same counts
+    and contexts fall in different buckets, so a run of both is measured with both."""
+    later = [Recorded(Point("draft", VQ, drafts=((30000 + i, 2),) * 40), 0.010) for i in range(9)]
+    first = [Recorded(Point("draft", VQ, drafts=((30000 + i, 0),) * 40), 0.016) for i in range(3)]
+    pts, how = choose(later + first, 4)
+    assert how["buckets"] == 2 and len(pts) == 2
+    assert sorted(p.drafts[0][1] for p in pts) == [0, 2]
+
+
 def test_points_file_round_trips_and_bad_lines_are_named(tmp_path):
     pts = [Point("mixed", VQ, 2048, drafts=((9000, 1), (100, 0)), verifies=((5000, 5),)),
            Point("prefill", VQ, 2048, prefill=((0, 512),))]
