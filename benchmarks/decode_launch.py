@@ -1,6 +1,7 @@
 """Launch gaps in decode passes: programmatic dependent launch (PDL) on and off, A/B.
 
-    python3 benchmarks/decode_launch.py [--model llama-3.1-8b] [--out FILE]
+    python3 benchmarks/decode_launch.py [--model llama-3.1-8b] [--out FILE] [--variants 1] [--blas cublaslt]
+    SPSIM_ROPE_WRITE=1 python3 benchmarks/decode_launch.py --variants 1     # RoPE + K/V write in one kernel
 
 A batch-1 decode of an 8B model at 32K is ~400 kernels of a few microseconds in one CUDA graph;
 the gaps between them are a visible share of the pass. Each variant (`--variants`, PDL 0/1) is
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 def main() -> None:
     from runtime import copy_bandwidth, graphed, timed
 
-    from spsim.gpu_runtime import pdl
+    from spsim.gpu_runtime import kv_write, pdl
     from spsim.gpu_runtime.kv_cache import PagedKVCache
     from spsim.gpu_runtime.model import Transformer
     from spsim.gpu_runtime.model_config import get_config
@@ -46,8 +47,12 @@ def main() -> None:
     ap.add_argument("--points", default="1x32768,1x4096,16x32768,4x120000")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--variants", default="0,1", help="PDL 0/1, comma-separated (one per process: see above)")
+    ap.add_argument("--blas", choices=("default", "cublas", "cublaslt"), default="default",
+                    help="torch's BLAS library for the linear layers (a process-wide setting: one per process)")
     args = ap.parse_args()
     dev = torch.device("cuda")
+    if args.blas != "default":  # cuBLASLt may pick GEMVs without split-K reduce kernels at one token
+        torch.backends.cuda.preferred_blas_library(args.blas)
     bw = copy_bandwidth(dev)
     lc = get_config(args.model)
     model = Transformer.random(lc, seed=0, device=dev, dtype=torch.bfloat16)
@@ -80,7 +85,8 @@ def main() -> None:
                 ms[i].append(timed(r, dev))
         floor = (wbytes + b * ctx * kv_tok) / (bw * 1e12) * 1e3
         for v, m in zip(variants, ms):
-            rows.append({"batch": b, "context": ctx, **v, "ms_graph": round(statistics.median(m), 4),
+            rows.append({"batch": b, "context": ctx, **v, "blas": args.blas, "rope_write": kv_write.ROPE_WRITE,
+                         "ms_graph": round(statistics.median(m), 4),
                          "rounds": [round(x, 4) for x in m], "floor_ms": round(floor, 3),
                          "ratio_graph": round(statistics.median(m) / floor, 4), "same_logits": same})
             print(rows[-1], flush=True)

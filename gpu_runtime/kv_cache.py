@@ -140,9 +140,27 @@ class PagedAttention:
         kc[self._page, :, self._off] = k.to(kc.dtype)
         vc[self._page, :, self._off] = v.to(vc.dtype)
 
-    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def bounds(self, layer: int):
+        """`(run, meta)`: what a K/V write needs to keep Quest's page bounds current (none here)."""
+        return None, None
+
+    def rope_write(self, layer: int, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """RoPE and the K/V write in one kernel (`kv_write.rope_write_kv`, where `SPSIM_ROPE_WRITE=1`
+        and the Triton write runs): the rotated q, with k and v (and the page bounds) stored; then
+        call with k and v None. None: rotate and call with them as usual."""
+        from . import kv_write
+
+        if not (kv_write.ROPE_WRITE and self.fused_write() and cos.dtype == torch.float32):
+            return None
+        run, meta = self.bounds(layer)
+        return kv_write.rope_write_kv(qkv, cos, sin, self.cache.cfg.q_heads, self.cache.k[layer],
+                                      self.cache.v[layer], self._page, self._off, run, meta)
+
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None) -> torch.Tensor:
+        """k and v None: `rope_write` stored them already."""
         kc, vc = self.cache.k[layer], self.cache.v[layer]
-        self.write(layer, k, v)
+        if k is not None:
+            self.write(layer, k, v)
         lists = self.lists_for(layer)
         scores = self.page_scores_for(layer)
         if self.attention_fn is not None:

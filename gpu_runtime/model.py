@@ -30,7 +30,9 @@ from .model_config import LlamaConfig
 class Attention(Protocol):
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q `[T, q_heads, head_dim]`, k and v `[T, kv_heads, head_dim]` (RoPE applied) for the
-        pass's T tokens; store k/v, return the attention output `[T, q_heads, head_dim]`."""
+        pass's T tokens; store k/v, return the attention output `[T, q_heads, head_dim]`. k and v
+        are None where the attention's optional `rope_write(layer, qkv, cos, sin)` returned q: it
+        stored them already."""
         ...
 
 
@@ -119,14 +121,20 @@ class Block(nn.Module):
         else:
             x, h = self.attn_norm.add_forward(x, delta)
         qkv = self.wqkv(h)
-        if (f := _fused(x)) is not None:  # RoPE on q and k in one launch
-            q, k = f.rope_qk(qkv, cos, sin, c.q_heads, c.kv_heads, c.head_dim)
+        f = _fused(x)
+        rope_write = getattr(attention, "rope_write", None) if f is not None else None
+        if rope_write is not None and (q := rope_write(layer, qkv, cos, sin)) is not None:
+            o = attention(layer, q, None, None)  # RoPE and the K/V write were one launch
         else:
-            q, k = qkv[:, :c.q_heads * c.head_dim], qkv[:, c.q_heads * c.head_dim:(c.q_heads + c.kv_heads) * c.head_dim]
-            q = apply_rope(q.view(t, c.q_heads, c.head_dim), cos, sin)
-            k = apply_rope(k.view(t, c.kv_heads, c.head_dim), cos, sin)
-        v = qkv[:, (c.q_heads + c.kv_heads) * c.head_dim:]
-        o = attention(layer, q, k, v.view(t, c.kv_heads, c.head_dim))
+            if f is not None:  # RoPE on q and k in one launch
+                q, k = f.rope_qk(qkv, cos, sin, c.q_heads, c.kv_heads, c.head_dim)
+            else:
+                q = qkv[:, :c.q_heads * c.head_dim]
+                k = qkv[:, c.q_heads * c.head_dim:(c.q_heads + c.kv_heads) * c.head_dim]
+                q = apply_rope(q.view(t, c.q_heads, c.head_dim), cos, sin)
+                k = apply_rope(k.view(t, c.kv_heads, c.head_dim), cos, sin)
+            v = qkv[:, (c.q_heads + c.kv_heads) * c.head_dim:]
+            o = attention(layer, q, k, v.view(t, c.kv_heads, c.head_dim))
         x, h = self.mlp_norm.add_forward(x, self.wo(o.reshape(t, c.q_heads * c.head_dim)))
         gate_up = self.w_gate_up(h)
         if f is not None:

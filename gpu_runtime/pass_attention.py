@@ -382,7 +382,10 @@ class PassAttention(PagedAttention):
         self.meta[layer].append(k, self._page, self._off)
         super().write(layer, k, v)
 
-    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def bounds(self, layer: int):
+        return (self._run, self.meta[layer]) if self.meta is not None else (None, None)
+
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None) -> torch.Tensor:
         self._q = q
         out = super().__call__(layer, q, k, v)
         if self._keep is not None:

@@ -84,3 +84,43 @@ def test_fused_write_matches_torch(dtype, seed):
         n = int(off[page == p].max()) + 1
         assert torch.equal(meta_b.kmin[p], kc_b[p, :, :n].amin(1))
         assert torch.equal(meta_b.kmax[p], kc_b[p, :, :n].amax(1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("bounds", [True, False])
+def test_rope_and_write_in_one_kernel_match_the_two(dtype, seed, bounds):
+    """`rope_write_kv` (SPSIM_ROPE_WRITE=1) gives the bits of `fused.rope_qk` then `write_kv`: the
+    rotated q, the cache, and the page bounds its run heads rebuild from re-rotated keys."""
+    from spsim.gpu_runtime import fused
+
+    rng = np.random.default_rng(seed)
+    ps, hq, hkv, d, num_pages = 16, 4, 2, 16, 64
+    page, off, _ = _pass(rng, ps, num_pages)
+    t = len(page)
+    gen = torch.Generator().manual_seed(seed)
+    kc0 = torch.randn(num_pages, hkv, ps, d, generator=gen).to(dtype)
+    vc0 = torch.randn(num_pages, hkv, ps, d, generator=gen).to(dtype)
+    qkv = torch.randn(t, (hq + 2 * hkv) * d, generator=gen).to(dtype)
+    ang = torch.randn(t, d // 2, generator=gen)
+    cos, sin = ang.cos(), ang.sin()
+    pg, of = torch.as_tensor(page), torch.as_tensor(off)
+    run = torch.as_tensor(KW.run_lengths(page))
+    metas = [PageMeta(num_pages, hkv, d, dtype, "cpu") for _ in range(2)] if bounds else [None, None]
+    for m in metas:
+        if m is not None:
+            m.kmin.copy_(kc0.amin(2))
+            m.kmax.copy_(kc0.amax(2))
+
+    kc_a, vc_a = kc0.clone(), vc0.clone()  # two launches
+    q_a, k_a = fused.rope_qk(qkv, cos, sin, hq, hkv, d)
+    v = qkv[:, (hq + hkv) * d:].view(t, hkv, d)
+    KW.write_kv(kc_a, vc_a, k_a, v, pg, of, run, metas[0])
+
+    kc_b, vc_b = kc0.clone(), vc0.clone()  # one
+    q_b = KW.rope_write_kv(qkv, cos, sin, hq, kc_b, vc_b, pg, of, run, metas[1])
+    assert torch.equal(q_a, q_b) and torch.equal(kc_a, kc_b) and torch.equal(vc_a, vc_b)
+    assert not torch.equal(kc_b, kc0)  # it wrote something
+    if bounds:
+        assert torch.equal(metas[0].kmin, metas[1].kmin) and torch.equal(metas[0].kmax, metas[1].kmax)
+    assert KW.rope_write_kv(qkv[:0], cos[:0], sin[:0], hq, kc_b, vc_b, pg[:0], of[:0]).shape == (0, hq, d)

@@ -130,3 +130,47 @@ def test_pdl_launches_give_the_same_logits():
         assert torch.equal(on[r], off[r]), f"request {r}"
     assert torch.equal(graphs[True][0], graphs[False][0])
     assert torch.equal(graphs[True][1], graphs[True][0]) and torch.equal(graphs[False][1], graphs[False][0])
+
+
+def test_rope_write_in_one_launch_gives_the_same_bits():
+    """RoPE and the K/V write in one kernel (SPSIM_ROPE_WRITE=1, `kv_write.rope_write_kv`) against
+    the two launches it replaces, in bf16: the passes above give the same logits bit for bit, and
+    the kernel alone the same q, cache and Quest page bounds."""
+    from spsim.gpu_runtime import fused
+    from spsim.gpu_runtime import kv_write as KW
+    from spsim.gpu_runtime.selection import PageMeta
+
+    cfg = get_config("llama-3.1-8b", layers=2)
+    model = Transformer.random(cfg, seed=0, device=DEV, dtype=torch.bfloat16)
+    gen = torch.Generator(device=DEV).manual_seed(1)
+    seqs = [torch.randint(0, cfg.vocab, (n,), device=DEV, generator=gen) for n in SEQ_LENS]
+    was = KW.ROPE_WRITE
+    try:
+        with torch.no_grad():
+            KW.ROPE_WRITE = True
+            on = run_passes(model, seqs)
+            KW.ROPE_WRITE = False
+            off = run_passes(model, seqs)
+    finally:
+        KW.ROPE_WRITE = was
+    for r in on:
+        assert torch.equal(on[r], off[r]), f"request {r}"
+    ps, hq, hkv, d, pages = 16, cfg.q_heads, cfg.kv_heads, cfg.head_dim, 64
+    page = torch.tensor([5] * 7 + [9] * 16 + [12, 12, 3], device=DEV)  # runs: mid-page, a full page, fresh pages
+    off_ = torch.tensor(list(range(9, 16)) + list(range(16)) + [0, 1, 4], device=DEV)
+    run = torch.as_tensor(KW.run_lengths(page.cpu().numpy()), device=DEV)
+    t = len(page)
+    qkv = torch.randn(t, (hq + 2 * hkv) * d, device=DEV, generator=gen).to(torch.bfloat16)
+    ang = torch.randn(t, d // 2, device=DEV, generator=gen)
+    kc0 = torch.randn(pages, hkv, ps, d, device=DEV, generator=gen).to(torch.bfloat16)
+    vc0 = torch.randn(pages, hkv, ps, d, device=DEV, generator=gen).to(torch.bfloat16)
+    metas = [PageMeta(pages, hkv, d, torch.bfloat16, DEV) for _ in range(2)]
+    for m in metas:
+        m.kmin.copy_(kc0.amin(2))
+        m.kmax.copy_(kc0.amax(2))
+    kc_a, vc_a, kc_b, vc_b = kc0.clone(), vc0.clone(), kc0.clone(), vc0.clone()
+    q_a, k_a = fused.rope_qk(qkv, ang.cos(), ang.sin(), hq, hkv, d)
+    KW.write_kv(kc_a, vc_a, k_a, qkv[:, (hq + hkv) * d:].view(t, hkv, d), page, off_, run, metas[0])
+    q_b = KW.rope_write_kv(qkv, ang.cos(), ang.sin(), hq, kc_b, vc_b, page, off_, run, metas[1])
+    assert torch.equal(q_a, q_b) and torch.equal(kc_a, kc_b) and torch.equal(vc_a, vc_b)
+    assert torch.equal(metas[0].kmin, metas[1].kmin) and torch.equal(metas[0].kmax, metas[1].kmax)
