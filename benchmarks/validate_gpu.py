@@ -16,7 +16,9 @@ time left, else it is skipped and says so. An alarm at the end of --minutes stop
 overruns its estimate; whatever finished is written by then. Writes, in --out:
 `validate_<trace>_<policy>.json` per run (validate.json's content), `validate_index.json` (every
 run's headline errors, skips, machine), and `validate_runs/<name>/` (passes.jsonl with each pass's
-predicted time, both summaries, both request tables). Exit code 2 with one line on bad input.
+predicted time, both summaries, both request tables). `--pack` turns that folder into one
+`validate_runs<tag>.tar.gz` at the end (a machine that sends back few files sends that one).
+Exit code 2 with one line on bad input.
 """
 
 from __future__ import annotations
@@ -121,6 +123,7 @@ def main() -> int:
                     help="measure and fit a profile on this GPU first (calibrate_gpu, this many minutes of the "
                     "budget) and validate against it: calibration and validation on one machine and lease")
     ap.add_argument("--calibrate-design", default="default", choices=["default", "smoke"])
+    ap.add_argument("--pack", action="store_true", help="validate_runs/ as one .tar.gz at the end (per-pass files)")
     a = ap.parse_args()
 
     from spsim.config import ServingConfig
@@ -258,10 +261,22 @@ def main() -> int:
         save_index()
         if mon is not None:
             mon.close()
+    if a.pack and (out / "validate_runs").is_dir():
+        pack(out / "validate_runs", out / f"validate_runs{a.tag}.tar.gz")
     done = sum(r.get("status") == "done" for r in index["runs"])
     print(f"\n{done} of {len(targets) * len(policies)} runs done in {time.monotonic() - t_start:.0f} s; "
           f"results in {out}", flush=True)
     return 0
+
+
+def pack(folder: Path, archive: Path) -> None:
+    """`folder` into the gzip tar `archive` (names relative to its parent), then removed."""
+    import shutil
+    import tarfile
+
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(folder, arcname=folder.name)
+    shutil.rmtree(folder)
 
 
 if __name__ == "__main__":

@@ -239,3 +239,24 @@ def test_gpu_script_runs_from_a_bare_checkout(tmp_path):
     r = json.loads((out / "validate_t_offline_n2_fixed-k_k_3.json").read_text())
     assert r["requests"] == 2 and r["per_pass"]["all"]["passes"] > 0
     assert (out / "validate_runs" / "t_offline_n2_fixed-k_k_3" / "passes.jsonl").is_file()
+
+
+def test_gpu_script_packs_the_per_pass_files(tmp_path):
+    """`validate_gpu.py --pack`: the runs' folder becomes one archive (a lent GPU machine sends back
+    at most a few files), holding every file, the folder gone."""
+    import tarfile
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from validate_gpu import pack
+
+    runs = tmp_path / "validate_runs"
+    (runs / "a").mkdir(parents=True)
+    (runs / "a" / "passes.jsonl").write_text('{"pass": 0}\n')
+    (runs / "b").mkdir()
+    (runs / "b" / "validate.json").write_text("{}\n")
+    pack(runs, tmp_path / "validate_runs_x.tar.gz")
+    assert not runs.exists()
+    with tarfile.open(tmp_path / "validate_runs_x.tar.gz") as tar:
+        names = sorted(m.name for m in tar.getmembers() if m.isfile())
+        assert names == ["validate_runs/a/passes.jsonl", "validate_runs/b/validate.json"]
+        assert tar.extractfile("validate_runs/a/passes.jsonl").read() == b'{"pass": 0}\n'
