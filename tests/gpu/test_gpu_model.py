@@ -82,6 +82,27 @@ def test_paged_triton_bf16_matches_dense(name, layers):
         assert a_tri >= AGREE and a_tri >= a_tor - AGREE_SLACK, f"request {r}"
 
 
+def _two_layers():
+    """A two-layer 8B-shaped model in bf16, a generator and the prompts of `SEQ_LENS`."""
+    cfg = get_config("llama-3.1-8b", layers=2)
+    model = Transformer.random(cfg, seed=0, device=DEV, dtype=torch.bfloat16)
+    gen = torch.Generator(device=DEV).manual_seed(1)
+    return cfg, model, gen, [torch.randint(0, cfg.vocab, (n,), device=DEV, generator=gen) for n in SEQ_LENS]
+
+
+def _on_and_off(module, flag: str, model, seqs):
+    """The passes' logits with `module.flag` True, then False (restored after)."""
+    was = getattr(module, flag)
+    try:
+        with torch.no_grad():
+            setattr(module, flag, True)
+            on = run_passes(model, seqs)
+            setattr(module, flag, False)
+            return on, run_passes(model, seqs)
+    finally:
+        setattr(module, flag, was)
+
+
 def test_pdl_launches_give_the_same_logits():
     """Programmatic dependent launch changes when a kernel starts, never what it reads: the passes
     above (prefill chunks, decodes, verifications) give the same logits bit for bit with it on and
@@ -90,17 +111,11 @@ def test_pdl_launches_give_the_same_logits():
     from spsim.gpu_runtime import attention as A
     from spsim.gpu_runtime import pdl
 
-    cfg = get_config("llama-3.1-8b", layers=2)
-    model = Transformer.random(cfg, seed=0, device=DEV, dtype=torch.bfloat16)
-    gen = torch.Generator(device=DEV).manual_seed(1)
-    seqs = [torch.randint(0, cfg.vocab, (n,), device=DEV, generator=gen) for n in SEQ_LENS]
+    cfg, model, gen, seqs = _two_layers()
+    on, off = _on_and_off(pdl, "ENABLED", model, seqs)
     was = pdl.ENABLED
     try:
         with torch.no_grad():
-            pdl.ENABLED = True
-            on = run_passes(model, seqs)
-            pdl.ENABLED = False
-            off = run_passes(model, seqs)
             cache = PagedKVCache(cfg, 2100, 16, device=DEV, dtype=model.dtype)
             cache.k.normal_(generator=gen)
             cache.v.normal_(generator=gen)
@@ -140,19 +155,8 @@ def test_rope_write_in_one_launch_gives_the_same_bits():
     from spsim.gpu_runtime import kv_write as KW
     from spsim.gpu_runtime.selection import PageMeta
 
-    cfg = get_config("llama-3.1-8b", layers=2)
-    model = Transformer.random(cfg, seed=0, device=DEV, dtype=torch.bfloat16)
-    gen = torch.Generator(device=DEV).manual_seed(1)
-    seqs = [torch.randint(0, cfg.vocab, (n,), device=DEV, generator=gen) for n in SEQ_LENS]
-    was = KW.ROPE_WRITE
-    try:
-        with torch.no_grad():
-            KW.ROPE_WRITE = True
-            on = run_passes(model, seqs)
-            KW.ROPE_WRITE = False
-            off = run_passes(model, seqs)
-    finally:
-        KW.ROPE_WRITE = was
+    cfg, model, gen, seqs = _two_layers()
+    on, off = _on_and_off(KW, "ROPE_WRITE", model, seqs)
     for r in on:
         assert torch.equal(on[r], off[r]), f"request {r}"
     ps, hq, hkv, d, pages = 16, cfg.q_heads, cfg.kv_heads, cfg.head_dim, 64
