@@ -183,6 +183,22 @@ LABELS = {"output_throughput": "output throughput (tok/s)", "request_throughput"
           "duration": "duration (s)"}
 
 
+def foreign_device(r: dict) -> str | None:
+    """A warning where the run's device is not the GPU the cost model prices (a CPU smoke test, or
+    another GPU's profile): then the errors compare two machines and say nothing of fidelity."""
+    meta = r.get("cost_metadata") or {}
+    gpu = meta.get("gpu") if isinstance(meta, dict) else None
+    name = gpu.get("name") if isinstance(gpu, dict) else gpu
+    dev = str(r.get("device") or "")
+    if not name or not dev:
+        return None
+    flat = "".join(ch for ch in dev.lower() if ch.isalnum())
+    if dev.lower() != "cpu" and str(name).split("-")[0].lower() in flat:
+        return None
+    return (f"measured on {dev}, priced as {name} ({r['cost_model']}): the errors compare two machines; "
+            "on a CPU this is a smoke test of the plumbing (check that both worlds built the same plans)")
+
+
 def notes(r: dict) -> list[str]:
     """Lines worth a warning: plans that should match and do not, a run cut short, rejections."""
     out = []
@@ -196,6 +212,8 @@ def notes(r: dict) -> list[str]:
             fp = sp["first_differing_pass"]
             what.append(f"pass {fp['pass']:,} differs: measured {fp['measured']}, simulated {fp['predicted']}")
         out.append("the two worlds did not build the same plans: " + "; ".join(what))
+    if (m := foreign_device(r)) is not None:
+        out.append(m)
     if r["runtime"]["stopped_early"]:
         out.append("the runtime stopped early (--max-passes): its figures cover part of the trace")
     for w in ("runtime", "simulator"):

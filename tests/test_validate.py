@@ -106,6 +106,7 @@ def test_cli_offline_writes_everything(tmp_path):
     assert res.exit_code == 0, res.output
     assert "plans: the same in both worlds" in " ".join(res.output.split())
     assert "pass by pass" in res.output and "predicted vs measured" in res.output
+    assert "measured on cpu, priced as h200" in " ".join(res.output.split())  # a smoke test, said so
     r = json.loads((out / "validate.json").read_text())
     assert r["same_plans"]["equal"] and r["requests"] == 3 and r["policy"].startswith("fixed-k")
     assert set(r["wall_s"]) == {"simulator", "warmup", "runtime"}
@@ -173,6 +174,16 @@ def test_one_run_reports_no_repeats(tiny):
     v = validate(mixed_trace(n=2, output=(6, 8)), cfg, RuntimeOptions(device="cpu"), model=tiny)
     assert v.report["runtime"]["repeats"] is None
     assert "measured_runs" not in v.report["metrics"]["mean_tpot_ms"] and "mean of" not in text(v.report)
+
+
+def test_a_run_on_the_priced_gpu_gets_no_machine_warning():
+    from spsim.validate_report import foreign_device
+
+    r = {"device": "NVIDIA H200", "cost_model": "calibrated", "cost_metadata": {"gpu": {"name": "h200"}}}
+    assert foreign_device(r) is None
+    assert foreign_device({**r, "device": "NVIDIA H100 80GB HBM3", "cost_metadata": {"gpu": "h100-sxm"}}) is None
+    assert "priced as h200" in foreign_device({**r, "device": "NVIDIA A100-SXM4-80GB"})
+    assert foreign_device({**r, "cost_metadata": {}}) is None  # nothing to compare
 
 
 def test_select_windows():
