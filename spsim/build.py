@@ -26,8 +26,8 @@ from .policies.request import RequestTable
 def build_cost_model(cfg: ServingConfig):
     from .cost import load_cost_model, make_cost_model
 
-    if cfg.profile:
-        return load_cost_model(cfg.profile, expect={"tp": cfg.tp})
+    if cfg.profile:  # measured for another model than the run's: an error, not a silent mix
+        return load_cost_model(cfg.profile, expect={"tp": cfg.tp, "model_name": _model_name(cfg.model)})
     if cfg.cost == "auto":  # a profile measured on this GPU for this model, where spsim ships one
         from .calibration.shipped import shipped_cost_model
 
@@ -36,6 +36,17 @@ def build_cost_model(cfg: ServingConfig):
             return cm
     return make_cost_model(model=cfg.model, gpu=cfg.gpu, tp=cfg.tp, weight_dtype=cfg.weight_dtype,
                            kv_dtype=cfg.kv_dtype, page_size=cfg.page_size)
+
+
+def _model_name(name: str) -> str:
+    """The catalog's name for `--model` (aliases resolved); an unknown name as given."""
+    from .errors import SpsimError
+    from .models import get_model
+
+    try:
+        return get_model(name).name
+    except SpsimError:
+        return name
 
 
 def build_acceptance(cfg: ServingConfig):

@@ -89,7 +89,15 @@ def command():
     return cmd
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings as one line on stderr, as errors are (not Python's file:line and source)."""
+    err_console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+
+
 def main() -> None:
+    import warnings
+
+    warnings.showwarning = _show_warning
     try:
         command()(standalone_mode=True)
     except SpsimError as e:

@@ -27,7 +27,7 @@ class ServingConfig:
     model: str = opt("llama-3.1-8b", "Model shape (see `spsim models`).", "--model", "-m")
     gpu: str = opt("h200", "GPU (h200, h100-sxm, h100-nvl, a100-80gb).", "--gpu", "-g")
     tp: int = opt(1, "Tensor-parallel GPUs per replica.", "--tp")
-    profile: str | None = opt(None, "Cost profile JSON (replaces --model/--gpu pricing).", "--profile")
+    profile: str | None = opt(None, "Cost profile JSON (replaces --gpu pricing; measured for the run's --model).", "--profile")
     cost: str = opt("auto", "Cost model without --profile: auto (the calibrated profile spsim ships for this --gpu "
                     "and --model where there is one, else the analytic roofline) or roofline.", "--cost")
     acceptance: str | None = opt(None, "Acceptance model spec (default: the embedded preset).", "--acceptance", "-a")

@@ -6,6 +6,7 @@ the default cost model (the regression fixture pinned to the roofline)."""
 from __future__ import annotations
 
 import json
+import warnings
 import subprocess
 import sys
 from pathlib import Path
@@ -231,9 +232,16 @@ def test_profile_checks_shape_errors_versions_warn(cm, tmp_path):
         load_cost_model(path, expect={"model_name": "qwen2.5-7b"})
     with pytest.raises(SpsimError, match="page_size"):
         load_cost_model(path, expect={"page_size": 32})
-    pytest.importorskip("torch")
-    with pytest.warns(UserWarning, match="profile measured with torch 0.1.0"):
-        load_cost_model(path)
+    import spsim.cost.profile as P
+
+    with pytest.MonkeyPatch.context() as mp:  # a machine whose torch could run the GPU runtime
+        mp.setattr(P, "_versions", lambda: {"torch": "2.11.0", "triton": "3.6.0"})
+        with pytest.warns(UserWarning, match="profile measured with torch 0.1.0"):
+            load_cost_model(path)
+        mp.setattr(P, "_versions", lambda: {"torch": "2.13.0+cpu", "triton": "3.6.0"})
+        with warnings.catch_warnings():  # a CPU build of torch: the simulator alone, nothing to warn of
+            warnings.simplefilter("error")
+            load_cost_model(path)
     prof["metadata"]["params"]["draft_pass_s"] = [1.0, 2.0]
     path.write_text(json.dumps(prof))
     with pytest.raises(SpsimError, match="malformed calibrated profile"):
@@ -450,3 +458,13 @@ def test_a_verify_attn_run_pays_for_its_page_scores_in_every_pass_that_verifies(
 
     off = CalibratedCostModel("llama-3.1-8b", "h200", params=replace(cm.p, score_attn_frac=0.0, score_col_s=0.0))
     assert off.time(plan(True)) == pytest.approx(off.time(plan(False)), rel=1e-12)
+
+
+def test_a_profile_of_another_model_is_an_error_naming_the_fix(cm, tmp_path):
+    """`--profile` of one model with `--model` another: one error naming both and the option that
+    fixes it, not a run that prices one model and sizes another."""
+    path = tmp_path / "p.json"
+    save_profile(cm, path)  # llama-3.1-8b
+    with pytest.raises(SpsimError, match=r"model_name='llama-3.1-8b'.*'llama-3.2-3b'.*--model llama-3.1-8b"):
+        build(ServingConfig(profile=str(path), policy="ar", model="llama-3.2-3b"))
+    assert build(ServingConfig(profile=str(path), policy="ar", model="llama-3.1-8b")).batcher_config.capacity_pages > 0

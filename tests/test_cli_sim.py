@@ -81,3 +81,16 @@ def test_bad_options_one_line_exit_2(trace_file, args, message):
     assert p.returncode == 2
     assert message in p.stderr
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_warnings_print_as_one_line(capsys):
+    """`spsim`'s entry point shows a warning as `warning: ...` on stderr, not Python's file:line and
+    source line."""
+    import warnings
+
+    from spsim import cli
+
+    cli._show_warning(UserWarning("p.json: profile measured with torch 0.1"), UserWarning, "/x/build.py", 30)
+    err = capsys.readouterr().err
+    assert err.strip() == "warning: p.json: profile measured with torch 0.1"
+    assert warnings.showwarning is not cli._show_warning  # installed by main() only, not on import

@@ -69,9 +69,14 @@ def check_metadata(path, md: dict, expect: dict) -> None:
         if want is None or have is None:
             continue
         if _norm(have) != _norm(want):
+            if key == "model_name":
+                raise SpsimError(f"{path}: profile is for model_name={have!r}, the run asks for {want!r} "
+                                 f"(give --model {have}, or calibrate {want})")
             raise SpsimError(f"{path}: profile is for {key}={have!r}, the run asks for {want!r} "
                              "(calibrate for this setting, or drop the option to use the profile's)")
     mine = _versions()
+    if (mine.get("torch") or "").endswith("+cpu"):
+        return  # no GPU runtime here to differ from the measured one: the simulator alone uses the profile
     for pkg, ver in (md.get("versions") or {}).items():
         if ver and mine.get(pkg) and ver.split("+")[0] != mine[pkg].split("+")[0] and pkg in ("torch", "triton"):
             warnings.warn(f"{path}: profile measured with {pkg} {ver}, this machine has {mine[pkg]}", stacklevel=3)
