@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main() -> None:
-    from runtime import copy_bandwidth, graphed, timed
+    from runtime import add_blas_option, apply_blas, copy_bandwidth, graphed, switches, timed
 
-    from spsim.gpu_runtime import kv_write, pdl
+    from spsim.gpu_runtime import pdl
     from spsim.gpu_runtime.kv_cache import PagedKVCache
     from spsim.gpu_runtime.model import Transformer
     from spsim.gpu_runtime.model_config import get_config
@@ -47,12 +47,10 @@ def main() -> None:
     ap.add_argument("--points", default="1x32768,1x4096,16x32768,4x120000")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--variants", default="0,1", help="PDL 0/1, comma-separated (one per process: see above)")
-    ap.add_argument("--blas", choices=("default", "cublas", "cublaslt"), default="default",
-                    help="torch's BLAS library for the linear layers (a process-wide setting: one per process)")
+    add_blas_option(ap)
     args = ap.parse_args()
     dev = torch.device("cuda")
-    if args.blas != "default":  # cuBLASLt may pick GEMVs without split-K reduce kernels at one token
-        torch.backends.cuda.preferred_blas_library(args.blas)
+    apply_blas(args)
     bw = copy_bandwidth(dev)
     lc = get_config(args.model)
     model = Transformer.random(lc, seed=0, device=dev, dtype=torch.bfloat16)
@@ -85,7 +83,7 @@ def main() -> None:
                 ms[i].append(timed(r, dev))
         floor = (wbytes + b * ctx * kv_tok) / (bw * 1e12) * 1e3
         for v, m in zip(variants, ms):
-            rows.append({"batch": b, "context": ctx, **v, "blas": args.blas, "rope_write": kv_write.ROPE_WRITE,
+            rows.append({"batch": b, "context": ctx, **switches(), **v,  # the variant's PDL over the switch's
                          "ms_graph": round(statistics.median(m), 4),
                          "rounds": [round(x, 4) for x in m], "floor_ms": round(floor, 3),
                          "ratio_graph": round(statistics.median(m) / floor, 4), "same_logits": same})

@@ -78,12 +78,24 @@ def graphed(fn, dev):
     return g.replay
 
 
-def _switches() -> dict:
-    """The runtime's A/B switches this run had (environment), so results say which variant ran."""
+def switches() -> dict:
+    """The runtime's A/B switches this run had (environment, `--blas`), so results say which variant ran."""
     from spsim.gpu_runtime import kv_write, pdl
 
     return {"pdl": pdl.ENABLED, "rope_write": kv_write.ROPE_WRITE,
             "blas": str(torch.backends.cuda.preferred_blas_library()).rsplit(".", 1)[-1].lower()}
+
+
+def add_blas_option(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--blas", choices=("default", "cublas", "cublaslt"), default="default",
+                    help="torch's BLAS library for the linear layers, a process-wide choice (cuBLASLt may pick "
+                         "one-token GEMMs without split-K reduce kernels); SPSIM_PDL=0 and SPSIM_ROPE_WRITE=1 "
+                         "are the environment's switches; results record all three")
+
+
+def apply_blas(args) -> None:
+    if args.blas != "default":
+        torch.backends.cuda.preferred_blas_library(args.blas)
 
 
 def main() -> None:
@@ -98,9 +110,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--blas", choices=("default", "cublas", "cublaslt"), default="default",
-                    help="torch's BLAS library for the linear layers (SPSIM_PDL=0 and SPSIM_ROPE_WRITE=1 are the "
-                         "environment's switches; the output records all three)")
+    add_blas_option(ap)
     ap.add_argument("--points", default="1x32768,16x32768,8x65536,4x120000")
     ap.add_argument("--mixed-methods", default="static,verify-quest,step-layer", help="'' for none")
     ap.add_argument("--short-tile", default=None, help="BLOCK_N,warps,stages of the short (decode/draft) tile, "
@@ -110,8 +120,7 @@ def main() -> None:
     if args.short_tile:
         A.SHORT_TILE = tuple(int(x) for x in args.short_tile.split(","))
     dev = torch.device("cuda")
-    if args.blas != "default":  # a process-wide choice: one per run
-        torch.backends.cuda.preferred_blas_library(args.blas)
+    apply_blas(args)
     bw = copy_bandwidth(dev)
     lc = get_config(args.model)
     model = Transformer.random(lc, seed=0, device=dev, dtype=torch.bfloat16)
@@ -132,7 +141,7 @@ def main() -> None:
            "method": "the model's forward as the runtime runs it today (eager PyTorch + Triton attention: `ms`) "
                      "and the same forward captured in one CUDA graph (`ms_graph`: as the runtime replays passes without "
                      "prefill); median of 10 after 3 warm-up",
-           "short_tile": list(A.SHORT_TILE), "runtime_switches": _switches(), "ar_step": [], "mixed": []}
+           "short_tile": list(A.SHORT_TILE), "runtime_switches": switches(), "ar_step": [], "mixed": []}
     rng = np.random.default_rng(0)
     perm = rng.permutation(pages)
 

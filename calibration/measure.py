@@ -461,7 +461,7 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
         retime_spread = RETIME_SPREAD if dev.type == "cuda" else math.inf
     # noisy points of earlier sessions are timed again after the new ones (this session's after it)
     again = {p.key: sp for p, sp in noisy(done, points, retime_spread)}
-    todo += [p for p in sweep_order([p for p in points if p.key in again])]
+    todo += sweep_order([p for p in points if p.key in again])
     if not todo:
         log(f"all {len(points)} points of the {design} design are in {out} already")
         return {"measured": 0, "failed": 0, "skipped": len(points), "left": 0, "design": len(points), "retimed": 0}
