@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -80,17 +81,18 @@ def graphed(fn, dev):
 
 def switches() -> dict:
     """The runtime's A/B switches this run had (environment, `--blas`), so results say which variant ran."""
-    from spsim.gpu_runtime import kv_write, pdl
+    from spsim.gpu_runtime import gemv, kv_write, pdl
 
-    return {"pdl": pdl.ENABLED, "rope_write": kv_write.ROPE_WRITE,
+    return {"pdl": pdl.ENABLED, "rope_write": kv_write.ROPE_WRITE, "gemv": gemv.ENABLED,
+            **({"gemv_table": os.environ["SPSIM_GEMV_TABLE"]} if os.environ.get("SPSIM_GEMV_TABLE") else {}),
             "blas": str(torch.backends.cuda.preferred_blas_library()).rsplit(".", 1)[-1].lower()}
 
 
 def add_blas_option(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--blas", choices=("default", "cublas", "cublaslt"), default="default",
                     help="torch's BLAS library for the linear layers, a process-wide choice (cuBLASLt may pick "
-                         "one-token GEMMs without split-K reduce kernels); SPSIM_PDL=0 and SPSIM_ROPE_WRITE=1 "
-                         "are the environment's switches; results record all three")
+                         "one-token GEMMs without split-K reduce kernels); SPSIM_PDL=0, SPSIM_ROPE_WRITE=1 and "
+                         "SPSIM_GEMV=1 (SPSIM_GEMV_TABLE) are the environment's switches; results record them")
 
 
 def apply_blas(args) -> None:

@@ -64,6 +64,14 @@ def add_rmsnorm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: flo
 
 
 @triton.jit
+def rotate(x1, x2, c, s):
+    """RoPE on a pair of fp32 halves, with the fused multiply-adds spelled out: left to the
+    compiler, `x1 * c - x2 * s` contracts differently in different kernels, and the kernels that
+    rotate k (here, and `kv_write._rope_kv_write` with its page bounds) must agree to the bit."""
+    return tl.fma(x1, c, -(x2 * s)), tl.fma(x2, c, x1 * s)
+
+
+@triton.jit
 def _rope(X, COS, SIN, OUT, heads, stride_t, stride_h, HALF: tl.constexpr, PDL: tl.constexpr = False):
     pdl.enter(PDL)
     t = tl.program_id(0).to(tl.int64)
@@ -75,8 +83,9 @@ def _rope(X, COS, SIN, OUT, heads, stride_t, stride_h, HALF: tl.constexpr, PDL: 
     c = tl.load(COS + t * HALF + i)
     s = tl.load(SIN + t * HALF + i)
     o = OUT + (t * heads + h) * (2 * HALF)
-    tl.store(o + i, (x1 * c - x2 * s).to(OUT.dtype.element_ty))
-    tl.store(o + HALF + i, (x2 * c + x1 * s).to(OUT.dtype.element_ty))
+    r1, r2 = rotate(x1, x2, c, s)
+    tl.store(o + i, r1.to(OUT.dtype.element_ty))
+    tl.store(o + HALF + i, r2.to(OUT.dtype.element_ty))
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -103,12 +112,13 @@ def _rope_qk(QKV, COS, SIN, Q, K, q_heads, kv_heads, stride_t, HALF: tl.constexp
     s = tl.load(SIN + t * HALF + i)
     is_q = h < q_heads
     o = tl.where(is_q, t * q_heads + h, t * kv_heads + (h - q_heads)) * (2 * HALF)
+    r1, r2 = rotate(x1, x2, c, s)
     if is_q:
-        tl.store(Q + o + i, (x1 * c - x2 * s).to(Q.dtype.element_ty))
-        tl.store(Q + o + HALF + i, (x2 * c + x1 * s).to(Q.dtype.element_ty))
+        tl.store(Q + o + i, r1.to(Q.dtype.element_ty))
+        tl.store(Q + o + HALF + i, r2.to(Q.dtype.element_ty))
     else:
-        tl.store(K + o + i, (x1 * c - x2 * s).to(K.dtype.element_ty))
-        tl.store(K + o + HALF + i, (x2 * c + x1 * s).to(K.dtype.element_ty))
+        tl.store(K + o + i, r1.to(K.dtype.element_ty))
+        tl.store(K + o + HALF + i, r2.to(K.dtype.element_ty))
 
 
 def rope_qk(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, q_heads: int, kv_heads: int, d: int):

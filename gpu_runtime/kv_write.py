@@ -26,6 +26,7 @@ import triton.language as tl
 
 from .interpret import INTERPRET  # noqa: F401  (applies the interpreter fix before decoration)
 from . import pdl
+from .fused import rotate
 
 
 def run_lengths(page: np.ndarray) -> np.ndarray:
@@ -118,16 +119,18 @@ def _rope_kv_write(QKV, COS, SIN, Q, KC, VC, PAGE, OFF, RUN, KMIN, KMAX, q_heads
         x1 = tl.load(QKV + t * stride_t + h * 2 * HALF + i).to(tl.float32)
         x2 = tl.load(QKV + t * stride_t + h * 2 * HALF + HALF + i).to(tl.float32)
         o = (t * q_heads + h) * (2 * HALF)
-        tl.store(Q + o + i, (x1 * c - x2 * s).to(Q.dtype.element_ty))
-        tl.store(Q + o + HALF + i, (x2 * c + x1 * s).to(Q.dtype.element_ty))
+        q1, q2 = rotate(x1, x2, c, s)
+        tl.store(Q + o + i, q1.to(Q.dtype.element_ty))
+        tl.store(Q + o + HALF + i, q2.to(Q.dtype.element_ty))
     else:
         kh = (h - q_heads).to(tl.int64)
         ko = (q_heads + kh) * 2 * HALF
         vo = (q_heads + HKV + kh) * 2 * HALF
         x1 = tl.load(QKV + t * stride_t + ko + i).to(tl.float32)
         x2 = tl.load(QKV + t * stride_t + ko + HALF + i).to(tl.float32)
-        k1 = (x1 * c - x2 * s).to(Q.dtype.element_ty).to(KC.dtype.element_ty)
-        k2 = (x2 * c + x1 * s).to(Q.dtype.element_ty).to(KC.dtype.element_ty)
+        k1, k2 = rotate(x1, x2, c, s)
+        k1 = k1.to(Q.dtype.element_ty).to(KC.dtype.element_ty)
+        k2 = k2.to(Q.dtype.element_ty).to(KC.dtype.element_ty)
         page = tl.load(PAGE + t).to(tl.int64)
         off = tl.load(OFF + t).to(tl.int64)
         dst = page * stride_cp + kh * stride_ch + off * stride_co
@@ -146,8 +149,9 @@ def _rope_kv_write(QKV, COS, SIN, Q, KC, VC, PAGE, OFF, RUN, KMIN, KMAX, q_heads
                              other=0.0).to(tl.float32)
                 cr = tl.load(COS + rows[:, None] * HALF + i[None, :], mask=ok[:, None], other=0.0)
                 sr = tl.load(SIN + rows[:, None] * HALF + i[None, :], mask=ok[:, None], other=0.0)
-                r1 = (a1 * cr - a2 * sr).to(Q.dtype.element_ty).to(KC.dtype.element_ty).to(tl.float32)
-                r2 = (a2 * cr + a1 * sr).to(Q.dtype.element_ty).to(KC.dtype.element_ty).to(tl.float32)
+                r1, r2 = rotate(a1, a2, cr, sr)
+                r1 = r1.to(Q.dtype.element_ty).to(KC.dtype.element_ty).to(tl.float32)
+                r2 = r2.to(Q.dtype.element_ty).to(KC.dtype.element_ty).to(tl.float32)
                 lo1 = tl.min(tl.where(ok[:, None], r1, float("inf")), axis=0)
                 lo2 = tl.min(tl.where(ok[:, None], r2, float("inf")), axis=0)
                 hi1 = tl.max(tl.where(ok[:, None], r1, float("-inf")), axis=0)

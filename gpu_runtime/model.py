@@ -69,6 +69,16 @@ def _fused(x: torch.Tensor):
     return fused if fused.enabled(x) else None
 
 
+def linear(lin: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """`lin(x)`; one token on a GPU with `SPSIM_GEMV=1`: the PDL matrix-vector kernel (`gemv.py`)."""
+    if x.shape[0] == 1 and _fused(x) is not None:
+        from . import gemv
+
+        if gemv.ENABLED and gemv.usable(x, lin.weight):
+            return gemv.gemv(x, lin.weight, lin.bias)
+    return lin(x)
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """HF (non-interleaved) rotation: the head's two halves are the pair's two coordinates.
     x `[T, H, D]`, cos/sin `[T, D/2]`."""
@@ -120,7 +130,7 @@ class Block(nn.Module):
             h = self.attn_norm(x)
         else:
             x, h = self.attn_norm.add_forward(x, delta)
-        qkv = self.wqkv(h)
+        qkv = linear(self.wqkv, h)
         f = _fused(x)
         rope_write = getattr(attention, "rope_write", None) if f is not None else None
         if rope_write is not None and (q := rope_write(layer, qkv, cos, sin)) is not None:
@@ -135,10 +145,10 @@ class Block(nn.Module):
                 k = apply_rope(k.view(t, c.kv_heads, c.head_dim), cos, sin)
             v = qkv[:, (c.q_heads + c.kv_heads) * c.head_dim:]
             o = attention(layer, q, k, v.view(t, c.kv_heads, c.head_dim))
-        x, h = self.mlp_norm.add_forward(x, self.wo(o.reshape(t, c.q_heads * c.head_dim)))
-        gate_up = self.w_gate_up(h)
+        x, h = self.mlp_norm.add_forward(x, linear(self.wo, o.reshape(t, c.q_heads * c.head_dim)))
+        gate_up = linear(self.w_gate_up, h)
         if f is not None:
-            return x, self.w_down(f.silu_mul(gate_up))
+            return x, linear(self.w_down, f.silu_mul(gate_up))
         gate, up = gate_up.chunk(2, dim=-1)
         return x, self.w_down(F.silu(gate) * up)
 
