@@ -1,7 +1,8 @@
 """Launch gaps in decode passes: programmatic dependent launch (PDL) on and off, A/B.
 
     python3 benchmarks/decode_launch.py [--model llama-3.1-8b] [--out FILE] [--variants 1] [--blas cublaslt]
-    SPSIM_ROPE_WRITE=1 python3 benchmarks/decode_launch.py --variants 1     # RoPE + K/V write in one kernel
+    SPSIM_ROPE_WRITE=0 python3 benchmarks/decode_launch.py --variants 1     # RoPE, K/V write: two kernels
+    SPSIM_GEMV=0 python3 benchmarks/decode_launch.py --variants 1           # one-token GEMMs on cuBLAS
 
 A batch-1 decode of an 8B model at 32K is ~400 kernels of a few microseconds in one CUDA graph;
 the gaps between them are a visible share of the pass. Each variant (`--variants`, PDL 0/1) is

@@ -91,8 +91,8 @@ def switches() -> dict:
 def add_blas_option(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--blas", choices=("default", "cublas", "cublaslt"), default="default",
                     help="torch's BLAS library for the linear layers, a process-wide choice (cuBLASLt may pick "
-                         "one-token GEMMs without split-K reduce kernels); SPSIM_PDL=0, SPSIM_ROPE_WRITE=1 and "
-                         "SPSIM_GEMV=1 (SPSIM_GEMV_TABLE) are the environment's switches; results record them")
+                         "one-token GEMMs without split-K reduce kernels); SPSIM_PDL=0, SPSIM_ROPE_WRITE=0 and "
+                         "SPSIM_GEMV=0 (or SPSIM_GEMV_TABLE) are the environment's switches; results record them")
 
 
 def apply_blas(args) -> None:

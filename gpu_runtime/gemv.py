@@ -11,7 +11,9 @@ the weight reads overlap the predecessor's tail and the launch.
 
 Each program owns BLOCK_N output rows and walks K in BLOCK_K-wide tiles (the next tile's load
 issued before the current one is reduced), accumulating in fp32. Used for one-token passes on
-GPUs where the Triton kernels run, where `SPSIM_GEMV=1` (until the H200 says it pays).
+GPUs where the Triton kernels run (`SPSIM_GEMV=0` turns it off). On the H200 it took the 8B's
+batch-1 x 32K decode step from 5.570 to 5.262 ms (1.131x to 1.079x its floor,
+`benchmarks/results/decode_launch_s24_g*.json`); at 16 x 32K the model runs cuBLAS as before.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import triton.language as tl
 from .interpret import INTERPRET  # noqa: F401  (applies the interpreter fix before decoration)
 from . import pdl
 
-ENABLED = os.environ.get("SPSIM_GEMV", "0") == "1"
+ENABLED = os.environ.get("SPSIM_GEMV", "1") != "0"  # SPSIM_GEMV=0: cuBLAS (A/B timing)
 
 
 @triton.jit
@@ -52,13 +54,14 @@ def _gemv(X, W, B, Y, N, K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.con
 
 
 def default_config(n: int, k: int) -> tuple[int, int, int]:
-    """`(BLOCK_N, BLOCK_K, num_warps)`: K tiles of up to 4096 (a power of two dividing K), rows
-    enough for ~16K weights a tile (32 KiB in bf16: several programs an SM keep the copy
-    bandwidth's worth of bytes in flight), 4 warps."""
+    """`(BLOCK_N, BLOCK_K, num_warps)`: K tiles of up to 2048 (a power of two dividing K), rows
+    enough for 4K weights a tile, 4 warps. On the H200 (`benchmarks/results/gemv_h200_s24.json`,
+    the 8B's five one-token shapes, 20 tiles each) this tile, 2 x 2048, was within 2 % of each
+    shape's best (e.g. down 27.7 us, best 27.7, cuBLAS 31.7; QKV 13.4, best 13.1, cuBLAS 16.9)."""
     bk = 1
-    while bk < 4096 and k % (2 * bk) == 0:
+    while bk < 2048 and k % (2 * bk) == 0:
         bk *= 2
-    bn = max(1, min(16, 16384 // bk))
+    bn = max(1, min(16, 4096 // bk))
     return bn, bk, 4
 
 

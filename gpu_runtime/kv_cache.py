@@ -145,8 +145,8 @@ class PagedAttention:
         return None, None
 
     def rope_write(self, layer: int, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        """RoPE and the K/V write in one kernel (`kv_write.rope_write_kv`, where `SPSIM_ROPE_WRITE=1`
-        and the Triton write runs): the rotated q, with k and v (and the page bounds) stored; then
+        """RoPE and the K/V write in one kernel (`kv_write.rope_write_kv`, where the Triton write runs;
+        `SPSIM_ROPE_WRITE=0` turns it off): the rotated q, with k and v (and the page bounds) stored; then
         call with k and v None. None: rotate and call with them as usual."""
         from . import kv_write
 

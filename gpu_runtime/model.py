@@ -70,13 +70,17 @@ def _fused(x: torch.Tensor):
 
 
 def linear(lin: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """`lin(x)`; one token on a GPU with `SPSIM_GEMV=1`: the PDL matrix-vector kernel (`gemv.py`)."""
+    """`lin(x)`; one token on a GPU: the PDL matrix-vector kernel (`gemv.py`)."""
+    return _one_token(x, lin.weight, lin.bias) or lin(x)
+
+
+def _one_token(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
     if x.shape[0] == 1 and _fused(x) is not None:
         from . import gemv
 
-        if gemv.ENABLED and gemv.usable(x, lin.weight):
-            return gemv.gemv(x, lin.weight, lin.bias)
-    return lin(x)
+        if gemv.ENABLED and gemv.usable(x, weight):
+            return gemv.gemv(x, weight, bias)
+    return None
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -242,7 +246,8 @@ class Transformer(nn.Module):
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         w = self.embed.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(h, w).to(_compute_dtype(h.dtype))
+        y = _one_token(h, w, None)
+        return (F.linear(h, w) if y is None else y).to(_compute_dtype(h.dtype))
 
 
 @torch.no_grad()

@@ -47,9 +47,10 @@ def test_gemv_matches_linear(dtype, cfg, bias):
 
 
 def test_default_config():
-    # K tiles: the largest power of two up to 4096 that divides K; ~16K weights a tile
-    assert G.default_config(6144, 4096) == (4, 4096, 4)
-    assert G.default_config(4096, 14336) == (8, 2048, 4)
+    # K tiles: the largest power of two up to 2048 that divides K; 4K weights a tile
+    assert G.default_config(6144, 4096) == (2, 2048, 4)
+    assert G.default_config(4096, 14336) == (2, 2048, 4)
+    assert G.default_config(4608, 3584) == (8, 512, 4)
     assert G.default_config(10, 48) == (16, 16, 4)
     for n, k in ((6144, 4096), (4096, 14336), (576, 1536), (49152, 576)):
         bn, bk, _ = G.default_config(n, k)

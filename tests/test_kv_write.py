@@ -90,7 +90,7 @@ def test_fused_write_matches_torch(dtype, seed):
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("bounds", [True, False])
 def test_rope_and_write_in_one_kernel_match_the_two(dtype, seed, bounds):
-    """`rope_write_kv` (SPSIM_ROPE_WRITE=1) gives the bits of `fused.rope_qk` then `write_kv`: the
+    """`rope_write_kv` (the default; SPSIM_ROPE_WRITE=0 turns it off) gives the bits of `fused.rope_qk` then `write_kv`: the
     rotated q, the cache, and the page bounds its run heads rebuild from re-rotated keys."""
     from spsim.gpu_runtime import fused
 

@@ -148,7 +148,7 @@ def test_pdl_launches_give_the_same_logits():
 
 
 def test_rope_write_in_one_launch_gives_the_same_bits():
-    """RoPE and the K/V write in one kernel (SPSIM_ROPE_WRITE=1, `kv_write.rope_write_kv`) against
+    """RoPE and the K/V write in one kernel (`kv_write.rope_write_kv`, the default) against
     the two launches it replaces, in bf16: the passes above give the same logits bit for bit, and
     the kernel alone the same q, cache and Quest page bounds."""
     from spsim.gpu_runtime import fused
