@@ -71,7 +71,8 @@ def _fused(x: torch.Tensor):
 
 def linear(lin: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """`lin(x)`; one token on a GPU: the PDL matrix-vector kernel (`gemv.py`)."""
-    return _one_token(x, lin.weight, lin.bias) or lin(x)
+    y = _one_token(x, lin.weight, lin.bias)
+    return lin(x) if y is None else y
 
 
 def _one_token(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
