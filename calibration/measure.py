@@ -40,7 +40,7 @@ from .records import Writer, read_measurements
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL_FILES = ("attention.py", "quest.py", "fused.py", "selection.py", "pages.py", "pass_attention.py", "graphs.py",
                 "executor.py", "sampling.py", "model.py", "kv_cache.py", "kv_write.py", "padding.py", "buckets.py",
-                "draft_store.py")
+                "draft_store.py", "gemv.py")
 MEM_FRAC = 0.9  # of free memory for KV, as `spsim run` sizes its pool (engine.RuntimeOptions.mem_frac)
 SWEEP_FRAC = 0.75  # of free memory the sweep's cache may take (Quest bounds, graphs, logits beside it)
 ANCHOR_EVERY = 12  # design points between two measurements of the drift controls (design.anchor_points)
