@@ -217,6 +217,9 @@ def validate(trace, cfg: ServingConfig, opts, *, model=None, tokenizer=None, cos
     from .validate_report import compare
 
     report = compare(trace, cfg, run, sim, sim_passes, cost)
+    from .calibration.measure import kernel_version
+
+    report["kernel_version"] = kernel_version()  # which kernels ran (a profile says which it timed)
     report["wall_s"] = {k: round(v, 2) for k, v in wall.items()}
     # a profile timed its passes serially or overlapped (CalibratedParams.overlap): the run should match
     measured = isinstance(cost, CalibratedCostModel) and cost.overlapped

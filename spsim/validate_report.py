@@ -199,6 +199,18 @@ def foreign_device(r: dict) -> str | None:
             "on a CPU this is a smoke test of the plumbing (check that both worlds built the same plans)")
 
 
+def other_kernels(r: dict) -> str | None:
+    """A warning where the profile timed other versions of the runtime's kernels than the run's
+    (`calibration.measure.kernel_version`, a hash of the sources that decide a pass's time)."""
+    meta = r.get("cost_metadata") or {}
+    was = meta.get("kernel_version") if isinstance(meta, dict) else None
+    now = r.get("kernel_version")
+    if not was or not now or was == now or str(r.get("device") or "").lower() == "cpu":
+        return None
+    return (f"the profile timed the runtime's kernels at version {was}, this run's are {now}: the errors include "
+            "what the kernels changed since (measure the profile again: spsim calibrate --gpu)")
+
+
 def notes(r: dict) -> list[str]:
     """Lines worth a warning: plans that should match and do not, a run cut short, rejections."""
     out = []
@@ -212,6 +224,8 @@ def notes(r: dict) -> list[str]:
             fp = sp["first_differing_pass"]
             what.append(f"pass {fp['pass']:,} differs: measured {fp['measured']}, simulated {fp['predicted']}")
         out.append("the two worlds did not build the same plans: " + "; ".join(what))
+    if (m := other_kernels(r)) is not None:
+        out.append(m)
     if (m := foreign_device(r)) is not None:
         out.append(m)
     if r["runtime"]["stopped_early"]:

@@ -186,6 +186,28 @@ def test_a_run_on_the_priced_gpu_gets_no_machine_warning():
     assert foreign_device({**r, "cost_metadata": {}}) is None  # nothing to compare
 
 
+def test_a_profile_of_other_kernels_gets_a_warning():
+    """The shipped profile records the kernel version it timed; a GPU run on other kernels is told so,
+    a run on the same kernels (or a CPU smoke test, warned of otherwise) is not."""
+    import json
+
+    from spsim.calibration.measure import kernel_version
+    from spsim.validate_report import other_kernels
+
+    now = kernel_version()
+    assert len(now) == 12 and now == kernel_version()
+    shipped = json.loads((Path(__file__).resolve().parent.parent / "calibration" / "profiles"
+                          / "h200-llama-3.1-8b.json").read_text())["metadata"]["kernel_version"]
+    r = {"device": "NVIDIA H200", "cost_model": "calibrated", "kernel_version": now,
+         "cost_metadata": {"gpu": {"name": "h200"}, "kernel_version": now}}
+    assert other_kernels(r) is None
+    old = {**r, "cost_metadata": {"gpu": {"name": "h200"}, "kernel_version": shipped if shipped != now else "0" * 12}}
+    msg = other_kernels(old)
+    assert msg is not None and now in msg and "spsim calibrate --gpu" in msg
+    assert other_kernels({**old, "device": "cpu"}) is None
+    assert other_kernels({**old, "kernel_version": None}) is None  # a report from before the field
+
+
 def test_select_windows():
     from spsim.traces.trace import Trace
     from spsim.validate import select
