@@ -12,8 +12,9 @@ the weight reads overlap the predecessor's tail and the launch.
 Each program owns BLOCK_N output rows and walks K in BLOCK_K-wide tiles (the next tile's load
 issued before the current one is reduced), accumulating in fp32. Used for one-token passes on
 GPUs where the Triton kernels run (`SPSIM_GEMV=0` turns it off). On the H200 it took the 8B's
-batch-1 x 32K decode step from 5.570 to 5.262 ms (1.131x to 1.079x its floor,
-`benchmarks/results/decode_launch_s24_g*.json`); at 16 x 32K the model runs cuBLAS as before.
+batch-1 x 32K decode step from 5.570 to 5.262 ms (1.131x to 1.079x its floor, A/B in one lease,
+`benchmarks/results/decode_launch_s24_g*.json`; 5.223 ms, 1.064x, on the next machine); passes of
+more tokens keep cuBLAS, whose 8-16-token GEMMs were already as fast per weight byte.
 """
 
 from __future__ import annotations
