@@ -193,7 +193,11 @@ class FastPath:
             if stretch:
                 return None
             return self._plan_asked(asked, max_passes)
-        b.ask_policy(np.array(running, dtype=I64))
+        run = np.array(running, dtype=I64)
+        need = -(-(t.ctx[run] + t.drafted[run] + 1 - t.shared_tokens[run]) // cfg.page_size)
+        if sum((need - t.pages[run]).tolist()) > self.pool.free():
+            return None  # the step path preempts before it asks: a look here would be one it never takes
+        b.ask_policy(run)
         if cycles_ok:
             return self._plan_cycles(k_cycle, pol.synchronous, max_passes)
         if (cfg.max_draft and not pol.needs_entropy and not pol.synchronous

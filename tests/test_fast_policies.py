@@ -254,6 +254,14 @@ def test_policies_asked_in_segments_equal_step(policy, seed, n, load, p, max_bat
         same(tr, policy, p=p, seed=seed % 3, max_batch=max_batch, **kw)
 
 
+def test_no_look_the_step_path_preempts_before():
+    # found by the test above in CI: under tight memory a plans-ahead policy was asked for a segment
+    # at a pass where the step path first preempts (`Batcher._grow_pages`) and never asks; the
+    # extra look moved `aspire`'s relaxation of the preempted request's counts (ema=0.5: visibly)
+    tr = make_trace(40, seed=4096, span=3.0, prompt=(2000, 40000), output=(1, 300))
+    same(tr, "aspire:ema=0.5", p=0.95, seed=4096 % 3, max_batch=3, offline=True, kv_pages=3000)
+
+
 @settings(max_examples=50, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 12), steps=st.integers(1, 6))
 def test_ema_after_replays_update(seed, n, steps):
