@@ -193,11 +193,8 @@ class FastPath:
             if stretch:
                 return None
             return self._plan_asked(asked, max_passes)
-        run = np.array(running, dtype=I64)
-        need = -(-(t.ctx[run] + t.drafted[run] + 1 - t.shared_tokens[run]) // cfg.page_size)
-        if sum((need - t.pages[run]).tolist()) > self.pool.free():
-            return None  # the step path preempts before it asks: a look here would be one it never takes
-        b.ask_policy(run)
+        if not self._ask_as_step(np.array(running, dtype=I64)):
+            return None
         if cycles_ok:
             return self._plan_cycles(k_cycle, pol.synchronous, max_passes)
         if (cfg.max_draft and not pol.needs_entropy and not pol.synchronous
@@ -358,6 +355,17 @@ class FastPath:
                 s += 0.0 if e != e else min(e, _FMAX)
             se[rid] = s
 
+    def _ask_as_step(self, run: np.ndarray) -> bool:
+        """Ask the policy for these requests' next pass where the step path would: it reserves the
+        pass's pages first (`Batcher._grow_pages`, preempting when short) and asks only the
+        requests left, so where the pages do not fit, no look (False: the step path plans)."""
+        t = self.t
+        need = -(-(t.ctx[run] + t.drafted[run] + 1 - t.shared_tokens[run]) // self.cfg.page_size)
+        if sum((need - t.pages[run]).tolist()) > self.pool.free():
+            return False
+        self.b.ask_policy(run)
+        return True
+
     def _plan_asked(self, asked, max_passes: int) -> SegmentPlan | None:
         """One draft-verify cycle of a synchronous policy asked every pass that fixes the batch's
         k when asked at a cycle's start (`asked_cycle`: `sync` with auto k). It is asked here for
@@ -366,13 +374,9 @@ class FastPath:
         through the batch's verification (all verify together) and ends there."""
         t = self.t
         run = np.array(self.running, dtype=I64)
-        # the step path reserves pass 0's pages (preempting when short) before asking the policy:
-        # ask only when they fit, so the cycle's first pass is certain to run as planned
-        need = -(-(t.ctx[run] + t.drafted[run] + 1 - t.shared_tokens[run]) // self.cfg.page_size)
-        if sum((need - t.pages[run]).tolist()) > self.pool.free():
+        if not self._ask_as_step(run):
             return None
         b = self.b
-        b.ask_policy(run)
         K = asked()
         if K == 0:
             self.zero_ok = True
@@ -504,10 +508,8 @@ class FastPath:
         after a plain one, whose look relaxes towards the pool's rate)."""
         t = self.t
         run = np.array(self.running, dtype=I64)
-        need = -(-(t.ctx[run] + t.drafted[run] + 1 - t.shared_tokens[run]) // self.cfg.page_size)
-        if sum((need - t.pages[run]).tolist()) > self.pool.free():
-            return None  # the step path preempts before asking
-        self.b.ask_policy(run)
+        if not self._ask_as_step(run):
+            return None
         if not any(t.drafted[run].tolist()) and not any(t.target[run].tolist()):
             self.zero_ok = True  # all plain: zero_run may hold for the next passes
         return self._plan_cycles(0, False, max_passes, rounds=-1, after=self._ask_after)
