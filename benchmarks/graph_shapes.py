@@ -45,7 +45,7 @@ class NullModel:
 
 def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, max_graphs: int = 48,
                  capture_after: int = 2, trace=None, coarse: bool = False, jitter: float = 0.0, seed: int = 0,
-                 stall_s: float = 0.0, seen: set | None = None) -> dict:
+                 stall_s: float = 0.0, seen: set | None = None, rule: bool = False) -> dict:
     """`workload` B x C offline, or `trace` (a `Trace`) at its own arrival times, the clock advanced
     by each pass's time as the shipped H200 profile prices it (the roofline where none ships).
     `jitter`: each pass's time scaled by a uniform draw in 1 +- jitter (`seed`); `stall_s` added to
@@ -58,6 +58,7 @@ def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, 
     from spsim.gpu_runtime.kv_cache import PagedKVCache
     from spsim.gpu_runtime.model_config import get_config
     from spsim.gpu_runtime.padding import SCRATCH_PAGES, PassPadding
+    from spsim.gpu_runtime.shapes import rule_for
     from spsim.policies.kv import PagedKVPool
     from spsim.policies.request import RequestTable
 
@@ -78,7 +79,8 @@ def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, 
                          method=serving.method, budget=cfg.draft_budget, seed=cfg.seed,
                          acceptance=serving.acceptance, record_events=False,
                          drafts_possible=serving.batcher_config.max_draft > 0, synthetic_prefill=True,
-                         padding=PassPadding(kv_pages, cfg.page_size, coarse=coarse),
+                         padding=PassPadding(kv_pages, cfg.page_size, coarse=coarse or rule,
+                                             rule=rule_for(serving.batcher_config, cfg.draft_budget) if rule else None),
                          store_slots=min(cfg.max_batch, b_n) + 1)  # as the engine sizes it
     probe = GraphedPasses(model, cache, capture=False)
     keys: list = []
@@ -147,6 +149,8 @@ def main() -> None:
                     "instead of --workload, e.g. azure-conv with --window 45 (spsim validate's window)")
     ap.add_argument("--window", type=float, default=None, help="with --trace: requests arriving in the first S seconds")
     ap.add_argument("--coarse", action="store_true", help="passes padded to powers of two (--coarse-shapes)")
+    ap.add_argument("--rule", action="store_true", help="the shape rule of the settings (gpu_runtime/shapes.py): "
+                    "widths by class, powers of two")
     ap.add_argument("--rehearse", action="store_true", help="with --trace: serve it twice, a rehearsal then the "
                     "measured run, pass times jittered (--jitter) and each new shape stalling the clock (a capture: "
                     "50 ms in the rehearsal, an eager pass: 25 ms after it); counts the measured run's passes of a "
@@ -174,7 +178,7 @@ def main() -> None:
             r.update(rehearsal_passes=first["graphable_passes"], rehearsal_shapes=first["distinct_shapes"],
                      unseen_in_rehearsal=len(new), unseen_shapes=len(set(new)), jitter=a.jitter)
         else:
-            r = count_shapes(a.workload, pol, a.output_tokens, a.kv_pages, trace=tr, coarse=a.coarse)
+            r = count_shapes(a.workload, pol, a.output_tokens, a.kv_pages, trace=tr, coarse=a.coarse, rule=a.rule)
         r.pop("_keys", None)
         if tr is not None:
             r.update(workload=f"{a.trace}" + (f" first {a.window:g} s" if a.window else ""), requests=len(tr))

@@ -18,6 +18,8 @@ import torch
 
 
 class DraftStore:
+    SCRATCH = -(1 << 40)  # the slot's key shared by dummy requests (negative request ids)
+
     def __init__(self, layers: int, kv_heads: int, budget_pages: int, device, slots: int = 16,
                  scores: bool = False):
         self.layers, self.hkv, self.kp, self.device = layers, kv_heads, max(1, budget_pages), device
@@ -37,6 +39,8 @@ class DraftStore:
         """Each request's slot, assigned on first sight (the store grows by doubling when full)."""
         out = np.empty(len(rids), np.int64)
         for i, rid in enumerate(rids):
+            if rid < 0:  # every dummy (padding.py) shares one scratch slot: nothing reads what it stores
+                rid = self.SCRATCH
             s = self.slot.get(rid)
             if s is None:
                 if not self._free:

@@ -48,6 +48,9 @@ class RuntimeOptions:
     rehearse_graphs: int = 1024  # graphs kept when rehearsing (they share their memory)
     repeats: int = 1  # measured runs, each over the previous one's cache, executor and graphs
     coarse_shapes: bool = False  # pad passes to powers of two (padding.py coarse): fewer graph shapes
+    # the shape rule (shapes.py): padded passes take widths from classes fixed by the settings and
+    # drafting/verifying as data; None: with padding. False: the older per-context widths
+    shape_rule: bool | None = None
     # plan and prepare each pass while the previous one runs (preset acceptance only: the host
     # knows a pass's outcome before the GPU ends it). None: on the GPU with preset acceptance
     overlap: bool | None = None
@@ -166,7 +169,10 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
     if opts.pad_passes or (opts.pad_passes is None and graphed):  # scratch pages past the pool's for the dummies
         from .padding import SCRATCH_PAGES, PassPadding
 
-        padding = PassPadding(pages, cfg.page_size, coarse=opts.coarse_shapes)
+        from .shapes import rule_for
+
+        rule = rule_for(serving.batcher_config, cfg.draft_budget) if opts.shape_rule is not False else None
+        padding = PassPadding(pages, cfg.page_size, coarse=opts.coarse_shapes, rule=rule)
     cache = PagedKVCache(lc, pages + (SCRATCH_PAGES if padding else 0), cfg.page_size, device=model.device,
                          dtype=dtype)
     ex = RuntimeExecutor(model, cache, b.pool, table, prompt_source(trace, model, tokenizer, cfg, opts),
@@ -235,7 +241,8 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
         "mean_host_ms": float(host.mean()), "p99_host_ms": float(np.percentile(host, 99)),
         "cuda_graphs": first_graphs,
         "rehearsal": rehearsal,  # graph counts of the untimed first run (--rehearse), else None
-        "padding": None if padding is None else {**padding.stats(), "coarse": padding.coarse},
+        "padding": None if padding is None else {**padding.stats(), "coarse": padding.coarse,
+                                                 "shape_rule": padding.rule is not None},
         "torch": torch.__version__,
         "overlap": overlap,
     }

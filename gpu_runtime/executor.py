@@ -99,6 +99,11 @@ class RuntimeExecutor:
         self.time_gpu = False
         self.last_gpu_s = float("nan")  # the last pass's forward, first launch to logits, on the device
         self.padding = padding
+        rule = getattr(padding, "rule", None)
+        if rule is not None and self.method == DraftMethod.VERIFY_ATTN:
+            # kept page scores as wide as the widest class at once: a store that grows mid-run
+            # leaves every graph captured before unusable (draft_store.py)
+            self.store.ensure_score_width(rule.classes[-1])
         # overlapped loop (engine.py): `launch` returns before the GPU is done and the host plans
         # and prepares the next pass meanwhile; needs preset acceptance (the outcome known on the
         # host). Sampled tokens stay on the GPU (`Slab`) until the pass is finished.
@@ -202,7 +207,17 @@ class RuntimeExecutor:
         graphable = n_pre == 0 or row + int(plan.verify_query.sum()) <= PREFILL_GRAPH_TOKENS
         pad = self.padding if graphable else None
         spare: list[int] = []  # dummies' token rows (their logits, if any, are never read)
-        if pad is not None:
+        ruled = pad is not None and pad.rule is not None
+        if ruled:
+            # the shape rule: drafting and verifying are data, not shape. The pass's requests are
+            # padded to one count (dummy verifiers, below) and the drafting selections to the same
+            # count (dummy entries that are no requests: pass_attention.DraftRows.entries)
+            n_rows = pad.rows(len(rids) + len(plan.verify_ids))
+            drafts.entries = n_rows if drafts.rids else 0
+            drafts.pad_first = drafts.entries
+            drafts.coarse, drafts.rule = True, pad.rule
+            drafts.scratch = pad.table[:1]
+        elif pad is not None:
             for rid in pad.drafters(len(plan.draft_ids)):
                 toks.append(0)
                 self._add(rids, tables, start, qlen, rid, 0, 1, pad.table[:1])
@@ -214,6 +229,7 @@ class RuntimeExecutor:
                 row += 1
             drafts.pad_first = len(drafts.rids)  # a first-draft selection as long as the drafting rows
             drafts.coarse = pad.coarse
+            drafts.rule = pad.rule
         for rid, q, ctx in zip(plan.verify_ids.tolist(), plan.verify_query.tolist(), plan.verify_context.tolist()):
             st = self.req[rid]
             assert len(st.drafts) == q - 1, (rid, len(st.drafts), q)
@@ -223,7 +239,9 @@ class RuntimeExecutor:
             score_rows.append(len(rids) - 1)
             row += q
         if pad is not None and rids:
-            for rid in pad.verifiers(len(plan.verify_ids)):
+            dummies = pad.verifiers(len(plan.verify_ids)) if not ruled else \
+                [pad.DUMMY_VERIFIER - i for i in range(n_rows - len(rids))]
+            for rid in dummies:
                 toks.append(0)
                 self._add(rids, tables, start, qlen, rid, 0, 1, pad.table[:1])
                 if self.method == DraftMethod.VERIFY_ATTN:  # kept page scores: one row per verifier, padded too

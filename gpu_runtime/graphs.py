@@ -153,7 +153,7 @@ class GraphedPasses:
             return None
         if self.pad:
             plans = [pad_plan(p) for p in plans]  # the plans the forward uses (cached in attn)
-        caps = [1 << max(10, (int(L.indices.shape[0]) - 1).bit_length()) for L in attn.graph_lists()]
+        caps = attn.id_capacities()
         # the kernels read token ranges from the work list: the split size itself is not a shape
         plan_key = tuple((int(p.work.shape[0]), int(p.merge.shape[0]), p.num_slots, p.block_m, p.block_n,
                           p.num_warps, p.num_stages, p.fused_merge, p.merge_rows, p.merge_dims, p.merge_slots,

@@ -44,9 +44,10 @@ class PassPadding:
     """Dummy requests for one executor: their ids, page tables and the padded sizes."""
 
     def __init__(self, scratch_first_page: int, page_size: int, scratch_pages: int = SCRATCH_PAGES,
-                 coarse: bool = False):
+                 coarse: bool = False, rule=None):
         self.first, self.ps, self.n_pages = int(scratch_first_page), int(page_size), int(scratch_pages)
-        self.coarse = bool(coarse)
+        self.coarse = bool(coarse) or rule is not None  # the rule pads counts to powers of two
+        self.rule = rule  # shapes.ShapeRule: widths by class, fixed by the settings (None: by context)
         self._count = pow2 if self.coarse else pad_count  # request rows
         self._size = pow2 if self.coarse else bucket  # tokens, logits rows (at least 8)
         self.table = np.arange(self.first, self.first + self.n_pages, dtype=np.int64)
@@ -66,6 +67,13 @@ class PassPadding:
     def drafters(self, n: int) -> list[int]:
         """Ids of the dummy drafting rows for `n` real ones (none when nothing drafts)."""
         return [DUMMY_RID - i for i in range(self._count(n) - n)] if n else []
+
+    DUMMY_VERIFIER = DUMMY_RID - 1000
+
+    def rows(self, n: int) -> int:
+        """The shape rule's request count for `n` real requests (prefill chunks, drafting and
+        verifying requests together; the filler comes on top)."""
+        return self._count(n)
 
     def verifiers(self, n: int) -> list[int]:
         return [DUMMY_RID - 1000 - i for i in range(self._count(n) - n)] if n else []

@@ -63,6 +63,20 @@ class DraftRows:
     # extra ones on one page into a scratch slot, so its shape does not depend on how many runs start
     pad_first: int = 0
     coarse: bool = False  # power-of-two page-table and selection widths (padding.PassPadding coarse)
+    rule: object = None  # shapes.ShapeRule: widths from the settings' classes, not from contexts
+    # the shape rule: selections for this many entries, the drafting requests first, then dummy
+    # entries (no request, one scratch page: `scratch`), so a pass's shapes do not depend on how
+    # many of its requests draft (0: as many as drafting requests)
+    entries: int = 0
+    scratch: object = None
+
+    def padded(self) -> "DraftRows":
+        """These rows with the dummy entries up to `entries` appended (what selections run over)."""
+        extra = self.entries - len(self.rids)
+        if extra <= 0:
+            return self
+        return DraftRows(self.rids + [SELECT_PAD_RID] * extra, self.kv_len + [1] * extra, self.first + [False] * extra,
+                         self.run_start + [0] * extra, self.pad_first, self.coarse, self.rule, self.entries, self.scratch)
 
 
 # the draft store's slot for the padding entries of a first-draft selection (their pages are never read)
@@ -102,11 +116,21 @@ class PassAttention(PagedAttention):
         self.rids = list(rids)
         self.n_pre, self.drafts, self.method, self.budget = n_prefill, drafts, int(method), int(budget)
         self.n_dr = n_dr = len(drafts.rids)
+        self._n_sel = 0  # selection entries (drafting requests, then dummy entries)
         self.meta, self.hkv, self.ps = meta, hkv, ps
         kv_len = np.asarray(start, np.int64) + np.asarray(q_len, np.int64)
         self._inputs: list[torch.Tensor] = []  # per-pass device tensors the forward reads (besides lists)
+        longest = int(pages_for(kv_len, ps).max(initial=1))
+        if n_dr:
+            longest = max(longest, max(len(t) for t in page_tables[n_prefill:n_prefill + n_dr]))
+        # the shape rule (shapes.py): every width is the class holding the pass's longest request
+        self.rule = drafts.rule
+        self.width_class = self.rule.width(longest) if self.rule is not None else None
+        self.off_rule = None  # why this pass left the rule's shapes (None: it did not)
+        if self.rule is not None and self.width_class is None:
+            self.off_rule = "context beyond the settings"
         # page-score columns, rounded up (fewer CUDA graph shapes; columns past a row's pages are masked)
-        self._score_width = bucket(int(pages_for(kv_len, ps).max(initial=1)), TABLE_COLS)
+        self._score_width = self.width_class or bucket(longest, TABLE_COLS)
         self.kp = budget_pages(budget, ps)
         m = self.method
         keep = m == DraftMethod.VERIFY_ATTN and bool(score_rows)
@@ -119,7 +143,22 @@ class PassAttention(PagedAttention):
             a, b = n_prefill, n_prefill + n_dr
             pre = full_page_arrays(page_tables[:a], kv_len[:a], hkv, ps)
             ver = full_page_arrays(page_tables[b:], kv_len[b:], hkv, ps)
-            slab = self._setup_drafts(page_tables[a:b], drafts, dev)
+            sel_rows = drafts.padded()
+            self._n_sel = len(sel_rows.rids)
+            tables_d = list(page_tables[a:b]) + [drafts.scratch] * (self._n_sel - n_dr)
+            slab = self._setup_drafts(tables_d, sel_rows, dev)
+            if self._n_sel > n_dr:  # dummy entries: slab room and selections, but no attention rows
+                r = n_dr * hkv
+                slab = (slab[0][:r], slab[1][:r], slab[2][:r], slab[3])
+            # each entry's query row (a dummy reads the first drafting request's)
+            q0 = int(np.asarray(q_len[:n_prefill], np.int64).sum())
+            dq = np.full(self._n_sel, q0, np.int64)
+            dq[:n_dr] += np.arange(n_dr)
+            # each entry's page-score rows (STEP_LAYER ranks by layer 0's)
+            sc = np.repeat(np.minimum(np.arange(self._n_sel), n_dr - 1) + n_prefill, hkv) * hkv \
+                + np.tile(np.arange(hkv), self._n_sel)
+            self._dq, self._sc_rows = upload([dq, sc], [np.int64, np.int64], dev)
+            self._inputs += [self._dq, self._sc_rows]
             # the slab's page ids stored first: at offset 0 whatever the prefill chunks' lists hold,
             # so a captured pass's slab view fits every later pass of its shape (graphs.py)
             lists = PageLists.from_host(*concat_page_arrays([pre, slab, ver], layout=[1, 0, 2]), hkv, ps, dev)
@@ -146,7 +185,12 @@ class PassAttention(PagedAttention):
         self._keep = None
         if keep:  # where each kept request's rows land in the store
             score_rows = list(score_rows)
-            slots = states.slots_of([self.rids[i] for i in score_rows])
+            kept = [self.rids[i] for i in score_rows]
+            if self.rule is not None:  # the rule: one kept row per request, the extra ones into the scratch slot
+                extra = len(self.q_len) - len(score_rows)
+                score_rows += [0] * extra
+                kept += [SELECT_PAD_RID] * extra
+            slots = states.slots_of(kept)
             states.ensure_score_width(maxp)
             states.scored_pages[slots] = pages_for(kv_len[score_rows], ps)
             src = (np.asarray(score_rows, np.int64)[:, None] * hkv + np.arange(hkv)).reshape(-1)
@@ -166,7 +210,8 @@ class PassAttention(PagedAttention):
         n = len(kv)
         npg = pages_for(kv, ps)
         longest = int(max(len(t) for t in tables))
-        width = pow2(longest, COARSE_TABLE_COLS) if d.coarse else bucket(longest, TABLE_COLS)
+        width = (self.width_class if self.width_class is not None else
+                 pow2(longest, COARSE_TABLE_COLS) if d.coarse else bucket(longest, TABLE_COLS))
         pt = np.zeros((n, width), np.int64)
         for i, t in enumerate(tables):
             pt[i, :len(t)] = t
@@ -205,7 +250,7 @@ class PassAttention(PagedAttention):
                 cf = np.minimum(f_npg, kp)  # == c_sel for the real entries
                 # a power of two (at least 8): the first selections' width is part of a graph's
                 # shape, and short contexts (below the budget) gave one width per 8 pages
-                self._kf = kp if d.coarse else min(kp, pow2(int(cf.max()), 8))
+                self._kf = kp if d.coarse or self.width_class else min(kp, pow2(int(cf.max()), 8))
                 T("_first", first)
                 T("_first_slots", f_slots)
                 T("_first_counts", np.repeat(cf, hkv), np.int32)
@@ -214,7 +259,7 @@ class PassAttention(PagedAttention):
                 if m == DraftMethod.VERIFY_ATTN:
                     T("_first_score_rows", self.store.score_rows(f_slots))
                     scored = self.store.scored_pages[f_slots]
-                    self._first_w = bucket(int(f_npg.max()), TABLE_COLS)
+                    self._first_w = self.width_class or bucket(int(f_npg.max()), TABLE_COLS)
                     self.store.ensure_score_width(self._first_w)
                     T("_first_mask_n", np.repeat(f_npg, hkv)[:, None])
                     T("_first_mask_sc", np.repeat(np.asarray(scored, np.int64), hkv)[:, None])
@@ -234,6 +279,11 @@ class PassAttention(PagedAttention):
         # slab width (rows read only `counts`): the budget's pages plus two for the pages a run's drafts
         # reach, so one width serves a run's every draft (fewer graph shapes)
         self._K = K = _round_up(max(int(counts.max()), kp + 2), 8)
+        if self.width_class is not None:  # the rule's width, unless a row needs more (then off the rule)
+            if K <= self.rule.slab_width:
+                self._K = K = self.rule.slab_width
+            else:
+                self.off_rule = "drafting slab wider than the settings"
         row_req = np.arange(rows) // hkv  # a row's request (rows are request-major, then KV head)
         if static is None:
             # one table row per drafting request (int32), not one per (request, KV head) in int64:
@@ -285,8 +335,21 @@ class PassAttention(PagedAttention):
         shapes = tuple(tuple(x.shape) for x in self._inputs)
         sc = None if self._scores is None else tuple(self._scores.shape)
         widths = (getattr(self, "_K", 0), getattr(self, "_kf", 0), getattr(self, "_nf", 0))  # Python-side sizes
-        return (self.method, self.n_pre, self.n_dr, len(self.q_len), int(self.positions.shape[0]), shapes, sc,
+        pre = self.n_pre if self.rule is None else self.split is not None  # the rule: prefill is data
+        return (self.method, pre, self._n_sel, len(self.q_len), int(self.positions.shape[0]), shapes, sc,
                 widths, self.store.version, self.lists0 is not None)
+
+    def id_capacities(self) -> list[int]:
+        """Page-id room for each of `graph_lists()`: the rule's (fixed by the request count, the
+        width class and the slab), else a power of two over this pass's own lists."""
+        if self.width_class is None or self.off_rule:
+            return [1 << max(10, (int(L.indices.shape[0]) - 1).bit_length()) for L in self.graph_lists()]
+        n = len(self.q_len)
+        slab = self._rows * self._K if self._n_sel else 0
+        caps = [self.rule.ids_capacity(n, self.width_class, slab)]
+        if self.lists0 is not None:
+            caps.append(self.rule.ids_capacity(n, self.width_class))
+        return caps
 
     def pad_page_ids(self, caps: list[int]) -> None:
         """Give the page lists' id arrays room for `caps` ids (a captured pass is reloaded with
@@ -308,7 +371,7 @@ class PassAttention(PagedAttention):
             if layer == 0:
                 return self.lists0
             if layer == 1:  # layer 0 has run: its scores rank the pages for every later layer
-                s = self._scores[self.n_pre * self.hkv:(self.n_pre + self.n_dr) * self.hkv]
+                s = self._scores.index_select(0, self._sc_rows)
                 masks = self._masks(self._step_pages, self._step_pages, self._step_w)
                 self._write(self._top_k(s, masks, self._counts_t, self._K))
             return self.lists
@@ -359,8 +422,7 @@ class PassAttention(PagedAttention):
         self._slab.copy_(phys)
 
     def _draft_q(self) -> torch.Tensor:
-        off = int(self.q_len[:self.n_pre].sum())
-        return self._q[off:off + self.n_dr]
+        return self._q.index_select(0, self._dq)
 
     def page_scores_for(self, layer: int):
         if self._scores is None:

@@ -232,11 +232,14 @@ def test_padded_passes_change_nothing(tiny, ar_tokens, policy, method):
 
     cfg = ServingConfig(policy=policy, offline=True, kv_pages=120, page_size=16, draft_budget=48, max_draft=6,
                         draft_kv=method, max_batch=8, token_budget=256, acceptance="real")
-    runs = [run_trace(mixed_trace(), cfg, RuntimeOptions(device="cpu", pad_passes=p, coarse_shapes=c), model=tiny,
-                      cost=CheapDrafts()) for p, c in ((False, False), (True, False), (True, True))]
-    plain, padded, coarse = runs
+    runs = [run_trace(mixed_trace(), cfg, RuntimeOptions(device="cpu", pad_passes=p, coarse_shapes=c, shape_rule=r),
+                      model=tiny, cost=CheapDrafts())
+            for p, c, r in ((False, False, False), (True, False, False), (True, True, False), (True, False, True))]
+    plain, padded, coarse, ruled = runs
     keys = ("passes", "drafted_tokens", "accepted_drafts", "spec_verifications")
-    for run in (padded, coarse):  # coarse: powers of two (--coarse-shapes), more dummies, the same outputs
+    # coarse: powers of two (--coarse-shapes), more dummies; ruled: the shape rule (shapes.py),
+    # drafting as data with dummy selection entries: the same outputs
+    for run in (padded, coarse, ruled):
         check_lossless(run, ar_tokens)
         assert run.tokens == plain.tokens
         assert [run.result.summary[k] for k in keys] == [plain.result.summary[k] for k in keys]
@@ -244,6 +247,7 @@ def test_padded_passes_change_nothing(tiny, ar_tokens, policy, method):
     assert plain.result.summary["runtime"]["padding"] is None
     assert pads["padded_passes"] > 0 and pads["dummy_requests"] > 0 and pads["filler_tokens"] > 0
     assert not pads["coarse"] and cpads["coarse"] and cpads["filler_tokens"] >= pads["filler_tokens"]
+    assert ruled.result.summary["runtime"]["padding"]["shape_rule"] and not pads["shape_rule"]
 
 
 @pytest.mark.parametrize("policy,method", [("aspire", "verify-attn"), ("fixed-k:k=3", "verify-quest")])
