@@ -116,6 +116,7 @@ def main() -> int:
                     "measured is their mean, with their range")
     ap.add_argument("--coarse-shapes", action="store_true", help="pad passes to powers of two (spsim validate "
                     "--coarse-shapes): fewer CUDA-graph shapes")
+    ap.add_argument("--shape-rule", action="store_true", help="pad passes by the shape rule (gpu_runtime/shapes.py)")
     ap.add_argument("--overlap", default=None, action=argparse.BooleanOptionalAction,
                     help="plan each pass while the previous runs (spsim validate --overlap; default: on GPUs)")
     ap.add_argument("--tag", default="", help="added to the result files' names (e.g. _rehearsed)")
@@ -162,10 +163,12 @@ def main() -> int:
     if a.repeat < 1:
         sys.exit(f"validate_gpu.py: --repeat must be >= 1 (got {a.repeat})")
     opts = RuntimeOptions(device=a.device, rehearse=a.rehearse, repeats=a.repeat, coarse_shapes=a.coarse_shapes,
+                          shape_rule=a.shape_rule,
                           overlap=a.overlap)
     index = {"benchmark": "validate_gpu", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
              "command": " ".join(sys.argv), "minutes": a.minutes, "model": a.model, "profile": profile,
-             "rehearse": a.rehearse, "repeat": a.repeat, "coarse_shapes": a.coarse_shapes, "overlap": a.overlap,
+             "rehearse": a.rehearse, "repeat": a.repeat, "coarse_shapes": a.coarse_shapes, "shape_rule": a.shape_rule,
+             "overlap": a.overlap,
              "acceptance": a.acceptance, "machine": {"python": platform.python_version()}, "runs": []}
 
     def save_index():

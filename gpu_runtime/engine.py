@@ -49,8 +49,8 @@ class RuntimeOptions:
     repeats: int = 1  # measured runs, each over the previous one's cache, executor and graphs
     coarse_shapes: bool = False  # pad passes to powers of two (padding.py coarse): fewer graph shapes
     # the shape rule (shapes.py): padded passes take widths from classes fixed by the settings and
-    # drafting/verifying as data; None: with padding. False: the older per-context widths
-    shape_rule: bool | None = None
+    # drafting/verifying as data. Off by default until the shipped profiles are measured on it
+    shape_rule: bool = False
     # plan and prepare each pass while the previous one runs (preset acceptance only: the host
     # knows a pass's outcome before the GPU ends it). None: on the GPU with preset acceptance
     overlap: bool | None = None
@@ -171,7 +171,7 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
 
         from .shapes import rule_for
 
-        rule = rule_for(serving.batcher_config, cfg.draft_budget) if opts.shape_rule is not False else None
+        rule = rule_for(serving.batcher_config, cfg.draft_budget) if opts.shape_rule else None
         padding = PassPadding(pages, cfg.page_size, coarse=opts.coarse_shapes, rule=rule)
     cache = PagedKVCache(lc, pages + (SCRATCH_PAGES if padding else 0), cfg.page_size, device=model.device,
                          dtype=dtype)
