@@ -25,3 +25,14 @@ def pad_count(n: int) -> int:
 def pow2(n: int, least: int = 1) -> int:
     """`n` rounded up to a power of two, at least `least` (itself a power of two)."""
     return 1 << max(int(least) - 1, int(n) - 1).bit_length()
+
+
+RULE_FINE = 256  # the shape rule's token sizes: powers of two up to this, then `bucket`'s 25 % steps
+
+
+def rule_size(n: int, least: int = 8) -> int:
+    """Token and logits-row counts under the shape rule (shapes.py): a power of two up to
+    RULE_FINE (cheap: small passes are bound by weight reads), then `bucket` (at most 25 %
+    padding where a pass's tokens start to cost compute: prefill chunks of 1-2K tokens)."""
+    p = pow2(n, least)
+    return p if p <= RULE_FINE else bucket(n, least)

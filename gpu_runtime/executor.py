@@ -251,7 +251,7 @@ class RuntimeExecutor:
             q = pad.filler_tokens(row)
             if q:
                 toks += [0] * q
-                self._add(rids, tables, start, qlen, pad.FILLER_RID, 0, q, pad.table)
+                self._add(rids, tables, start, qlen, pad.FILLER_RID, 0, q, pad.filler_table(q))
                 spare += range(row, row + q)
                 row += q
             logit_rows = pad.logit_rows(logit_rows, spare)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .buckets import bucket, pad_count, pow2
+from .buckets import bucket, pad_count, pow2, rule_size
 
 SCRATCH_PAGES = 16  # pages kept outside the pool for dummy requests (the filler's query fits in them)
 DUMMY_RID = -1  # dummy request ids count down from here (real ids are >= 0)
@@ -49,7 +49,7 @@ class PassPadding:
         self.coarse = bool(coarse) or rule is not None  # the rule pads counts to powers of two
         self.rule = rule  # shapes.ShapeRule: widths by class, fixed by the settings (None: by context)
         self._count = pow2 if self.coarse else pad_count  # request rows
-        self._size = pow2 if self.coarse else bucket  # tokens, logits rows (at least 8)
+        self._size = rule_size if rule is not None else pow2 if self.coarse else bucket  # tokens, logits rows (>= 8)
         self.table = np.arange(self.first, self.first + self.n_pages, dtype=np.int64)
         self.reset_stats()  # padded passes, dummy requests, filler tokens
 
@@ -81,7 +81,15 @@ class PassPadding:
     def filler_tokens(self, tokens: int) -> int:
         """The filler's query length (>= 1), or 0 when it would not fit the scratch pages."""
         q = self._size(tokens + 1, 8) - tokens
-        return q if q <= self.n_pages * self.ps else 0
+        # under the shape rule the filler's pages cycle over the scratch pages (filler_table): any
+        # length fits, so prefill-carrying passes pad too
+        return q if q <= self.n_pages * self.ps or self.rule is not None else 0
+
+    def filler_table(self, q: int) -> np.ndarray:
+        """The filler's page table for a query of `q` tokens: the scratch pages, cycled (what its
+        tokens write there is never read but by itself)."""
+        need = -(-int(q) // self.ps)
+        return self.table if need <= self.n_pages else np.resize(self.table, need)
 
     FILLER_RID = DUMMY_RID - 2000
 

@@ -197,7 +197,9 @@ def validate(trace, cfg: ServingConfig, opts, *, model=None, tokenizer=None, cos
     pages = kv_pages_for(model.cfg, cfg, opts, model.dtype)
     cfg = cfg.with_(kv_pages=int(pages))
     cost = cost if cost is not None else policy_cost_model(cfg, model.cfg)
-    cost = priced_as_run(cost, opts.coarse_shapes)
+    padded = (opts.pad_passes if opts.pad_passes is not None
+              else opts.cuda_graphs and model.device.type == "cuda")  # as engine.py decides
+    cost = priced_as_run(cost, opts.coarse_shapes, shape_rule=padded and opts.shape_rule is not False)
     wall = {}
     t0 = time.perf_counter()
     sim, sim_passes = simulate_like(trace, cfg, cost)
@@ -233,13 +235,17 @@ def validate(trace, cfg: ServingConfig, opts, *, model=None, tokenizer=None, cos
     return Validation(report, run, sim, sim_passes)
 
 
-def priced_as_run(cost, coarse_shapes: bool):
+def priced_as_run(cost, coarse_shapes: bool, shape_rule: bool = False):
     """The cost model as the run pads its passes: a calibrated profile measured on padded passes
-    prices `--coarse-shapes` runs padded to powers of two (cost/padding.py), in both worlds."""
+    prices the shape rule's padding (the runtime's default with CUDA graphs) or `--coarse-shapes`
+    runs' powers of two (cost/padding.py), in both worlds."""
     from .cost.calibrated import CalibratedCostModel
 
-    if coarse_shapes and isinstance(cost, CalibratedCostModel) and cost.p.padding != "none":
-        return cost.with_params(padding="pow2")
+    if isinstance(cost, CalibratedCostModel) and cost.p.padding != "none":
+        if shape_rule:
+            return cost.with_params(padding="rule")
+        if coarse_shapes:
+            return cost.with_params(padding="pow2")
     return cost
 
 

@@ -94,3 +94,34 @@ def test_padding_prices_the_filler_and_leaves_eager_passes_alone():
 def test_unknown_padding_mode_is_refused():
     with pytest.raises(ValueError, match="padding must be one of"):
         CalibratedParams.from_dict({"padding": "sometimes"})
+
+
+def _runtime_rule(tokens: int, logits: int, n_pre: int, n_dr: int, n_ver: int) -> tuple[int, int]:
+    """What the executor adds under the shape rule (executor.py `launch`, `ruled`): dummy verifiers
+    up to the padded request count, the filler (always: its pages cycle over the scratch pages)."""
+    from spsim.gpu_runtime.shapes import ShapeRule
+
+    pad = PassPadding(1000, 16, rule=ShapeRule(16, 32768, 16, 128))
+    n = n_pre + n_dr + n_ver
+    row = tokens + pad.rows(n) - n
+    spare = list(range(row - tokens))
+    q = pad.filler_tokens(row)
+    assert q >= 1 and len(pad.filler_table(q)) * 16 >= q
+    spare += [0] * q
+    return row + q, len(pad.logit_rows(list(range(logits)), spare))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 3), st.integers(0, 40), st.integers(0, 40), st.integers(0, 3000))
+def test_rule_padding_is_the_executors(n_pre, n_dr, n_ver, extra):
+    """The cost model's "rule" mode adds what the runtime's shape rule adds, prefill chunks
+    counted among the padded requests; scalar and vector twins agree."""
+    if n_pre + n_dr + n_ver == 0:
+        return
+    tokens = n_dr + n_ver + (extra if n_ver or n_pre else 0)
+    logits = n_pre + n_dr + n_ver
+    want = _runtime_rule(tokens, logits, n_pre, n_dr, n_ver)
+    assert padded(tokens, logits, n_dr, n_ver, "rule", 256, n_pre) == want
+    t, lg = padded_vec([tokens], [logits], [n_dr], [n_ver], "rule", 256, [n_pre])
+    assert (int(t[0]), int(lg[0])) == want
+    assert want[0] <= max(8, 2 * (tokens + n_dr + n_ver + n_pre + 1), 1.25 * (tokens + 2 * (n_pre + n_dr + n_ver)) + 1)

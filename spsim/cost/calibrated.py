@@ -609,7 +609,7 @@ class CalibratedCostModel(RooflineCostModel):
         total += kern_tall
         eager = bool(self.eager(n_pre > 0, tokens))
         if self.p.padding != "none" and not eager:
-            tokens, logits = padded(tokens, logits, n_dr, n_ver, self.p.padding, SCRATCH_PAGES * self.page_size)
+            tokens, logits = padded(tokens, logits, n_dr, n_ver, self.p.padding, SCRATCH_PAGES * self.page_size, n_pre)
         t = self.pass_overhead(tokens, num_logits=logits) + total + self.pass_terms(eager, methods)
         if n_dr:
             pos0 = plan.draft_pos == 0
@@ -881,7 +881,7 @@ class CalibratedCostModel(RooflineCostModel):
         tok, logi = batch.tokens, batch.logits
         if self.p.padding != "none":
             tp, lp = padded_vec(tok, logi, np.bincount(batch.dr_of, minlength=n), np.bincount(batch.ver_of, minlength=n),
-                                self.p.padding, SCRATCH_PAGES * self.page_size)
+                                self.p.padding, SCRATCH_PAGES * self.page_size, np.bincount(batch.pre_of, minlength=n))
             tok, logi = np.where(eager, tok, tp), np.where(eager, logi, lp)
         lin = self.overhead_vec(tok, logi)
         per = np.zeros(n)

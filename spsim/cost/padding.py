@@ -10,8 +10,10 @@ On the H200 a 1,100-token prefill beside decodes took 25 ms unpadded (`--coarse-
 filler would not fit), and a profile fitted as if the measured 1,024 + 256 tokens were 1,024
 priced it 29.5 ms.
 
-Modes: "none" (nothing added), "bucket" (the runtime's default: request counts by `pad_count`,
-tokens and logits by `bucket`), "pow2" (`--coarse-shapes`: powers of two). The rules are the
+Modes: "none" (nothing added), "bucket" (request counts by `pad_count`, tokens and logits by
+`bucket`), "pow2" (`--coarse-shapes`: powers of two), "rule" (the shape rule, the runtime's
+default: prefill, drafting and verifying requests padded together to a power of two, tokens and
+logits by `rule_size`, the filler always fitting). The rules are the
 runtime's own (`gpu_runtime/buckets.py`, pure Python), vectorised here; tests hold the two equal.
 """
 
@@ -19,17 +21,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from spsim.gpu_runtime.buckets import bucket, pad_count, pow2
+from spsim.gpu_runtime.buckets import RULE_FINE, bucket, pad_count, pow2, rule_size
 from spsim.gpu_runtime.padding import SCRATCH_PAGES  # pages outside the pool the filler's query must fit in
 
-MODES = ("none", "bucket", "pow2")
+MODES = ("none", "bucket", "pow2", "rule")
 LEAST = 8  # padded token and logits counts are at least this (PassPadding._size(..., 8))
 
 
-def padded(tokens: int, logits: int, n_draft: int, n_verify: int, mode: str, scratch_tokens: int) -> tuple[int, int]:
+def padded(tokens: int, logits: int, n_draft: int, n_verify: int, mode: str, scratch_tokens: int,
+           n_prefill: int = 0) -> tuple[int, int]:
     """(tokens, logits rows) a graphable pass computes once padded (scalars)."""
     if mode == "none":
         return tokens, logits
+    if mode == "rule":
+        n = n_prefill + n_draft + n_verify
+        row = tokens + pow2(n) - n if n else tokens
+        return rule_size(row + 1, LEAST), rule_size(logits, LEAST)
     count, size = (pow2, pow2) if mode == "pow2" else (pad_count, bucket)
     dummies = (count(n_draft) - n_draft if n_draft else 0) + (count(n_verify) - n_verify if n_verify else 0)
     row = tokens + dummies
@@ -39,12 +46,16 @@ def padded(tokens: int, logits: int, n_draft: int, n_verify: int, mode: str, scr
     return row + fill, size(logits, LEAST)
 
 
-def padded_vec(tokens, logits, n_draft, n_verify, mode: str, scratch_tokens: int):
+def padded_vec(tokens, logits, n_draft, n_verify, mode: str, scratch_tokens: int, n_prefill=0):
     """`padded` of many passes (integer arrays)."""
     tokens, logits = np.asarray(tokens, np.int64), np.asarray(logits, np.int64)
     if mode == "none":
         return tokens, logits
     n_draft, n_verify = np.asarray(n_draft, np.int64), np.asarray(n_verify, np.int64)
+    if mode == "rule":
+        n = np.asarray(n_prefill, np.int64) + n_draft + n_verify
+        row = tokens + np.where(n > 0, pow2_vec(n) - n, 0)
+        return rule_size_vec(row + 1, LEAST), rule_size_vec(logits, LEAST)
     count, size = (pow2_vec, pow2_vec) if mode == "pow2" else (pad_count_vec, bucket_vec)
     dummies = np.where(n_draft > 0, count(n_draft) - n_draft, 0) + np.where(n_verify > 0, count(n_verify) - n_verify, 0)
     row = tokens + dummies
@@ -52,6 +63,12 @@ def padded_vec(tokens, logits, n_draft, n_verify, mode: str, scratch_tokens: int
     fits = fill <= scratch_tokens
     lpad = size(logits, LEAST)
     return np.where(fits, row + fill, row), np.where(fits | (dummies > 0), np.maximum(lpad, logits), logits)
+
+
+def rule_size_vec(n, least: int = 8) -> np.ndarray:
+    """`buckets.rule_size` of an integer array."""
+    p = pow2_vec(n, least)
+    return np.where(p <= RULE_FINE, p, bucket_vec(n, least))
 
 
 def pow2_vec(n, least: int = 1) -> np.ndarray:
