@@ -285,7 +285,7 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
                    waves: float = 8.0, min_split_tokens: int = 4096, block_m: int | None = None,
                    block_n: int | None = None, tokens_per_split: int | None = None,
                    num_warps: int | None = None, num_stages: int | None = None,
-                   fused_merge: bool | None = None, split=None, requests=None) -> AttentionPlan:
+                   fused_merge: bool | None = None, split=None, requests=None, skip=None) -> AttentionPlan:
     """Cut the pass into work items.
 
     Split size: the KV blocks of all (row, query block) units over `num_sms * waves` items, but
@@ -298,6 +298,7 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     (`AttentionPlan.tall`: prefill chunks beside decode-like requests, see `PassAttention`);
     `block_m`/`block_n` then apply to the other requests only.
     `requests`: plan only these requests (the others get no work).
+    `skip`: requests that get no work at all (the padding's filler, whose output nothing reads).
     """
     device = lists.count.device
     q_len = np.asarray(q_len, dtype=np.int64)
@@ -307,8 +308,11 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     assert g * hkv == num_q_heads and lists.num_rows == n_req * hkv
     kw = dict(num_sms=num_sms, waves=waves, min_split_tokens=min_split_tokens, tokens_per_split=tokens_per_split,
               num_warps=num_warps, num_stages=num_stages, fused_merge=fused_merge)
+    if skip is not None and len(skip):
+        keep = np.setdiff1d(np.arange(n_req), skip)
+        requests = keep if requests is None else np.intersect1d(requests, keep)
     if split is not None and 0 < len(split) < n_req:  # a forced tile is the rest's; the split's is its own
-        rest = np.setdiff1d(np.arange(n_req), split)
+        rest = np.setdiff1d(np.arange(n_req) if requests is None else requests, split)
         plan = plan_attention(q_len, lists, num_q_heads, requests=rest, block_m=block_m, block_n=block_n, **kw)
         plan.tall = plan_attention(q_len, lists, num_q_heads, requests=split, **kw)
         return plan

@@ -204,7 +204,12 @@ class RuntimeExecutor:
             row += 1
         n_pre = 0 if self.synthetic_prefill else len(plan.prefill_ids)
         # graphable passes (graphs.py: no prefill, or few tokens) are padded to a few shapes
-        graphable = n_pre == 0 or row + int(plan.verify_query.sum()) <= PREFILL_GRAPH_TOKENS
+        tokens = row + int(plan.verify_query.sum())
+        graphable = n_pre == 0 or tokens <= PREFILL_GRAPH_TOKENS
+        if self.padding is not None and self.padding.rule is not None:
+            # the shape rule bounds every graphed pass's tokens (its shape set is finite): past
+            # the limit the kernels hide their launches (graphs.py), prefill or not
+            graphable = tokens <= PREFILL_GRAPH_TOKENS
         pad = self.padding if graphable else None
         spare: list[int] = []  # dummies' token rows (their logits, if any, are never read)
         ruled = pad is not None and pad.rule is not None
@@ -272,6 +277,8 @@ class RuntimeExecutor:
             if attn.split is not None:
                 short[attn.split] = False
             attn.tile_q = int(max(np.asarray(qlen[:-1])[short], default=1))
+            # nor does its attention run: its output is never read (its K/V land on scratch pages)
+            attn.skip = np.asarray([len(qlen) - 1])
         tok_t, rows_t = upload([toks, logit_rows], [np.int64, np.int64], self.dev)
         if min(toks) < 0:  # placeholders: tokens earlier passes sampled, still on the GPU
             tok_t = self.slab.fill(tok_t)

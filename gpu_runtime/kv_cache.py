@@ -83,6 +83,8 @@ class PagedAttention:
         # requests planned apart in an attention launch of their own (`attention.plan_attention`'s
         # `split`): PassAttention's prefill chunks
         self.split: np.ndarray | None = None
+        # requests given no attention work (the padding's filler: nothing reads its output)
+        self.skip: np.ndarray | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -115,7 +117,7 @@ class PagedAttention:
                 block_m = choose_block_m(np.minimum(self.q_len, max(1, self.tile_q)),
                                          num_q_heads // self.cache.cfg.kv_heads)
             plan = self._plans[id(lists)] = plan_attention(self.q_len, lists, num_q_heads, block_m=block_m,
-                                                           split=self.split)
+                                                           split=self.split, skip=self.skip)
         return plan
 
     def fused_write(self) -> bool:

@@ -509,6 +509,8 @@ class CalibratedCostModel(RooflineCostModel):
     def eager(self, has_prefill, tokens):
         """Whether a pass runs eagerly (no CUDA graph): it holds a prefill chunk and more tokens
         than the runtime graphs (`prefill_graph_tokens`). Scalars or arrays."""
+        if self.p.padding == "rule":  # the shape rule graphs no pass past the limit, prefill or not
+            return np.asarray(tokens) > self.p.prefill_graph_tokens
         return has_prefill & (tokens > self.p.prefill_graph_tokens)
 
     def pass_terms(self, eager: bool, methods) -> float:
