@@ -126,37 +126,39 @@ def _attn_fwd(Q, K, V, O, PO, PM, PL, PSCORE, WORK, ROW_START, ROW_COUNT, ROW_LA
         tl.store(PM + ps, m_i, mask=row_ok)
         tl.store(PL + ps, l_i, mask=row_ok)
         if FUSED_MERGE:
-            # The unit's last split to arrive merges (saves the merge launch, a large share of a small
-            # pass). Barrier, then one acq_rel atomic: every thread's partial stores are visible to
-            # whichever program sees the final count (the split-K semaphore pattern). That program
-            # resets the counter, so a plan replays from a CUDA graph.
             mr = tl.load(w + 6)
-            mrow = MERGE + mr.to(tl.int64) * 5
-            slot0 = tl.load(mrow + 3).to(tl.int64)
-            nslot = tl.load(mrow + 4)
-            tl.debug_barrier()
-            arrived = tl.atomic_add(ARRIVED + mr, 1, sem="acq_rel", scope="gpu")
-            if arrived == nslot - 1:
+            if mr >= 0:
+                # The unit's last split to arrive merges (saves the merge launch, a large share of a small
+                # pass). Barrier, then one acq_rel atomic: every thread's partial stores are visible to
+                # whichever program sees the final count (the split-K semaphore pattern). That program
+                # resets the counter, so a plan replays from a CUDA graph. Units whose work rows carry
+                # no merge row (-1) are merged by the merge launch instead (`plan_attention`: per unit).
+                mrow = MERGE + mr.to(tl.int64) * 5
+                slot0 = tl.load(mrow + 3).to(tl.int64)
+                nslot = tl.load(mrow + 4)
                 tl.debug_barrier()
-                m_t = tl.full([BLOCK_M], -1.0e30, tl.float32)
-                l_t = tl.zeros([BLOCK_M], tl.float32)
-                acc_t = tl.zeros([BLOCK_M, D], tl.float32)
-                for j in range(0, nslot):  # online rescaling, one partial at a time; L1 bypassed (.cg)
-                    pj = (slot0 + j) * BLOCK_M + offs_m
-                    m_j = tl.load(PM + pj, mask=row_ok, other=-1.0e30, cache_modifier=".cg")
-                    l_j = tl.load(PL + pj, mask=row_ok, other=0.0, cache_modifier=".cg")
-                    o_j = tl.load(PO + pj[:, None] * D + offs_d[None, :], mask=row_ok[:, None], other=0.0,
-                                  cache_modifier=".cg")
-                    m_n = tl.maximum(m_t, m_j)
-                    a_t = tl.exp2(m_t - m_n)
-                    a_j = tl.exp2(m_j - m_n)
-                    l_t = l_t * a_t + l_j * a_j
-                    acc_t = acc_t * a_t[:, None] + o_j * a_j[:, None]
-                    m_t = m_n
-                out = acc_t / tl.where(l_t > 0, l_t, 1.0)[:, None]
-                o_ptr = O + (q0 + qi).to(tl.int64)[:, None] * stride_ot + hq[:, None] * stride_oh + offs_d[None, :]
-                tl.store(o_ptr, out.to(O.dtype.element_ty), mask=row_ok[:, None])
-                tl.store(ARRIVED + mr, 0)
+                arrived = tl.atomic_add(ARRIVED + mr, 1, sem="acq_rel", scope="gpu")
+                if arrived == nslot - 1:
+                    tl.debug_barrier()
+                    m_t = tl.full([BLOCK_M], -1.0e30, tl.float32)
+                    l_t = tl.zeros([BLOCK_M], tl.float32)
+                    acc_t = tl.zeros([BLOCK_M, D], tl.float32)
+                    for j in range(0, nslot):  # online rescaling, one partial at a time; L1 bypassed (.cg)
+                        pj = (slot0 + j) * BLOCK_M + offs_m
+                        m_j = tl.load(PM + pj, mask=row_ok, other=-1.0e30, cache_modifier=".cg")
+                        l_j = tl.load(PL + pj, mask=row_ok, other=0.0, cache_modifier=".cg")
+                        o_j = tl.load(PO + pj[:, None] * D + offs_d[None, :], mask=row_ok[:, None], other=0.0,
+                                      cache_modifier=".cg")
+                        m_n = tl.maximum(m_t, m_j)
+                        a_t = tl.exp2(m_t - m_n)
+                        a_j = tl.exp2(m_j - m_n)
+                        l_t = l_t * a_t + l_j * a_j
+                        acc_t = acc_t * a_t[:, None] + o_j * a_j[:, None]
+                        m_t = m_n
+                    out = acc_t / tl.where(l_t > 0, l_t, 1.0)[:, None]
+                    o_ptr = O + (q0 + qi).to(tl.int64)[:, None] * stride_ot + hq[:, None] * stride_oh + offs_d[None, :]
+                    tl.store(o_ptr, out.to(O.dtype.element_ty), mask=row_ok[:, None])
+                    tl.store(ARRIVED + mr, 0)
 
 
 @triton.jit
@@ -227,7 +229,8 @@ class AttentionPlan:
     merge_rows: int = 8  # tile rows per merge program
     merge_dims: int = 32  # head dims per merge program
     merge_slots: int = 32  # partials per merge step
-    fused_merge: bool = True  # the last split of a unit merges (False: a separate merge launch)
+    fused_merge: bool = True  # the kernel may merge in place: units whose work rows name a merge row
+    merge_launch: bool = False  # a merge launch follows (for the units the kernel does not merge)
     arrived: torch.Tensor | None = None  # (merges,) int32 arrival counters, zero between launches
     # the pass's tall requests (prefill chunks, long verifications) in a launch of their own, with
     # prefill tiles (`plan_attention`, SPLIT_TALL); None: this plan covers every request
@@ -370,19 +373,27 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     multi = u_splits[w_unit] > 1
     slot = np.where(multi, np.cumsum(multi) - 1, -1)
     merge_row = np.cumsum(u_splits > 1) - 1  # per unit: its row in `merge` (if split)
+    # which split units the kernel merges in place: per unit, the fused merge reads partials one
+    # at a time, so a launch wins past a few (None); or all (True), or none (False)
+    if fused_merge is None:
+        fuse_unit = u_splits <= FUSED_MAX_SPLITS
+    else:
+        fuse_unit = np.full(len(u_splits), bool(fused_merge))
     work = np.stack([u_req[w_unit], u_head[w_unit], u_qb[w_unit], lo, hi, slot,
-                     np.where(multi, merge_row[w_unit], -1)], 1)
+                     np.where(multi & fuse_unit[w_unit], merge_row[w_unit], -1)], 1)
     mu = np.nonzero(u_splits > 1)[0]
-    if fused_merge is None:  # the fused merge reads partials one at a time: a launch wins past a few
-        fused_merge = int(u_splits.max(initial=1)) <= FUSED_MAX_SPLITS
     first_slot = np.cumsum(np.where(u_splits > 1, u_splits, 0)) - u_splits
-    merge = np.stack([u_req[mu], u_head[mu], u_qb[mu], first_slot[mu], u_splits[mu]], 1)
+    # the merge launch skips the units merged in place (request -1; their slots stay for the kernel)
+    merge = np.stack([np.where(fuse_unit[mu], -1, u_req[mu]), u_head[mu], u_qb[mu], first_slot[mu], u_splits[mu]], 1)
+    merge_launch = bool((~fuse_unit[mu]).any())
+    fused_merge = bool(fuse_unit[mu].any()) or not merge_launch
     q_start = np.concatenate([[0], np.cumsum(q_len)[:-1]]) if n_req else np.zeros(0, np.int64)
     work_t, merge_t, q_start_t, q_len_t = upload([work, merge, q_start, q_len], [np.int32] * 4, device)
     return AttentionPlan(work_t.reshape(-1, WORK_FIELDS), merge_t.reshape(-1, MERGE_FIELDS),
                          q_start_t, q_len_t, lists, num_q_heads, int(multi.sum()), bm, bn,
                          tokens_per_split, num_warps or cfg_nw, num_stages or cfg_st,
-                         fused_merge=fused_merge, arrived=torch.zeros(max(len(mu), 1), dtype=torch.int32, device=device))
+                         fused_merge=fused_merge, merge_launch=merge_launch,
+                         arrived=torch.zeros(max(len(mu), 1), dtype=torch.int32, device=device))
 
 
 # Padded plans' smallest sizes (then powers of two): a padding row costs a program that exits at
@@ -409,6 +420,9 @@ def pad_plan(plan: AttentionPlan) -> AttentionPlan:
     plan.merge = grow(plan.merge, n_merge)
     plan.num_slots = pow2(plan.num_slots, PAD_SLOTS)
     plan.arrived = torch.zeros(n_merge, dtype=torch.int32, device=plan.work.device)
+    # one kernel shape whatever the contexts: the in-place merge compiled in, the merge launch
+    # always there (its rows of units merged in place, or of padding, exit at once)
+    plan.fused_merge = plan.merge_launch = True
     return plan
 
 
@@ -461,7 +475,7 @@ def _launch(q, k_cache, v_cache, plan: AttentionPlan, out, sm_scale, page_scores
             HKV=hkv, G=plan.group, D=d, PS=ps, BLOCK_M=bm, BLOCK_N=bn, UPCAST=_INTERPRET,
             WRITE_SCORES=page_scores is not None, FUSED_MERGE=int(plan.fused_merge), num_warps=nw,
             num_stages=num_stages, **pdl.kw())
-    if plan.merge.shape[0] and not plan.fused_merge:
+    if plan.merge.shape[0] and plan.merge_launch:
         mb, db = min(plan.merge_rows, bm), min(plan.merge_dims, d)
         _attn_merge[(plan.merge.shape[0], bm // mb, d // db)](
             out, po, pm, pl, plan.merge, plan.q_start, plan.q_len, out.stride(0), out.stride(1),

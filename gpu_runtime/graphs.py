@@ -156,7 +156,7 @@ class GraphedPasses:
         caps = attn.id_capacities()
         # the kernels read token ranges from the work list: the split size itself is not a shape
         plan_key = tuple((int(p.work.shape[0]), int(p.merge.shape[0]), p.num_slots, p.block_m, p.block_n,
-                          p.num_warps, p.num_stages, p.fused_merge, p.merge_rows, p.merge_dims, p.merge_slots,
+                          p.num_warps, p.num_stages, p.fused_merge, p.merge_launch, p.merge_rows, p.merge_dims, p.merge_slots,
                           p.num_q_heads) for plan in plans for p in plan.parts())
         return (attn.graph_key(), int(tokens.shape[0]), int(logit_rows.shape[0]), tuple(caps), plan_key), plans, caps
 

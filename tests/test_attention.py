@@ -192,7 +192,9 @@ def test_fused_merge_chosen_by_split_count():
     few = A.plan_attention(b.q_len, b.lists, 8, tokens_per_split=192, block_n=32)
     many = A.plan_attention(b.q_len, b.lists, 8, tokens_per_split=32, block_n=32)
     assert int(few.merge[:, 4].max()) <= A.FUSED_MAX_SPLITS and few.fused_merge
-    assert int(many.merge[:, 4].max()) > A.FUSED_MAX_SPLITS and not many.fused_merge
+    assert int(many.merge[:, 4].max()) > A.FUSED_MAX_SPLITS and many.merge_launch and not few.merge_launch
+    long = many.merge[:, 4] > A.FUSED_MAX_SPLITS  # merged by the launch, the others in place
+    assert (many.merge[long, 0] >= 0).all() and (many.merge[~long, 0] < 0).all()
 
 
 @pytest.mark.parametrize("fused", [True, False])
@@ -250,3 +252,26 @@ def test_pdl_is_off_under_the_interpreter():
 
     assert A._attn_fwd.__class__.__name__ == "InterpretedFunction"
     assert not pdl.ENABLED and pdl.kw() == {}
+
+
+def test_fusion_is_decided_per_unit():
+    """Auto in one plan: units of at most FUSED_MAX_SPLITS splits merge in the main kernel, longer
+    ones in the merge launch (their work rows name no merge row, the launch skips the others);
+    padded, both paths are compiled in and the output is the reference, twice over (counters reset)."""
+    rng = rng_for("fuse_per_unit")
+    b = make_batch([Req("decode", 900), Req("decode", 100), Req("verify", 300, q=9)], 2, 4, 64, 16,
+                   torch.float32, "cpu", rng)
+    plan = A.plan_attention(b.q_len, b.lists, 8, tokens_per_split=64, block_n=32)
+    splits = plan.merge[:, 4]
+    fused_rows = plan.merge[:, 0] < 0
+    assert (splits[fused_rows] <= A.FUSED_MAX_SPLITS).all() and (splits[~fused_rows] > A.FUSED_MAX_SPLITS).all()
+    assert fused_rows.any() and (~fused_rows).any() and plan.fused_merge and plan.merge_launch
+    named = plan.work[:, 6][plan.work[:, 6] >= 0].unique()
+    assert set(named.tolist()) == set(torch.nonzero(fused_rows).flatten().tolist())
+    ref = mixed_attention_ref(b.q, b.k_cache, b.v_cache, b.q_len, b.lists)
+    for p in (plan, A.pad_plan(A.plan_attention(b.q_len, b.lists, 8, tokens_per_split=64, block_n=32))):
+        for _ in range(2):
+            out = torch.full_like(b.q, float("nan"))
+            A.mixed_attention(b.q, b.k_cache, b.v_cache, p, out=out)
+            assert rel_err(out, ref) < TOL[torch.float32]
+            assert int(p.arrived.abs().sum()) == 0
