@@ -45,7 +45,8 @@ class NullModel:
 
 def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, max_graphs: int = 48,
                  capture_after: int = 2, trace=None, coarse: bool = False, jitter: float = 0.0, seed: int = 0,
-                 stall_s: float = 0.0, seen: set | None = None, rule: bool = False) -> dict:
+                 stall_s: float = 0.0, seen: set | None = None, rule: bool = False, startup: bool = False,
+                 max_batch: int | None = None) -> dict:
     """`workload` B x C offline, or `trace` (a `Trace`) at its own arrival times, the clock advanced
     by each pass's time as the shipped H200 profile prices it (the roofline where none ships).
     `jitter`: each pass's time scaled by a uniform draw in 1 +- jitter (`seed`); `stall_s` added to
@@ -69,7 +70,9 @@ def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, 
     else:
         b_n, prompts, outs, arrivals = len(trace), trace.prompt_tokens, trace.output_tokens, trace.arrival_s
     cfg = ServingConfig(model="llama-3.1-8b", gpu="h200", policy=policy, acceptance="sparsespec-llama8b",
-                        offline=trace is None, kv_pages=kv_pages, cost="roofline" if trace is None else "auto")
+                        offline=trace is None, kv_pages=kv_pages, cost="roofline" if trace is None else "auto",
+                        **({"max_batch": max_batch} if max_batch else {}))
+    rule = rule or startup
     serving = build(cfg, prefix_cache=False, block_size=None, capacity=kv_pages, max_context=lc.max_context)
     table = RequestTable(prompts, outs, np.asarray(arrivals, np.float64))
     batcher = serving.new_batcher(table, None, None, PagedKVPool)
@@ -78,20 +81,30 @@ def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, 
     ex = RuntimeExecutor(model, cache, batcher.pool, table, lambda rid: [1] * int(prompts[rid]),
                          method=serving.method, budget=cfg.draft_budget, seed=cfg.seed,
                          acceptance=serving.acceptance, record_events=False,
-                         drafts_possible=serving.batcher_config.max_draft > 0, synthetic_prefill=True,
+                         drafts_possible=serving.batcher_config.max_draft > 0, synthetic_prefill=not startup,
                          padding=PassPadding(kv_pages, cfg.page_size, coarse=coarse or rule,
                                              rule=rule_for(serving.batcher_config, cfg.draft_budget) if rule else None),
                          store_slots=min(cfg.max_batch, b_n) + 1)  # as the engine sizes it
     probe = GraphedPasses(model, cache, capture=False)
     keys: list = []
+    start = None
+    if startup:  # the start-up set of these settings (shapes.py), counted on the CPU
+        from spsim.gpu_runtime.shapes import shape_set_for
+
+        start = GraphedPasses(model, cache, capture=False)
+        start.startup(ex, shape_set_for(ex.padding.rule, serving.batcher_config, lc, serving.method, kv_pages))
+    missed: dict = {}
 
     class Probe:
         eligible = staticmethod(GraphedPasses.eligible)
+        frozen = False
 
         def forward(self, attn, tokens, logit_rows):
             key, _, _ = probe.shape_key(attn, tokens, logit_rows)
             probe._note_shape(key)
             keys.append(key)
+            if start is not None and key not in start.graphs:
+                missed[key] = missed.get(key, 0) + 1
             return model(tokens, attn.positions, attn, logit_rows=logit_rows)
 
     ex.graphs = Probe()
@@ -133,7 +146,11 @@ def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, 
         capture += 1
         while len(graphs) > max_graphs:
             graphs.popitem(last=False)
-    return {"workload": workload, "policy": policy, "coarse": coarse, "output_tokens": output_tokens,
+    extra = {}
+    if start is not None:
+        extra = {"startup": start.startup_stats, "passes_outside_startup": sum(missed.values()),
+                 "shapes_outside_startup": len(missed), "_missed": missed, "_startup_keys": list(start.graphs)}
+    return {**extra, "workload": workload, "policy": policy, "coarse": coarse, "output_tokens": output_tokens,
             "graphable_passes": len(keys),
             "distinct_shapes": len(set(keys)), "replay": replay, "capture": capture, "eager": eager,
             "distinct_by_part": probe.stats()["distinct_by_part"], "_keys": keys}
@@ -151,6 +168,9 @@ def main() -> None:
     ap.add_argument("--coarse", action="store_true", help="passes padded to powers of two (--coarse-shapes)")
     ap.add_argument("--rule", action="store_true", help="the shape rule of the settings (gpu_runtime/shapes.py): "
                     "widths by class, powers of two")
+    ap.add_argument("--startup", action="store_true", help="the start-up shape set of the settings (shapes.py): "
+                    "its size, and the run's passes of a shape outside it")
+    ap.add_argument("--max-batch", type=int, default=None)
     ap.add_argument("--rehearse", action="store_true", help="with --trace: serve it twice, a rehearsal then the "
                     "measured run, pass times jittered (--jitter) and each new shape stalling the clock (a capture: "
                     "50 ms in the rehearsal, an eager pass: 25 ms after it); counts the measured run's passes of a "
@@ -178,7 +198,10 @@ def main() -> None:
             r.update(rehearsal_passes=first["graphable_passes"], rehearsal_shapes=first["distinct_shapes"],
                      unseen_in_rehearsal=len(new), unseen_shapes=len(set(new)), jitter=a.jitter)
         else:
-            r = count_shapes(a.workload, pol, a.output_tokens, a.kv_pages, trace=tr, coarse=a.coarse, rule=a.rule)
+            r = count_shapes(a.workload, pol, a.output_tokens, a.kv_pages, trace=tr, coarse=a.coarse, rule=a.rule,
+                             startup=a.startup, max_batch=a.max_batch)
+            r.pop("_missed", None)
+            r.pop("_startup_keys", None)
         r.pop("_keys", None)
         if tr is not None:
             r.update(workload=f"{a.trace}" + (f" first {a.window:g} s" if a.window else ""), requests=len(tr))

@@ -117,6 +117,9 @@ def main() -> int:
     ap.add_argument("--coarse-shapes", action="store_true", help="pad passes to powers of two (spsim validate "
                     "--coarse-shapes): fewer CUDA-graph shapes")
     ap.add_argument("--shape-rule", action="store_true", help="pad passes by the shape rule (gpu_runtime/shapes.py)")
+    ap.add_argument("--startup-shapes", action="store_true", help="with --shape-rule: capture the settings' start-up "
+                    "shape set once per process, none while serving")
+    ap.add_argument("--max-batch", type=int, default=None, help="most requests running (the serving setting)")
     ap.add_argument("--overlap", default=None, action=argparse.BooleanOptionalAction,
                     help="plan each pass while the previous runs (spsim validate --overlap; default: on GPUs)")
     ap.add_argument("--tag", default="", help="added to the result files' names (e.g. _rehearsed)")
@@ -163,11 +166,12 @@ def main() -> int:
     if a.repeat < 1:
         sys.exit(f"validate_gpu.py: --repeat must be >= 1 (got {a.repeat})")
     opts = RuntimeOptions(device=a.device, rehearse=a.rehearse, repeats=a.repeat, coarse_shapes=a.coarse_shapes,
-                          shape_rule=a.shape_rule,
+                          shape_rule=a.shape_rule, startup_shapes=a.startup_shapes, say=print,
                           overlap=a.overlap)
     index = {"benchmark": "validate_gpu", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
              "command": " ".join(sys.argv), "minutes": a.minutes, "model": a.model, "profile": profile,
-             "rehearse": a.rehearse, "repeat": a.repeat, "coarse_shapes": a.coarse_shapes, "shape_rule": a.shape_rule,
+             "rehearse": a.rehearse, "repeat": a.repeat, "coarse_shapes": a.coarse_shapes, "shape_rule": a.shape_rule, "startup_shapes": a.startup_shapes,
+             "max_batch": a.max_batch,
              "overlap": a.overlap,
              "acceptance": a.acceptance, "machine": {"python": platform.python_version()}, "runs": []}
 
@@ -217,6 +221,7 @@ def main() -> int:
                        "policy": policy, "mode": t["mode"] or "trace arrivals"}
                 index["runs"].append(row)
                 cfg = ServingConfig(policy=policy, acceptance=a.acceptance, model=a.model, profile=profile,
+                                    **({"max_batch": a.max_batch} if a.max_batch else {}),
                                     **t["mode"])
 
                 def fits(sim, tr=tr, cfg=cfg):

@@ -28,6 +28,7 @@ from spsim.policies.request import Phase, RequestTable
 from .executor import RuntimeExecutor
 from .kv_cache import PagedKVCache
 from .model_config import LlamaConfig
+from .padding import SCRATCH_PAGES
 
 
 @dataclass
@@ -51,9 +52,18 @@ class RuntimeOptions:
     # the shape rule (shapes.py): padded passes take widths from classes fixed by the settings and
     # drafting/verifying as data. Off by default until the shipped profiles are measured on it
     shape_rule: bool = False
+    # the shape rule's start-up set (shapes.ShapeSet): every decode-like and small prefill pass's
+    # graph captured before the first request, none while serving (with `shape_rule`; opt-in until
+    # its capture fits the start-up budget at default settings: see docs/runtime.md)
+    startup_shapes: bool = False
+    say: object = None  # one-line messages (start-up capture) to the user, e.g. print
+    startup_progress: object = None  # progress(done, total, graphs) during the start-up capture
     # plan and prepare each pass while the previous one runs (preset acceptance only: the host
     # knows a pass's outcome before the GPU ends it). None: on the GPU with preset acceptance
     overlap: bool | None = None
+
+
+_SERVED: dict = {}  # the process's start-up-captured server: settings -> (cache, executor, graphs)
 
 
 @dataclass
@@ -165,23 +175,41 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
 
     serving, table, b = world()
     graphed = opts.cuda_graphs and model.device.type == "cuda"
-    padding = None
-    if opts.pad_passes or (opts.pad_passes is None and graphed):  # scratch pages past the pool's for the dummies
-        from .padding import SCRATCH_PAGES, PassPadding
+    bc = serving.batcher_config
+    startup = bool(graphed and opts.shape_rule and opts.startup_shapes)
+    # a start-up set is captured once per process: a later run of the same settings on the same
+    # model (a validation's warm-up, then its measured run) serves over the same cache, executor
+    # and graphs, as a server serves every request over what it captured at start
+    served_key = (id(model), pages, str(dtype), cfg.page_size, int(serving.method), cfg.draft_budget, bc.max_batch,
+                  bc.max_draft, bc.token_budget, bc.max_context, opts.synthetic_prefill, opts.coarse_shapes)
+    hit = _SERVED.get(served_key) if startup else None
+    prompts = prompt_source(trace, model, tokenizer, cfg, opts)
+    if hit is not None:
+        cache, ex, graphs = hit
+        padding = ex.padding
+        ex.prompt_fn, ex.temperature, ex.seed = prompts, float(opts.temperature), int(cfg.seed)
+        ex.events = [] if opts.record_events else None
+        ex.reset(b.pool, table, serving.acceptance)
+        graphs.reset_counts()
+    else:
+        padding = None
+        if opts.pad_passes or (opts.pad_passes is None and graphed):  # scratch pages past the pool's for the dummies
+            from .padding import PassPadding
+            from .shapes import rule_for
 
-        from .shapes import rule_for
-
-        rule = rule_for(serving.batcher_config, cfg.draft_budget) if opts.shape_rule else None
-        padding = PassPadding(pages, cfg.page_size, coarse=opts.coarse_shapes, rule=rule)
-    cache = PagedKVCache(lc, pages + (SCRATCH_PAGES if padding else 0), cfg.page_size, device=model.device,
-                         dtype=dtype)
-    ex = RuntimeExecutor(model, cache, b.pool, table, prompt_source(trace, model, tokenizer, cfg, opts),
-                         method=serving.method, budget=cfg.draft_budget, temperature=opts.temperature,
-                         seed=cfg.seed, acceptance=serving.acceptance, record_events=opts.record_events,
-                         drafts_possible=serving.batcher_config.max_draft > 0,
-                         synthetic_prefill=opts.synthetic_prefill, padding=padding,
-                         # every request that can be live at once, and the padding's scratch slot
-                         store_slots=min(cfg.max_batch, table.n) + 1)
+            rule = rule_for(bc, cfg.draft_budget) if opts.shape_rule else None
+            padding = PassPadding(pages, cfg.page_size, coarse=opts.coarse_shapes, rule=rule)
+        cache = PagedKVCache(lc, pages + (SCRATCH_PAGES if padding else 0), cfg.page_size, device=model.device,
+                             dtype=dtype)
+        ex = RuntimeExecutor(model, cache, b.pool, table, prompts,
+                             method=serving.method, budget=cfg.draft_budget, temperature=opts.temperature,
+                             seed=cfg.seed, acceptance=serving.acceptance, record_events=opts.record_events,
+                             drafts_possible=bc.max_draft > 0,
+                             synthetic_prefill=opts.synthetic_prefill, padding=padding,
+                             # every request that can be live at once (with a start-up set: the
+                             # settings' most, so later runs fit), and the padding's scratch slot
+                             store_slots=(cfg.max_batch if startup else min(cfg.max_batch, table.n)) + 1)
+        graphs = None
     overlap = opts.overlap if opts.overlap is not None else model.device.type == "cuda"
     if overlap and serving.acceptance is None:
         if opts.overlap:
@@ -189,14 +217,24 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
                              "the next pass waits for the GPU's verification")
         overlap = False
     ex.overlap = overlap
-    if opts.synthetic_prefill and cache.device.type == "cuda":  # finite values for attention to read
+    if hit is None and opts.synthetic_prefill and cache.device.type == "cuda":  # finite values for attention to read
         for t in (cache.k, cache.v):
             t.normal_()
-    graphs = None
-    if graphed:
+    if graphed and hit is None:
         from .graphs import GraphedPasses
 
         graphs = ex.graphs = GraphedPasses(model, cache)
+        if startup:
+            from .shapes import shape_set_for
+
+            shapes = shape_set_for(padding.rule, bc, lc, serving.method, pages)
+            say = opts.say or (lambda msg: None)
+            say("capturing the start-up shape set (CUDA graphs of every pass shape these settings allow)")
+            st = graphs.startup(ex, shapes, progress=opts.startup_progress)
+            say(f"start-up capture: {st['graphs']:,} graphs in {st['seconds']:.1f} s, "
+                f"{st['bytes'] / 2**20:,.0f} MiB of graph memory")
+            _SERVED.clear()  # one server per process: the previous one's memory goes back
+            _SERVED[served_key] = (cache, ex, graphs)
     def again():  # serve the trace once more over the same cache, executor and graphs
         if graphs is not None:
             graphs.reset_counts()

@@ -92,6 +92,7 @@ class RuntimeExecutor:
         self.store = DraftStore(cfg.layers, cfg.kv_heads, budget_pages(self.budget, cache.page_size), self.dev,
                                 slots=max(1, int(store_slots)), scores=self.method == DraftMethod.VERIFY_ATTN)
         self._tables: dict[int, tuple] = {}  # rid -> (pool stamp, page table as an array): see _table
+        self._synth: dict[int, np.ndarray] = {}  # made-up requests' page tables (`synthetic`)
         self.synthetic_prefill = synthetic_prefill
         self.last_prep_s = 0.0  # host time of the last pass's input preparation (part of its elapsed time)
         # CUDA events around the forward (calibration's split of a pass into device and host time);
@@ -176,6 +177,37 @@ class RuntimeExecutor:
             began.record()
         self.slab.begin()
         self._forget(plan)
+        attn, tok_t, rows_t, graphable, rids = self._prepare(plan)
+        if attn is None:
+            self.last_prep_s = time.perf_counter() - t0
+            entropy, accepted = self._outcomes(plan, None)
+            return Ticket(plan, entropy, accepted, t0)
+        self.last_prep_s = time.perf_counter() - t0
+        ev = None
+        if self.time_gpu and cuda:
+            ev = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            ev[0].record()
+        if self.graphs is not None and graphable and self.graphs.eligible(attn):
+            logits = self.graphs.forward(attn, tok_t, rows_t)
+        else:
+            if self.graphs is not None and self.graphs.frozen:  # what a start-up set leaves eager
+                self.graphs.note_eager("over the graph token limit" if attn.n_pre == 0 or graphable
+                                       else "prefill over the graph token limit")
+            logits = self.model(tok_t, attn.positions, attn, logit_rows=rows_t)
+        if ev is not None:
+            ev[1].record()
+        entropy, accepted = self._outcomes(plan, logits)
+        tk = Ticket(plan, entropy, accepted, t0, gpu=ev, tokens=self.slab.end(),
+                    rids=tuple(r for r in rids if r >= 0))
+        if cuda:
+            tk.done = torch.cuda.Event(enable_timing=True)
+            tk.done.record()
+            tk.start = began
+        return tk
+
+    def _prepare(self, plan: PassPlan):
+        """A pass's inputs on the device: `(attention, tokens, logits rows, graphable, request ids)`
+        (attention None when nothing runs: a synthetic prefill alone)."""
         rids, tables, start, qlen, toks = [], [], [], [], []
         score_rows, logit_rows = [], []
         row = 0
@@ -259,12 +291,10 @@ class RuntimeExecutor:
                 self._add(rids, tables, start, qlen, pad.FILLER_RID, 0, q, pad.filler_table(q))
                 spare += range(row, row + q)
                 row += q
-            logit_rows = pad.logit_rows(logit_rows, spare)
+            logit_rows = pad.logit_rows(logit_rows, spare, (n_rows, row) if ruled and n_pre else None)
             pad.note(len(rids) - len(plan.draft_ids) - len(plan.verify_ids), q)
         if not rids:  # a synthetic prefill pass with nothing else in it
-            self.last_prep_s = time.perf_counter() - t0
-            entropy, accepted = self._outcomes(plan, None)
-            return Ticket(plan, entropy, accepted, t0)
+            return None, None, None, graphable, rids
         attn = PassAttention(self.cache, rids, tables, start, qlen, n_pre, drafts, self.method, self.budget,
                              self.store, self.meta, score_rows, self.attention_fn)
         attn.graphable = graphable
@@ -277,30 +307,16 @@ class RuntimeExecutor:
             if attn.split is not None:
                 short[attn.split] = False
             attn.tile_q = int(max(np.asarray(qlen[:-1])[short], default=1))
+            if ruled and n_pre:
+                # the shape rule: a pass carrying prefill takes the tallest tile a verification can
+                # need, so its shape does not follow its verifications (prefill passes are few)
+                attn.tile_q = pad.rule.max_draft + 1
             # nor does its attention run: its output is never read (its K/V land on scratch pages)
             attn.skip = np.asarray([len(qlen) - 1])
         tok_t, rows_t = upload([toks, logit_rows], [np.int64, np.int64], self.dev)
         if min(toks) < 0:  # placeholders: tokens earlier passes sampled, still on the GPU
             tok_t = self.slab.fill(tok_t)
-        self.last_prep_s = time.perf_counter() - t0
-        ev = None
-        if self.time_gpu and cuda:
-            ev = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            ev[0].record()
-        if self.graphs is not None and graphable and self.graphs.eligible(attn):
-            logits = self.graphs.forward(attn, tok_t, rows_t)
-        else:
-            logits = self.model(tok_t, attn.positions, attn, logit_rows=rows_t)
-        if ev is not None:
-            ev[1].record()
-        entropy, accepted = self._outcomes(plan, logits)
-        tk = Ticket(plan, entropy, accepted, t0, gpu=ev, tokens=self.slab.end(),
-                    rids=tuple(r for r in rids if r >= 0))
-        if cuda:
-            tk.done = torch.cuda.Event(enable_timing=True)
-            tk.done.record()
-            tk.start = began
-        return tk
+        return attn, tok_t, rows_t, graphable, rids
 
     def finish(self, tk: Ticket) -> Outcome:
         """Wait for a launched pass; its outcome, timed from its preparation's start or, when it
@@ -333,10 +349,52 @@ class RuntimeExecutor:
         start.append(s)
         qlen.append(n)
 
+    SYNTH_RID = -(1 << 20)  # made-up requests of start-up passes (shapes.py) count down from here
+
+    @torch.no_grad()
+    def synthetic(self, prefill=(), drafts=(), verifies=()):
+        """The inputs of a made-up pass on the padding's scratch pages, assembled as a real pass's
+        are (`_prepare`): `prefill` as `(tokens, context)` chunks, `drafts` as `(context, draft
+        position)`, `verifies` as `(query tokens, context)`. For capturing a pass of every shape at
+        start-up (graphs.py, shapes.py); what it writes lands on scratch pages and in the draft
+        store's scratch slot. Returns `_prepare`'s tuple."""
+        assert self.padding is not None, "synthetic passes need padding's scratch pages"
+        ps, table = self.padding.ps, self.padding.table
+        rows, fake = [], {}
+
+        def add(ctx: int, tokens: int, n_drafts: int) -> int:
+            rid = self.SYNTH_RID - len(fake)
+            st = RequestTokens([0] * (ctx + tokens + 1), ctx + tokens + 1 - n_drafts)
+            st.drafts = [0] * n_drafts
+            fake[rid] = st
+            self._synth[rid] = np.resize(table, -(-(ctx + tokens + 1) // ps))
+            return rid
+
+        pre = [(add(c, n, 0), n, c) for n, c in prefill]
+        dr = [(add(c, p + 1, p), c, p) for c, p in drafts]
+        ver = [(add(c, q, q - 1), q, c) for q, c in verifies]
+        i64 = lambda xs: np.asarray(xs, np.int64)  # noqa: E731
+        plan = PassPlan(prefill_ids=i64([r for r, _, _ in pre]), prefill_tokens=i64([n for _, n, _ in pre]),
+                        prefill_context=i64([c for _, _, c in pre]), prefill_last=np.ones(len(pre), bool),
+                        draft_ids=i64([r for r, _, _ in dr]), draft_context=i64([c for _, c, _ in dr]),
+                        draft_budget=np.full(len(dr), self.budget, np.int64),
+                        draft_method=np.full(len(dr), self.method, np.int64), draft_pos=i64([p for _, _, p in dr]),
+                        verify_ids=i64([r for r, _, _ in ver]), verify_query=i64([q for _, q, _ in ver]),
+                        verify_context=i64([c for _, _, c in ver]))
+        self.req.update(fake)
+        try:
+            return self._prepare(plan)
+        finally:
+            for rid in fake:
+                self.req.pop(rid, None)
+                self._synth.pop(rid, None)
+
     def _table(self, rid: int) -> np.ndarray:
         """The request's page table as an int64 array, converted again only when the pool's table
         changed (its stamp moves: a page added or freed, every page_size tokens), not every pass (a
         32K context's list of 2,048 ids took ~50 us to convert, per request per pass)."""
+        if rid in self._synth:
+            return self._synth[rid]
         stamps = getattr(self.pool, "table_stamp", None)
         if stamps is None:  # a pool without stamps (calibration's fixed tables): convert each time
             return np.asarray(self.pool.table(rid), np.int64)

@@ -100,6 +100,11 @@ class GraphedPasses:
         self.captures = 0
         self.replays = 0
         self.eager = 0  # graphable passes run eagerly (shape not seen often enough yet)
+        self.eager_by_reason: dict[str, int] = {}
+        # a start-up set captured (`startup`): no capture while serving, a pass of another shape
+        # runs eagerly and is counted by reason
+        self.frozen = False
+        self.startup_stats: dict | None = None
         self._outs: dict[tuple, torch.Tensor] = {}  # logits buffers shared by graphs (_out)
         # what tells shapes apart: distinct values of each part of the key over the run (stats())
         self._parts: dict[str, set] = {}
@@ -122,13 +127,65 @@ class GraphedPasses:
         self.seen.clear()
         self._parts.clear()
         self.captures = self.replays = self.eager = 0
+        self.eager_by_reason = {}
         self.capture_after = self._capture_after0
 
     def stats(self) -> dict:
         """Counts, and how many distinct values each part of the shape key took: where a run's
         shapes come from (what padding would have to cover)."""
         return {"captures": self.captures, "replays": self.replays, "eager": self.eager,
+                "eager_by_reason": dict(self.eager_by_reason), "startup": self.startup_stats,
                 "distinct_by_part": {k: len(v) for k, v in self._parts.items()}}
+
+    def note_eager(self, reason: str) -> None:
+        """A decode-like pass ran eagerly for `reason` (counted in `stats()`)."""
+        self.eager += 1
+        self.eager_by_reason[reason] = self.eager_by_reason.get(reason, 0) + 1
+
+    def startup(self, ex, shape_set, progress=None) -> dict:
+        """Capture a graph for every shape of `shape_set` (shapes.ShapeSet) through the executor's
+        made-up passes (`RuntimeExecutor.synthetic`), then freeze: serving captures nothing more.
+        Returns `{graphs, passes, seconds, bytes}` (bytes: the device memory the graphs' pool and
+        inputs took, as the allocator counts it)."""
+        import time
+
+        dev = self.cache.device
+        cuda = dev.type == "cuda"
+        if cuda:
+            torch.cuda.synchronize(dev)
+        mem0 = torch.cuda.memory_allocated(dev) if cuda else 0
+        res0 = torch.cuda.memory_reserved(dev) if cuda else 0
+        t0 = time.perf_counter()
+        specs = list(shape_set.passes())
+        self.max_graphs = max(self.max_graphs, len(specs))
+        made = 0
+        for i, spec in enumerate(specs):
+            attn, tok, rows, graphable, _ = ex.synthetic(**spec)
+            if attn is None or not graphable or not self.eligible(attn) or attn.off_rule:
+                continue
+            shaped = self.shape_key(attn, tok, rows)
+            if shaped is None:
+                continue
+            key, plans, caps = shaped
+            if key in self.graphs:
+                continue
+            self._note_shape(key)
+            self._capture(key, attn, plans, tok, rows, caps)
+            made += 1
+            if progress is not None:
+                progress(i + 1, len(specs), made)
+        if cuda:
+            torch.cuda.synchronize(dev)
+        if ex.padding is not None:
+            ex.padding.reset_stats()
+        self.startup_stats = {"graphs": len(self.graphs), "passes": len(specs),
+                              "seconds": round(time.perf_counter() - t0, 3),
+                              "bytes": int(torch.cuda.memory_reserved(dev) - res0) if cuda else 0,
+                              "allocated_bytes": int(torch.cuda.memory_allocated(dev) - mem0) if cuda else 0}
+        self.captures = 0
+        self._parts.clear()
+        self.frozen = True
+        return self.startup_stats
 
     def _out(self, logits: torch.Tensor) -> torch.Tensor:
         """The shared output buffer for logits of this shape and dtype (replays clone it)."""
@@ -166,13 +223,18 @@ class GraphedPasses:
             return self.model(tokens, attn.positions, attn, logit_rows=logit_rows)
         key, plans, caps = shaped
         st = self.graphs.get(key)
+        if st is None and self.frozen:  # a start-up set: no capture while serving
+            self._note_shape(key)
+            self.note_eager(f"off the rule: {attn.off_rule}" if getattr(attn, "off_rule", None)
+                            else "shape not in the start-up set")
+            return self.model(tokens, attn.positions, attn, logit_rows=logit_rows)
         if st is None:
             self._note_shape(key)
             n = self.seen[key] = self.seen.get(key, 0) + 1
             if n < self.capture_after:  # not (yet) worth a capture: run this one eagerly
                 if len(self.seen) > 64 * self.max_graphs:  # bounded memory over very long runs
                     self.seen.clear()
-                self.eager += 1
+                self.note_eager("first sighting")
                 return self.model(tokens, attn.positions, attn, logit_rows=logit_rows)
             self.seen.pop(key, None)
             st = self._capture(key, attn, plans, tokens, logit_rows, caps)

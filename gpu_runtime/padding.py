@@ -68,6 +68,11 @@ class PassPadding:
         """Ids of the dummy drafting rows for `n` real ones (none when nothing drafts)."""
         return [DUMMY_RID - i for i in range(self._count(n) - n)] if n else []
 
+    def prefill_logits(self, requests: int, tokens: int) -> int:
+        """Logits rows of a prefill-carrying pass under the shape rule (before rounding): what
+        `requests` requests can ask for, at most the pass's padded `tokens` less one."""
+        return min(requests * (self.rule.max_draft + 1), tokens - 1)
+
     DUMMY_VERIFIER = DUMMY_RID - 1000
 
     def rows(self, n: int) -> int:
@@ -93,9 +98,15 @@ class PassPadding:
 
     FILLER_RID = DUMMY_RID - 2000
 
-    def logit_rows(self, rows: list[int], spare: list[int]) -> list[int]:
-        """`rows` + rows of dummies up to its padded size (repeating the last spare one)."""
-        extra = self._size(len(rows), 8) - len(rows)
+    def logit_rows(self, rows: list[int], spare: list[int], prefill: tuple[int, int] | None = None) -> list[int]:
+        """`rows` + rows of dummies up to its padded size (repeating the last spare one). Under the
+        shape rule a pass carrying prefill (`prefill`: its padded request and token counts) takes
+        the most logits rows those requests can have (each a verification of `max_draft + 1`), so
+        its logits count does not follow its verifications."""
+        n = len(rows)
+        if prefill is not None and self.rule is not None:
+            n = max(n, self.prefill_logits(*prefill))
+        extra = self._size(n, 8) - len(rows)
         if extra <= 0 or not spare:
             return rows
         return rows + (spare + [spare[-1]] * extra)[:extra]

@@ -171,6 +171,10 @@ class PassAttention(PagedAttention):
         self.lists0 = lists0
         if SPLIT_PREFILL:
             self.split = tall_prefill(self.q_len, n_prefill, cfg.q_heads // hkv)
+            if self.rule is not None and n_prefill and len(self.q_len) > n_prefill:
+                # the shape rule: every prefill chunk in the prefill launch, whatever its length,
+                # so short chunks do not set the other requests' tile (one shape fewer to vary)
+                self.split = np.arange(n_prefill)
         self._run = None
         if meta is not None and self.fused_write():  # page runs for the bounds (kv_write.py)
             from .kv_write import run_lengths

@@ -75,3 +75,145 @@ def rule_for(batcher_config, draft_budget: int) -> ShapeRule:
     bc = batcher_config
     return ShapeRule(page_size=int(bc.page_size), max_context=int(bc.max_context), max_draft=int(bc.max_draft),
                      budget_pages=budget_pages(draft_budget, bc.page_size))
+
+
+# ----------------------------------------------------------------------------- the start-up set
+
+def _tile_rows(q: int, group: int) -> int:
+    from .attention import choose_block_m
+
+    return choose_block_m([q], group)
+
+
+class ShapeSet:
+    """Made-up passes, one of every shape a server under these settings can meet, to capture
+    before the first request (graphs.py `GraphedPasses.startup`).
+
+    A padded pass's graph key (graphs.py) is fixed by: its padded request count R (prefill chunks,
+    drafting and verifying requests together, a power of two up to `max_batch`'s), its padded
+    token and logits counts (buckets.rule_size), whether it drafts and whether a run's first draft
+    selects pages (drafting is data: selections run over R entries), the attention tile of its
+    tallest short query, whether a prefill chunk runs in a launch of its own, the width class of
+    its longest request, and its attention work lists' padded sizes and tile, which follow
+    contexts within a class. So the set walks R x drafting state x the (tokens, logits, tile)
+    combinations the counts allow x prefill chunks x classes x a ladder of contexts per class,
+    and keeps one pass per distinct key. Contexts a class cannot hold for R requests at once
+    (the KV pool) are left out.
+    """
+
+    LADDER = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0)  # contexts within a class: where its work sizes change
+
+    def __init__(self, rule: ShapeRule, *, max_batch: int, token_limit: int, group: int, pool_pages: int,
+                 drafts: bool, first_drafts: bool, token_budget: int):
+        self.rule, self.max_batch, self.token_limit = rule, int(max_batch), int(token_limit)
+        self.group, self.pool_pages = int(group), int(pool_pages)
+        self.drafts, self.first = bool(drafts), bool(first_drafts)
+        self.chunk_max = min(int(token_budget), self.token_limit - 1)
+
+    def contexts(self, rows: int) -> list[int]:
+        """Context lengths (tokens) to try for `rows` requests: a ladder inside each width class
+        whose contexts the pool holds for that many requests."""
+        r, ps, out, lo = self.rule, self.rule.page_size, [], 1
+        for c in r.classes:
+            hi = c * ps - r.max_draft - 2 * ps  # room for a run of drafts in the class
+            if hi < lo or rows * lo > self.pool_pages * ps:
+                break
+            hi = min(hi, self.pool_pages * ps // rows)
+            out += sorted({int(lo + (hi - lo) * f) for f in self.LADDER})
+            lo = c * ps + 1
+        return out
+
+    def compositions(self):
+        """(R, drafting state, verifies as query lengths, prefill chunk or 0) of every distinct
+        (tokens, logits, tile) combination: the part of a key that does not follow contexts.
+        Passes carrying a prefill chunk take a fixed tile and logits count under the rule
+        (executor.py), so for them only the token class varies."""
+        from .buckets import pow2, rule_size
+
+        qmax = self.rule.max_draft + 1 if self.drafts else 1
+        states = [0] + ([1] + ([2] if self.first else []) if self.drafts else [])
+        R = 1
+        while R <= pow2(self.max_batch):
+            for state in states:
+                D = 1 if state else 0
+                seen = set()
+                # decode-like passes: more than R / 2 real requests (the executor pads to the next power of two)
+                for V in range(max(0, R // 2 + 1 - D), R - D + 1):
+                    if D + V == 0:
+                        continue
+                    for qm in range(1, (qmax if V else 1) + 1):
+                        lo, hi = (V - 1 + qm, V * qm) if V else (0, 0)
+                        for S in self._sums(lo, hi, R - V):
+                            tokens = D + S + (R - D - V)
+                            if tokens > self.token_limit:
+                                continue
+                            key = (rule_size(tokens + 1), rule_size(D + S), _tile_rows(qm if V else 1, self.group))
+                            if key not in seen:
+                                seen.add(key)
+                                yield R, state, self._verifies(V, qm, S), 0
+                if R - D >= 1:  # one prefill chunk, D drafting, the rest 1-token verifications
+                    base = R - 1  # every other row one token
+                    chunk = 1
+                    while base + chunk <= self.token_limit - 1 and chunk <= self.chunk_max:
+                        T = rule_size(base + chunk + 1)
+                        top = min(T - 1 - base, self.chunk_max)  # the largest chunk of this token class
+                        for c in sorted({chunk, top}):
+                            if ("p", T, c == top) not in seen:
+                                seen.add(("p", T, c == top))
+                                yield R, state, [1] * (R - D - 1), c
+                        chunk = top + 1
+            R *= 2
+
+    @staticmethod
+    def _sums(lo: int, hi: int, base: int):
+        """Verify-token totals in [lo, hi] that reach every token-size class (`base` the other tokens)."""
+        from .buckets import rule_size
+
+        if hi <= 0:
+            return [0]
+        out, s = {lo, hi}, lo
+        while s < hi:
+            nxt = rule_size(base + s + 1)  # the first total past this token class
+            s = max(s + 1, nxt - base)
+            if s <= hi:
+                out.add(s)
+                out.add(min(hi, s + 1))
+        return sorted(out)
+
+    @staticmethod
+    def _verifies(V: int, qm: int, S: int) -> list[int]:
+        """V query lengths, the first `qm`, each 1..qm, summing to S."""
+        if not V:
+            return []
+        q = [qm] + [1] * (V - 1)
+        extra = S - qm - (V - 1)
+        for i in range(1, V):
+            add = min(extra, qm - 1)
+            q[i] += add
+            extra -= add
+        assert extra == 0 and sum(q) == S, (V, qm, S)
+        return q
+
+    def passes(self):
+        """Every made-up pass, as `RuntimeExecutor.synthetic`'s arguments (context ladder applied)."""
+        for R, state, verifies, chunk in self.compositions():
+            for ctx in self.contexts(R):
+                drafts = [(ctx, 0 if state == 2 else 1)] if state else []
+                pre = [(chunk, max(0, ctx - chunk))] if chunk else []
+                yield dict(prefill=pre, drafts=drafts, verifies=[(q, ctx) for q in verifies])
+
+
+def shape_set_for(rule: ShapeRule, batcher_config, model_cfg, method: int, pool_pages: int,
+                  token_limit: int | None = None) -> ShapeSet:
+    """The start-up set of a run's settings: its batcher's limits, the model's head group, the
+    draft-KV method (whether a run's first draft selects pages)."""
+    from spsim.plan import DraftMethod
+
+    from .graphs import PREFILL_GRAPH_TOKENS
+
+    bc = batcher_config
+    return ShapeSet(rule, max_batch=bc.max_batch, token_limit=token_limit or PREFILL_GRAPH_TOKENS,
+                    group=model_cfg.q_heads // model_cfg.kv_heads, pool_pages=pool_pages,
+                    drafts=bc.max_draft > 0,
+                    first_drafts=method in (DraftMethod.VERIFY_QUEST, DraftMethod.VERIFY_ATTN),
+                    token_budget=bc.token_budget)

@@ -199,7 +199,8 @@ def validate(trace, cfg: ServingConfig, opts, *, model=None, tokenizer=None, cos
     cost = cost if cost is not None else policy_cost_model(cfg, model.cfg)
     padded = (opts.pad_passes if opts.pad_passes is not None
               else opts.cuda_graphs and model.device.type == "cuda")  # as engine.py decides
-    cost = priced_as_run(cost, opts.coarse_shapes, shape_rule=padded and opts.shape_rule is not False)
+    cost = priced_as_run(cost, opts.coarse_shapes, shape_rule=padded and bool(opts.shape_rule),
+                         max_query=_max_query(cfg))
     wall = {}
     t0 = time.perf_counter()
     sim, sim_passes = simulate_like(trace, cfg, cost)
@@ -235,7 +236,14 @@ def validate(trace, cfg: ServingConfig, opts, *, model=None, tokenizer=None, cos
     return Validation(report, run, sim, sim_passes)
 
 
-def priced_as_run(cost, coarse_shapes: bool, shape_rule: bool = False):
+def _max_query(cfg) -> int:
+    """A verification's most tokens under the run's policy (what the shape rule pads for)."""
+    from .policies.registry import parse_policy
+
+    return (cfg.max_draft if parse_policy(cfg.policy).cls.speculative else 0) + 1
+
+
+def priced_as_run(cost, coarse_shapes: bool, shape_rule: bool = False, max_query: int = 17):
     """The cost model as the run pads its passes: a calibrated profile measured on padded passes
     prices the shape rule's padding (the runtime's default with CUDA graphs) or `--coarse-shapes`
     runs' powers of two (cost/padding.py), in both worlds."""
@@ -243,7 +251,7 @@ def priced_as_run(cost, coarse_shapes: bool, shape_rule: bool = False):
 
     if isinstance(cost, CalibratedCostModel) and cost.p.padding != "none":
         if shape_rule:
-            return cost.with_params(padding="rule")
+            return cost.with_params(padding="rule", rule_max_query=int(max_query))
         if coarse_shapes:
             return cost.with_params(padding="pow2")
     return cost

@@ -108,7 +108,7 @@ def _runtime_rule(tokens: int, logits: int, n_pre: int, n_dr: int, n_ver: int) -
     q = pad.filler_tokens(row)
     assert q >= 1 and len(pad.filler_table(q)) * 16 >= q
     spare += [0] * q
-    return row + q, len(pad.logit_rows(list(range(logits)), spare))
+    return row + q, len(pad.logit_rows(list(range(logits)), spare, (pad.rows(n), row + q) if n_pre else None))
 
 
 @settings(max_examples=300, deadline=None)
@@ -121,7 +121,7 @@ def test_rule_padding_is_the_executors(n_pre, n_dr, n_ver, extra):
     tokens = n_dr + n_ver + (extra if n_ver or n_pre else 0)
     logits = n_pre + n_dr + n_ver
     want = _runtime_rule(tokens, logits, n_pre, n_dr, n_ver)
-    assert padded(tokens, logits, n_dr, n_ver, "rule", 256, n_pre) == want
-    t, lg = padded_vec([tokens], [logits], [n_dr], [n_ver], "rule", 256, [n_pre])
+    assert padded(tokens, logits, n_dr, n_ver, "rule", 256, n_pre, 17) == want
+    t, lg = padded_vec([tokens], [logits], [n_dr], [n_ver], "rule", 256, [n_pre], 17)
     assert (int(t[0]), int(lg[0])) == want
     assert want[0] <= max(8, 2 * (tokens + n_dr + n_ver + n_pre + 1), 1.25 * (tokens + 2 * (n_pre + n_dr + n_ver)) + 1)

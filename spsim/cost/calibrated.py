@@ -120,6 +120,7 @@ class CalibratedParams(RooflineParams):
     #                        overlapped loop of `spsim run`): the host's share is hidden where it is shorter
     padding: str = "none"  # how the runtime pads graphed passes (cost/padding.py: none, bucket, pow2): their
     #                        dummy and filler tokens are priced in the linear layers
+    rule_max_query: int = 17  # the shape rule (padding "rule"): a verification's most tokens (max draft + 1)
 
     @classmethod
     def from_dict(cls, d: dict) -> "CalibratedParams":
@@ -611,7 +612,8 @@ class CalibratedCostModel(RooflineCostModel):
         total += kern_tall
         eager = bool(self.eager(n_pre > 0, tokens))
         if self.p.padding != "none" and not eager:
-            tokens, logits = padded(tokens, logits, n_dr, n_ver, self.p.padding, SCRATCH_PAGES * self.page_size, n_pre)
+            tokens, logits = padded(tokens, logits, n_dr, n_ver, self.p.padding, SCRATCH_PAGES * self.page_size, n_pre,
+                                    self.p.rule_max_query)
         t = self.pass_overhead(tokens, num_logits=logits) + total + self.pass_terms(eager, methods)
         if n_dr:
             pos0 = plan.draft_pos == 0
@@ -883,7 +885,8 @@ class CalibratedCostModel(RooflineCostModel):
         tok, logi = batch.tokens, batch.logits
         if self.p.padding != "none":
             tp, lp = padded_vec(tok, logi, np.bincount(batch.dr_of, minlength=n), np.bincount(batch.ver_of, minlength=n),
-                                self.p.padding, SCRATCH_PAGES * self.page_size, np.bincount(batch.pre_of, minlength=n))
+                                self.p.padding, SCRATCH_PAGES * self.page_size, np.bincount(batch.pre_of, minlength=n),
+                                self.p.rule_max_query)
             tok, logi = np.where(eager, tok, tp), np.where(eager, logi, lp)
         lin = self.overhead_vec(tok, logi)
         per = np.zeros(n)
