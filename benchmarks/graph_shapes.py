@@ -83,7 +83,9 @@ def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, 
                          acceptance=serving.acceptance, record_events=False,
                          drafts_possible=serving.batcher_config.max_draft > 0, synthetic_prefill=not startup,
                          padding=PassPadding(kv_pages, cfg.page_size, coarse=coarse or rule,
-                                             rule=rule_for(serving.batcher_config, cfg.draft_budget) if rule else None),
+                                             rule=rule_for(serving.batcher_config, cfg.draft_budget,
+                                                           serving.policy.make().longest_run(
+                                                               serving.batcher_config.max_draft)) if rule else None),
                          store_slots=min(cfg.max_batch, b_n) + 1)  # as the engine sizes it
     probe = GraphedPasses(model, cache, capture=False)
     keys: list = []

@@ -42,6 +42,7 @@ PROFILE = ROOT / "benchmarks" / "results" / "calibration" / "h200-llama-3.1-8b.j
 # Measured against simulated time so far (docs/runtime.md): the runtime takes up to ~1.5x the
 # simulated GPU time on drafting policies; plus graph captures (~0.1 s each) and a warm-up.
 SLOWDOWN, FIXED_S = 1.4, 15.0
+STARTUP_S = 90.0  # a start-up set of ~900 graphs at max batch 16 (H200, 8B: ~80 ms a graph)
 
 
 class OutOfTime(BaseException):
@@ -229,7 +230,8 @@ def main() -> int:
                     # arrival span (plus a drain)
                     busy = SLOWDOWN * sum(sim.summary["pass_time_s"].values())
                     span = 0.0 if cfg.offline or cfg.concurrency else float(tr.arrival_s[-1]) + 10
-                    est = max(busy, span) * (a.repeat + (1 if a.rehearse else 0)) + FIXED_S
+                    est = max(busy, span) * (a.repeat + (1 if a.rehearse else 0)) + FIXED_S \
+                        + (STARTUP_S if a.startup_shapes else 0)
                     row["estimated_s"] = round(est, 1)
                     if est > deadline - time.monotonic():
                         raise Skip(f"estimated {est:.0f} s, {deadline - time.monotonic():.0f} s left")

@@ -284,11 +284,48 @@ def _units(nqb: np.ndarray, hkv: int, qb_size: int) -> tuple[np.ndarray, np.ndar
     return u_req, j // np.maximum(k, 1), (j % np.maximum(k, 1)) * qb_size
 
 
+def split_blocks_for(u_blocks: np.ndarray, num_sms: int = 132, waves: float = 8.0, min_split_tokens: int = 4096,
+                     bn: int = 128) -> int:
+    """KV blocks per split for units of `u_blocks` blocks (see `plan_attention`)."""
+    u_blocks = np.asarray(u_blocks, np.int64)
+    target = max(1, int(num_sms * waves))
+    total = int(u_blocks.sum())
+    # Small passes: the shortest splits that still fit one wave (items <= SMs, counted per unit:
+    # 4032-token splits of 32K rows made 144 items, a second wave for 12 of them, 1.5x slower).
+    lo_b, hi_b = 1, max(1, int(u_blocks.max(initial=1)))
+    if len(u_blocks) > num_sms:  # a unit is at least one item: no split fits one wave, the search ends at hi_b
+        lo_b = hi_b
+    while lo_b < hi_b:
+        mid = (lo_b + hi_b) // 2
+        if int(np.maximum(1, -(-u_blocks // mid)).sum()) <= num_sms:
+            hi_b = mid
+        else:
+            lo_b = mid + 1
+    floor_blocks = min(-(-min_split_tokens // bn), lo_b)
+    return max(1, floor_blocks, -(-total // target))
+
+
+def work_cap(units: int, max_tokens: int, bn: int, num_sms: int = 132) -> int:
+    """The most work items `units` units of up to `max_tokens` keys each get from the split rule,
+    over a ladder of uniform lengths up to it: a padded plan's room, fixed by the settings (the
+    shape rule, shapes.py). Plans over mixed lengths that would exceed it take longer splits."""
+    best, t = 1, max(1, int(max_tokens))
+    while True:
+        blocks = np.full(max(1, int(units)), -(-t // bn), np.int64)
+        split = split_blocks_for(blocks, num_sms=num_sms, bn=bn)
+        best = max(best, int(np.maximum(1, -(-blocks // split)).sum()))
+        if t <= bn:
+            return best
+        t = (t + 1) // 2
+
+
 def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 132,
                    waves: float = 8.0, min_split_tokens: int = 4096, block_m: int | None = None,
                    block_n: int | None = None, tokens_per_split: int | None = None,
                    num_warps: int | None = None, num_stages: int | None = None,
-                   fused_merge: bool | None = None, split=None, requests=None, skip=None) -> AttentionPlan:
+                   fused_merge: bool | None = None, split=None, requests=None, skip=None,
+                   max_items: int | None = None, max_items_split: int | None = None,
+                   block_m_split: int | None = None) -> AttentionPlan:
     """Cut the pass into work items.
 
     Split size: the KV blocks of all (row, query block) units over `num_sms * waves` items, but
@@ -302,6 +339,8 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     `block_m`/`block_n` then apply to the other requests only.
     `requests`: plan only these requests (the others get no work).
     `skip`: requests that get no work at all (the padding's filler, whose output nothing reads).
+    `max_items` (`max_items_split` for the `split` requests' plan): at most this many work items,
+    splits lengthened until they fit (a padded plan's room: `work_cap`).
     """
     device = lists.count.device
     q_len = np.asarray(q_len, dtype=np.int64)
@@ -316,8 +355,10 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
         requests = keep if requests is None else np.intersect1d(requests, keep)
     if split is not None and 0 < len(split) < n_req:  # a forced tile is the rest's; the split's is its own
         rest = np.setdiff1d(np.arange(n_req) if requests is None else requests, split)
-        plan = plan_attention(q_len, lists, num_q_heads, requests=rest, block_m=block_m, block_n=block_n, **kw)
-        plan.tall = plan_attention(q_len, lists, num_q_heads, requests=split, **kw)
+        plan = plan_attention(q_len, lists, num_q_heads, requests=rest, block_m=block_m, block_n=block_n,
+                              max_items=max_items, **kw)
+        plan.tall = plan_attention(q_len, lists, num_q_heads, requests=split, max_items=max_items_split,
+                                   block_m=block_m_split, **kw)
         return plan
     sub = None if requests is None else np.asarray(requests, np.int64)
     bm = block_m or choose_block_m(q_len if sub is None else q_len[sub], g)
@@ -338,22 +379,12 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     u_end = np.clip(u_kv - q_len[u_req] + q_last, 0, u_kv)  # causal bound of the block
     u_blocks = -(-u_end // bn)
     if tokens_per_split is None:
-        target = max(1, int(num_sms * waves))
-        total = int(u_blocks.sum())
-        # Small passes: the shortest splits that still fit one wave (items <= SMs, counted per unit:
-        # 4032-token splits of 32K rows made 144 items, a second wave for 12 of them, 1.5x slower).
-        lo_b, hi_b = 1, max(1, int(u_blocks.max(initial=1)))
-        if len(u_blocks) > num_sms:  # a unit is at least one item: no split fits one wave, the search ends at hi_b
-            lo_b = hi_b
-        while lo_b < hi_b:
-            mid = (lo_b + hi_b) // 2
-            if int(np.maximum(1, -(-u_blocks // mid)).sum()) <= num_sms:
-                hi_b = mid
-            else:
-                lo_b = mid + 1
-        floor_blocks = min(-(-min_split_tokens // bn), lo_b)
-        split_blocks = max(1, floor_blocks, -(-total // target))
-        tokens_per_split = split_blocks * bn
+        tokens_per_split = split_blocks_for(u_blocks, num_sms, waves, min_split_tokens, bn) * bn
+    if max_items is not None:  # a padded plan's room: longer splits until the items fit it
+        longest = max(1, int(u_blocks.max(initial=1))) * bn
+        while int(np.maximum(1, -(-u_blocks // (tokens_per_split // bn))).sum()) > max_items \
+                and tokens_per_split < longest:  # one item per unit at most: more units than room stay over
+            tokens_per_split *= 2
     assert tokens_per_split % bn == 0
     split_blocks = tokens_per_split // bn
     u_splits = np.maximum(1, -(-u_blocks // split_blocks))
@@ -403,7 +434,7 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
 PAD_WORK, PAD_MERGE, PAD_SLOTS = 128, 64, 128
 
 
-def pad_plan(plan: AttentionPlan) -> AttentionPlan:
+def pad_plan(plan: AttentionPlan, caps=None) -> AttentionPlan:
     """The plan with its work and merge lists and partial slots rounded up to powers of two, the
     extra rows marked as padding (request -1, which both kernels skip): passes whose lists differ
     only in length then share one CUDA graph (graphs.py). The same plan object, changed in place."""
@@ -413,12 +444,18 @@ def pad_plan(plan: AttentionPlan) -> AttentionPlan:
         pad = torch.full((n - t.shape[0], t.shape[1]), -1, dtype=t.dtype, device=t.device)
         return torch.cat([t, pad])
 
+    caps = list(caps) if caps is not None else [None, None]
     if plan.tall is not None:
-        pad_plan(plan.tall)
-    n_merge = pow2(plan.merge.shape[0], PAD_MERGE)
-    plan.work = grow(plan.work, pow2(plan.work.shape[0], PAD_WORK))
-    plan.merge = grow(plan.merge, n_merge)
-    plan.num_slots = pow2(plan.num_slots, PAD_SLOTS)
+        pad_plan(plan.tall, [caps[1]])
+    if caps[0] is not None:  # the shape rule's room (`work_cap`): (work items, merge rows)
+        n_work, n_merge = caps[0]
+        assert plan.work.shape[0] <= n_work and plan.merge.shape[0] <= n_merge, "a plan past its room"
+        plan.work, plan.merge, plan.num_slots = grow(plan.work, n_work), grow(plan.merge, n_merge), n_work
+    else:
+        n_merge = pow2(plan.merge.shape[0], PAD_MERGE)
+        plan.work = grow(plan.work, pow2(plan.work.shape[0], PAD_WORK))
+        plan.merge = grow(plan.merge, n_merge)
+        plan.num_slots = pow2(plan.num_slots, PAD_SLOTS)
     plan.arrived = torch.zeros(n_merge, dtype=torch.int32, device=plan.work.device)
     # one kernel shape whatever the contexts: the in-place merge compiled in, the merge launch
     # always there (its rows of units merged in place, or of padding, exit at once)

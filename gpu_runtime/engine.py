@@ -197,7 +197,8 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
             from .padding import PassPadding
             from .shapes import rule_for
 
-            rule = rule_for(bc, cfg.draft_budget) if opts.shape_rule else None
+            rule = (rule_for(bc, cfg.draft_budget, serving.policy.make().longest_run(bc.max_draft))
+                    if opts.shape_rule else None)
             padding = PassPadding(pages, cfg.page_size, coarse=opts.coarse_shapes, rule=rule)
         cache = PagedKVCache(lc, pages + (SCRATCH_PAGES if padding else 0), cfg.page_size, device=model.device,
                              dtype=dtype)

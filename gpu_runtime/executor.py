@@ -250,7 +250,12 @@ class RuntimeExecutor:
             # padded to one count (dummy verifiers, below) and the drafting selections to the same
             # count (dummy entries that are no requests: pass_attention.DraftRows.entries)
             n_rows = pad.rows(len(rids) + len(plan.verify_ids))
-            drafts.entries = n_rows if drafts.rids else 0
+            # a pass carrying prefill selects for every entry and as for a run's first draft
+            # whether or not anything drafts (its shape then follows only its token count; such
+            # passes are few and long, and a dummy entry's selection reads one scratch page)
+            with_prefill = n_pre > 0 and pad.rule.max_draft > 0
+            drafts.entries = n_rows if drafts.rids or with_prefill else 0
+            drafts.force_first = with_prefill
             drafts.pad_first = drafts.entries
             drafts.coarse, drafts.rule = True, pad.rule
             drafts.scratch = pad.table[:1]

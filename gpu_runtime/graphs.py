@@ -209,7 +209,11 @@ class GraphedPasses:
         if any(p is None for p in plans):
             return None
         if self.pad:
-            plans = [pad_plan(p) for p in plans]  # the plans the forward uses (cached in attn)
+            caps = attn.plan_caps() if hasattr(attn, "plan_caps") else None
+            if caps is not None and any(p.work.shape[0] > c[0] or p.merge.shape[0] > c[1]
+                                        for plan in plans for p, c in zip(plan.parts(), caps)):
+                attn.off_rule, caps = "attention work past the rule's room", None  # padded the old way
+            plans = [pad_plan(p, caps) for p in plans]  # the plans the forward uses (cached in attn)
         caps = attn.id_capacities()
         # the kernels read token ranges from the work list: the split size itself is not a shape
         plan_key = tuple((int(p.work.shape[0]), int(p.merge.shape[0]), p.num_slots, p.block_m, p.block_n,

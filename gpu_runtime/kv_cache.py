@@ -85,6 +85,11 @@ class PagedAttention:
         self.split: np.ndarray | None = None
         # requests given no attention work (the padding's filler: nothing reads its output)
         self.skip: np.ndarray | None = None
+        # a padded plan's room (the shape rule): at most this many work items (`max_items_split`
+        # for the split requests' launch, whose tile is `block_m_split`, None: its own)
+        self.max_items: int | None = None
+        self.max_items_split: int | None = None
+        self.block_m_split: int | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -117,7 +122,9 @@ class PagedAttention:
                 block_m = choose_block_m(np.minimum(self.q_len, max(1, self.tile_q)),
                                          num_q_heads // self.cache.cfg.kv_heads)
             plan = self._plans[id(lists)] = plan_attention(self.q_len, lists, num_q_heads, block_m=block_m,
-                                                           split=self.split, skip=self.skip)
+                                                           split=self.split, skip=self.skip, max_items=self.max_items,
+                                                           max_items_split=self.max_items_split,
+                                                           block_m_split=self.block_m_split)
         return plan
 
     def fused_write(self) -> bool:

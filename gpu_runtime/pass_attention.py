@@ -69,6 +69,7 @@ class DraftRows:
     # many of its requests draft (0: as many as drafting requests)
     entries: int = 0
     scratch: object = None
+    force_first: bool = False  # the rule's prefill passes: first-draft selections whether or not a run starts
 
     def padded(self) -> "DraftRows":
         """These rows with the dummy entries up to `entries` appended (what selections run over)."""
@@ -76,7 +77,8 @@ class DraftRows:
         if extra <= 0:
             return self
         return DraftRows(self.rids + [SELECT_PAD_RID] * extra, self.kv_len + [1] * extra, self.first + [False] * extra,
-                         self.run_start + [0] * extra, self.pad_first, self.coarse, self.rule, self.entries, self.scratch)
+                         self.run_start + [0] * extra, self.pad_first, self.coarse, self.rule, self.entries, self.scratch,
+                         self.force_first)
 
 
 # the draft store's slot for the padding entries of a first-draft selection (their pages are never read)
@@ -139,7 +141,7 @@ class PassAttention(PagedAttention):
                                 scores=m == DraftMethod.VERIFY_ATTN)
         self.store = states
         lists = lists0 = None
-        if n_dr:
+        if n_dr or drafts.entries:  # (a rule's prefill pass selects over dummy entries alone)
             a, b = n_prefill, n_prefill + n_dr
             pre = full_page_arrays(page_tables[:a], kv_len[:a], hkv, ps)
             ver = full_page_arrays(page_tables[b:], kv_len[b:], hkv, ps)
@@ -155,7 +157,7 @@ class PassAttention(PagedAttention):
             dq = np.full(self._n_sel, q0, np.int64)
             dq[:n_dr] += np.arange(n_dr)
             # each entry's page-score rows (STEP_LAYER ranks by layer 0's)
-            sc = np.repeat(np.minimum(np.arange(self._n_sel), n_dr - 1) + n_prefill, hkv) * hkv \
+            sc = np.repeat(np.minimum(np.arange(self._n_sel), max(n_dr - 1, 0)) + n_prefill, hkv) * hkv \
                 + np.tile(np.arange(hkv), self._n_sel)
             self._dq, self._sc_rows = upload([dq, sc], [np.int64, np.int64], dev)
             self._inputs += [self._dq, self._sc_rows]
@@ -183,7 +185,7 @@ class PassAttention(PagedAttention):
             self._inputs.append(self._run)
         # page scores the attention kernel writes: verify-attn keeps the verifications' (and last
         # prefill chunks'); step-layer ranks the draft rows' pages by layer 0's
-        want = keep or (m == DraftMethod.STEP_LAYER and n_dr)
+        want = keep or (m == DraftMethod.STEP_LAYER and self._n_sel)
         maxp = self._score_width
         self._scores = torch.empty((len(kv_len) * hkv, maxp), dtype=torch.float32, device=dev) if want else None
         self._keep = None
@@ -201,7 +203,7 @@ class PassAttention(PagedAttention):
             self._keep = tuple(upload([src, states.score_rows(slots)], [None, None], dev))
             self._inputs += list(self._keep)
         self._q = None
-        self._slab_at = 0 if not n_dr else off
+        self._slab_at = 0 if not self._n_sel else off
 
     # -- setup (host, once per pass)
     def _setup_drafts(self, tables, d: DraftRows, dev) -> tuple:
@@ -236,7 +238,7 @@ class PassAttention(PagedAttention):
             T("_slots", slots)
             T("_c_sel", np.repeat(c_sel, hkv)[:, None])
             T("_top", np.repeat(top, hkv)[:, None])
-            extra = max(0, d.pad_first - len(first)) if len(first) else 0
+            extra = max(0, d.pad_first - len(first)) if len(first) or d.force_first else 0
             if len(first) and not extra:
                 # padded to a power of two by repeating the first one (the same pages written
                 # twice): fewer distinct shapes for CUDA graphs, at most twice the scoring
@@ -343,6 +345,42 @@ class PassAttention(PagedAttention):
         return (self.method, pre, self._n_sel, len(self.q_len), int(self.positions.shape[0]), shapes, sc,
                 widths, self.store.version, self.lists0 is not None)
 
+    def _plan(self, lists, num_q_heads: int):
+        if self.max_items is None and self.width_class is not None and not self.off_rule:
+            self._set_caps(num_q_heads)
+        return super()._plan(lists, num_q_heads)
+
+    def _set_caps(self, num_q_heads: int) -> None:
+        """The shape rule's room for this pass's attention work lists (`attention.work_cap`): fixed
+        by its request and token counts and its width class, not by its contexts, so passes of
+        one composition share one graph whatever their lengths (and their tile, short or long)."""
+        from .attention import PREFILL_TILE, SHORT_TILE, TALL_TILE, choose_block_m, work_cap
+
+        g = num_q_heads // self.hkv
+        kv_max = self.width_class * self.ps
+        n = len(self.q_len) - (0 if self.skip is None else len(self.skip))
+        q = self.q_len if self.tile_q is None else np.minimum(self.q_len, max(1, self.tile_q))
+        if self.split is not None:
+            q = np.delete(q, self.split)
+        bm = choose_block_m(q, g)
+        bn = SHORT_TILE[0] if bm <= 32 else TALL_TILE[0] if bm < 128 else PREFILL_TILE[0]
+        self.max_items = work_cap(n * self.hkv, kv_max, max(self.ps, bn))
+        self._merge_caps = [n * self.hkv]
+        if self.split is not None:
+            self.block_m_split = bm_t = 128  # the prefill tile, whatever the chunks' lengths
+            units = self.hkv * (-(-int(self.positions.shape[0]) // (bm_t // g)) + len(self.split))
+            self.max_items_split = work_cap(units, kv_max, max(self.ps, PREFILL_TILE[0]))
+            self._merge_caps.append(units)
+
+    def plan_caps(self) -> list | None:
+        """`attention.pad_plan`'s room for each launch of this pass's plan (None: off the rule)."""
+        if self.max_items is None:
+            return None
+        caps = [(self.max_items, self._merge_caps[0])]
+        if self.max_items_split is not None:
+            caps.append((self.max_items_split, self._merge_caps[1]))
+        return caps
+
     def id_capacities(self) -> list[int]:
         """Page-id room for each of `graph_lists()`: the rule's (fixed by the request count, the
         width class and the slab), else a power of two over this pass's own lists."""
@@ -364,12 +402,12 @@ class PassAttention(PagedAttention):
                 idx = torch.zeros(cap, dtype=L.indices.dtype, device=L.indices.device)
                 idx[:n] = L.indices
                 L.indices = idx
-        if self.n_dr:
+        if self._n_sel:
             self._slab = self.lists.indices[self._slab_at:self._slab_at + self._rows * self._K].view(self._rows, self._K)
 
     # -- per layer (device only)
     def lists_for(self, layer: int):
-        if not self.n_dr:
+        if not self._n_sel:
             return self.lists
         if self.method == DraftMethod.STEP_LAYER:
             if layer == 0:

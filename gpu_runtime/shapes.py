@@ -68,12 +68,14 @@ class ShapeRule:
         return pow2(max(1, requests * width + slab_ids), 1024)
 
 
-def rule_for(batcher_config, draft_budget: int) -> ShapeRule:
-    """The rule of a run's settings (`spsim.build`'s batcher config and the draft budget)."""
+def rule_for(batcher_config, draft_budget: int, longest_run: int | None = None) -> ShapeRule:
+    """The rule of a run's settings (`spsim.build`'s batcher config and the draft budget);
+    `longest_run`: the policy's most drafts a run (`Policy.longest_run`; default the batcher's)."""
     from .pass_attention import budget_pages
 
     bc = batcher_config
-    return ShapeRule(page_size=int(bc.page_size), max_context=int(bc.max_context), max_draft=int(bc.max_draft),
+    run = int(bc.max_draft) if longest_run is None else min(int(longest_run), int(bc.max_draft))
+    return ShapeRule(page_size=int(bc.page_size), max_context=int(bc.max_context), max_draft=run,
                      budget_pages=budget_pages(draft_budget, bc.page_size))
 
 
@@ -136,22 +138,26 @@ class ShapeSet:
         while R <= pow2(self.max_batch):
             for state in states:
                 D = 1 if state else 0
-                seen = set()
-                # decode-like passes: more than R / 2 real requests (the executor pads to the next power of two)
+                seen: dict = {}
+                # decode-like passes: more than R / 2 real requests (the executor pads to the next
+                # power of two); per key the one with the most requests (its long-drafting variant
+                # then has the most drafting runs: `passes`)
                 for V in range(max(0, R // 2 + 1 - D), R - D + 1):
                     if D + V == 0:
                         continue
                     for qm in range(1, (qmax if V else 1) + 1):
                         lo, hi = (V - 1 + qm, V * qm) if V else (0, 0)
-                        for S in self._sums(lo, hi, R - V):
+                        for S in self._sums(lo, hi, R - V, D):
                             tokens = D + S + (R - D - V)
                             if tokens > self.token_limit:
                                 continue
                             key = (rule_size(tokens + 1), rule_size(D + S), _tile_rows(qm if V else 1, self.group))
-                            if key not in seen:
-                                seen.add(key)
-                                yield R, state, self._verifies(V, qm, S), 0
-                if R - D >= 1:  # one prefill chunk, D drafting, the rest 1-token verifications
+                            seen[key] = (V, qm, S)
+                for V, qm, S in seen.values():
+                    yield R, state, self._verifies(V, qm, S), 0
+                # one prefill chunk, the rest 1-token verifications: the rule gives a prefill pass
+                # of a drafting policy every selection (executor.py), so one drafting state for all
+                if state == states[-1]:
                     base = R - 1  # every other row one token
                     chunk = 1
                     while base + chunk <= self.token_limit - 1 and chunk <= self.chunk_max:
@@ -159,26 +165,41 @@ class ShapeSet:
                         top = min(T - 1 - base, self.chunk_max)  # the largest chunk of this token class
                         for c in sorted({chunk, top}):
                             if ("p", T, c == top) not in seen:
-                                seen.add(("p", T, c == top))
-                                yield R, state, [1] * (R - D - 1), c
+                                seen[("p", T, c == top)] = True
+                                yield R, 0, [1] * (R - 1), c  # nothing drafts: the rule selects anyway
                         chunk = top + 1
             R *= 2
 
     @staticmethod
-    def _sums(lo: int, hi: int, base: int):
-        """Verify-token totals in [lo, hi] that reach every token-size class (`base` the other tokens)."""
+    def _sums(lo: int, hi: int, base: int, lbase: int = 0):
+        """Verify-token totals S in [lo, hi] that reach every (token class, logits class) pair: the
+        token count is `base + S`, the logits count `lbase + S` (each padded by buckets.rule_size)."""
         from .buckets import rule_size
 
         if hi <= 0:
             return [0]
-        out, s = {lo, hi}, lo
-        while s < hi:
-            nxt = rule_size(base + s + 1)  # the first total past this token class
-            s = max(s + 1, nxt - base)
-            if s <= hi:
-                out.add(s)
-                out.add(min(hi, s + 1))
-        return sorted(out)
+        out = {lo, hi}
+        for off, extra in ((base, 1), (lbase, 0)):  # tokens pad (n + 1), logits pad (n)
+            s = lo
+            while s < hi:
+                nxt = rule_size(off + s + extra, 8) - off - extra + 1  # the first total of the next class
+                if nxt <= s:
+                    nxt = s + 1
+                if lo <= nxt <= hi:
+                    out.add(nxt)
+                    out.add(nxt - 1)
+                s = nxt
+        return sorted(x for x in out if lo <= x <= hi)
+
+    def _most_drafting(self, d: int, verifies: list[int]) -> list[int]:
+        """The same requests, tokens and tallest query with as many of them drafting (one token
+        each) as the verifications' tokens allow: the verifications left."""
+        if not verifies:
+            return []
+        n, total, qm = d + len(verifies), d + sum(verifies), max(verifies)
+        v = 1 if qm == 1 else max(1, -(-(total - n) // (qm - 1)))
+        v = min(v, len(verifies))
+        return self._verifies(v, qm, total - (n - v))
 
     @staticmethod
     def _verifies(V: int, qm: int, S: int) -> list[int]:
@@ -195,12 +216,29 @@ class ShapeSet:
         return q
 
     def passes(self):
-        """Every made-up pass, as `RuntimeExecutor.synthetic`'s arguments (context ladder applied)."""
+        """Every made-up pass, as `RuntimeExecutor.synthetic`'s arguments: each composition over
+        the context ladder, all requests alike, and once more per class with one request at the
+        class's longest and the others short (fewer work items: the short tile where uniform
+        contexts would take the long one)."""
         for R, state, verifies, chunk in self.compositions():
-            for ctx in self.contexts(R):
+            ladder = self.contexts(R)
+            tops = {max(c for c in ladder if self.rule.width(-(-(c + self.rule.max_draft + 1) // self.rule.page_size))
+                        == w) for w in {self.rule.width(-(-(c + self.rule.max_draft + 1) // self.rule.page_size))
+                                        for c in ladder}} if ladder else set()
+            variants = [(c, 0) for c in ladder] + [(c, 1) for c in sorted(tops)]
+            if state:  # every 1-token verification a long drafting run instead (tokens alike):
+                variants += [(c, 2) for c in sorted(tops)]  # sparse lists short, layer 0's full ones long
+            for ctx, mixed in variants:
+                short = 16 if mixed else ctx
                 drafts = [(ctx, 0 if state == 2 else 1)] if state else []
-                pre = [(chunk, max(0, ctx - chunk))] if chunk else []
-                yield dict(prefill=pre, drafts=drafts, verifies=[(q, ctx) for q in verifies])
+                ver = list(verifies)
+                if mixed == 2:
+                    ver = self._most_drafting(len(drafts), ver)
+                    drafts += [(ctx, 1)] * (len(verifies) - len(ver))
+                pre = [(chunk, max(0, (short if drafts else ctx) - chunk))] if chunk else []
+                first = not drafts and not pre
+                yield dict(prefill=pre, drafts=drafts,
+                           verifies=[(q, ctx if first and i == 0 else short) for i, q in enumerate(ver)])
 
 
 def shape_set_for(rule: ShapeRule, batcher_config, model_cfg, method: int, pool_pages: int,
@@ -214,6 +252,6 @@ def shape_set_for(rule: ShapeRule, batcher_config, model_cfg, method: int, pool_
     bc = batcher_config
     return ShapeSet(rule, max_batch=bc.max_batch, token_limit=token_limit or PREFILL_GRAPH_TOKENS,
                     group=model_cfg.q_heads // model_cfg.kv_heads, pool_pages=pool_pages,
-                    drafts=bc.max_draft > 0,
+                    drafts=rule.max_draft > 0,
                     first_drafts=method in (DraftMethod.VERIFY_QUEST, DraftMethod.VERIFY_ATTN),
                     token_budget=bc.token_budget)

@@ -88,6 +88,11 @@ class Policy:
         """Tokens a zero target holds before this policy is asked again (plans-ahead policies)."""
         return self.plain_hold
 
+    def longest_run(self, max_draft: int) -> int:
+        """The most drafts this policy lets a request hold before it verifies (the batcher forces
+        a verification at `max_draft`): what the runtime's shape rule sizes verifications for."""
+        return max_draft
+
     # ---- optional shortcuts for executors that advance many passes at once (the simulator).
     # A policy offering them stays exact: they describe what asking it pass by pass would do.
     def cycle_target(self) -> int | None:

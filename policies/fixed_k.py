@@ -35,6 +35,9 @@ class FixedK(Policy):
     def on_verify(self, ids, drafted, accepted) -> None:
         self._first.difference_update(ids.tolist())
 
+    def longest_run(self, max_draft: int) -> int:
+        return min(self.k, max_draft)  # staggered first runs are shorter
+
     def cycle_target(self) -> int:
         return self.k  # after the first verification with drafts, every cycle is k drafts
 

@@ -29,6 +29,9 @@ class Sync(Policy):
     plans_ahead = False
     description = "batch-synchronous draft-then-verify with one global k (MagicDec)"
 
+    def longest_run(self, max_draft: int) -> int:
+        return min(self.k, max_draft) if self.k >= 0 else max_draft  # a fixed k: every cycle k drafts or fewer
+
     def __post_init__(self):
         if self.k < -1:
             raise ValueError("k must be >= 0, or -1 for auto")

@@ -244,7 +244,8 @@ def _max_query(cfg) -> int:
     """A verification's most tokens under the run's policy (what the shape rule pads for)."""
     from .policies.registry import parse_policy
 
-    return (cfg.max_draft if parse_policy(cfg.policy).cls.speculative else 0) + 1
+    spec = parse_policy(cfg.policy)
+    return (spec.make().longest_run(cfg.max_draft) if spec.cls.speculative else 0) + 1
 
 
 def priced_as_run(cost, coarse_shapes: bool, shape_rule: bool = False, max_query: int = 17):

@@ -359,3 +359,26 @@ def test_graph_shapes_rehearsal_meets_an_offline_runs_every_shape():
     assert len(seen) == first["distinct_shapes"] > 1
     again = gs.count_shapes("4x4096", "fixed-k:k=3", 16, kv_pages=2048, jitter=0.1, seed=2, stall_s=0.025, seen=seen)
     assert set(again["_keys"]) <= set(first["_keys"]) and len(seen) == first["distinct_shapes"]
+
+
+@pytest.mark.parametrize("policy,trace", [("fixed-k:k=4", "azure-conv"), ("aspire", "mooncake"), ("ar", "azure-conv")])
+def test_startup_set_covers_every_pass_of_a_live_run(policy, trace):
+    """The shape rule's start-up set (shapes.ShapeSet, `GraphedPasses.startup`), made of made-up
+    passes before any request: a run at the trace's own arrival times (real prefill chunks, the
+    8B shape's head group and pool) meets no pass of a shape outside it, so serving captures
+    nothing; counted with a stand-in model on the CPU (graph_shapes.py --startup)."""
+    import importlib.util
+    from pathlib import Path
+
+    from spsim.traces import read_trace
+    from spsim.traces.transforms import window
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "graph_shapes.py"
+    spec = importlib.util.spec_from_file_location("graph_shapes", path)
+    gs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gs)
+    tr = window(read_trace(trace), 0.0, 6.0)
+    r = gs.count_shapes("x", policy, 128, 57248, trace=tr, startup=True, max_batch=8)
+    assert r["graphable_passes"] > 50 and r["distinct_shapes"] > 1
+    assert r["startup"]["graphs"] >= r["distinct_shapes"]
+    assert r["passes_outside_startup"] == 0, r["_missed"]
