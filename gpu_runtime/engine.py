@@ -56,6 +56,9 @@ class RuntimeOptions:
     # graph captured before the first request, none while serving (with `shape_rule`; opt-in until
     # its capture fits the start-up budget at default settings: see docs/runtime.md)
     startup_shapes: bool = False
+    # device memory set aside from the KV pool for the start-up set's graphs (their pool, inputs
+    # and the graphs themselves; the run reports what they took: runtime.cuda_graphs.startup.bytes)
+    startup_reserve_gib: float = 8.0
     say: object = None  # one-line messages (start-up capture) to the user, e.g. print
     startup_progress: object = None  # progress(done, total, graphs) during the start-up capture
     # plan and prepare each pass while the previous one runs (preset acceptance only: the host
@@ -105,7 +108,9 @@ def kv_pages_for(lc: LlamaConfig, cfg: ServingConfig, opts: RuntimeOptions, dtyp
     dev = torch.device(opts.device)
     if dev.type == "cuda":
         free, _ = torch.cuda.mem_get_info(dev)
-        return int(free * opts.mem_frac) // PagedKVCache.bytes_per_page(lc, cfg.page_size, dtype)
+        if opts.shape_rule and opts.startup_shapes and opts.cuda_graphs:
+            free -= int(opts.startup_reserve_gib * 2**30)  # the start-up set's graphs, counted against the pool
+        return max(0, int(free * opts.mem_frac)) // PagedKVCache.bytes_per_page(lc, cfg.page_size, dtype)
     return opts.cpu_kv_pages
 
 

@@ -101,6 +101,7 @@ class GraphedPasses:
         self.replays = 0
         self.eager = 0  # graphable passes run eagerly (shape not seen often enough yet)
         self.eager_by_reason: dict[str, int] = {}
+        self._shared: dict[tuple, torch.Tensor] = {}  # large per-pass tensors shared by captured passes (_buffer)
         # a start-up set captured (`startup`): no capture while serving, a pass of another shape
         # runs eagerly and is counted by reason
         self.frozen = False
@@ -252,8 +253,19 @@ class GraphedPasses:
         a = st.attn
         return self.model(st.tokens, a.positions, a, logit_rows=st.logit_rows)
 
+    def _buffer(self, key, shape, dtype) -> torch.Tensor:
+        """A tensor shared by every captured pass asking for (key, shape, dtype): the passes replay
+        one at a time and each reloads (or rewrites) it first (`PassAttention.share_buffers`)."""
+        k = (key, tuple(shape), dtype)
+        t = self._shared.get(k)
+        if t is None:
+            t = self._shared[k] = torch.zeros(shape, dtype=dtype, device=self.cache.device)
+        return t
+
     def _capture(self, key, attn, plans, tokens, logit_rows, caps) -> _Captured:
-        attn.pad_page_ids(caps)
+        attn.pad_page_ids(caps, self._buffer)
+        if hasattr(attn, "share_buffers"):
+            attn.share_buffers(self._buffer)
         st = _Captured(attn, plans, tokens, logit_rows)
         if self.capture:
             m, dev = self.model, self.cache.device

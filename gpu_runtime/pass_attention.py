@@ -393,17 +393,34 @@ class PassAttention(PagedAttention):
             caps.append(self.rule.ids_capacity(n, self.width_class))
         return caps
 
-    def pad_page_ids(self, caps: list[int]) -> None:
+    def pad_page_ids(self, caps: list[int], buffer=None) -> None:
         """Give the page lists' id arrays room for `caps` ids (a captured pass is reloaded with
-        passes of other contexts)."""
-        for L, cap in zip(self.graph_lists(), caps):
+        passes of other contexts). `buffer(key, shape, dtype)`: a tensor shared by every captured
+        pass that asks for the same key (graphs.py: passes replay one at a time, each reloading it)."""
+        for i, (L, cap) in enumerate(zip(self.graph_lists(), caps)):
             n = int(L.indices.shape[0])
-            if n < cap:
-                idx = torch.zeros(cap, dtype=L.indices.dtype, device=L.indices.device)
+            if n < cap or buffer is not None:
+                idx = (torch.zeros(cap, dtype=L.indices.dtype, device=L.indices.device) if buffer is None
+                       else buffer(("ids", i), (max(cap, n),), L.indices.dtype))
                 idx[:n] = L.indices
                 L.indices = idx
         if self._n_sel:
             self._slab = self.lists.indices[self._slab_at:self._slab_at + self._rows * self._K].view(self._rows, self._K)
+
+    def share_buffers(self, buffer) -> None:
+        """Use `buffer(key, shape, dtype)`'s shared tensors for the pass's large per-pass tensors
+        (page scores, written and read within a pass; drafting rows' page tables, reloaded before
+        every replay), so a few hundred captured passes do not each hold their own."""
+        if self._scores is not None:
+            self._scores = buffer(("scores",), tuple(self._scores.shape), self._scores.dtype)
+        for name in ("_table_flat", "_first_table", "_table"):
+            t = getattr(self, name, None)
+            if t is None or t.numel() < 4096:
+                continue
+            buf = buffer((name,), tuple(t.shape), t.dtype)
+            buf.copy_(t)
+            self._inputs[next(i for i, x in enumerate(self._inputs) if x is t)] = buf
+            setattr(self, name, buf)
 
     # -- per layer (device only)
     def lists_for(self, layer: int):
