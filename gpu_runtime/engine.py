@@ -69,6 +69,19 @@ class RuntimeOptions:
 _SERVED: dict = {}  # the process's start-up-captured server: settings -> (cache, executor, graphs)
 
 
+def release_served(keep=None) -> None:
+    """Drop the process's start-up-captured server unless its settings are `keep`'s (what sizing a
+    new KV pool must see: a kept server holds its pool and graphs)."""
+    for key in list(_SERVED):
+        if keep is None or key[0] != keep:
+            del _SERVED[key]
+    if not _SERVED and torch.cuda.is_available():
+        import gc
+
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
 @dataclass
 class RunOutput:
     result: RunResult
@@ -107,6 +120,10 @@ def kv_pages_for(lc: LlamaConfig, cfg: ServingConfig, opts: RuntimeOptions, dtyp
         return int(cfg.kv_pages)
     dev = torch.device(opts.device)
     if dev.type == "cuda":
+        release_served(keep=(lc.name, str(dtype), cfg.policy, cfg.draft_kv, cfg.draft_budget, cfg.max_batch,
+                             cfg.max_draft, cfg.token_budget, cfg.page_size))
+        if _SERVED:  # the same settings' server, kept: its pool is the one to serve on
+            return next(iter(_SERVED))[1]
         free, _ = torch.cuda.mem_get_info(dev)
         if opts.shape_rule and opts.startup_shapes and opts.cuda_graphs:
             free -= int(opts.startup_reserve_gib * 2**30)  # the start-up set's graphs, counted against the pool
@@ -185,8 +202,9 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
     # a start-up set is captured once per process: a later run of the same settings on the same
     # model (a validation's warm-up, then its measured run) serves over the same cache, executor
     # and graphs, as a server serves every request over what it captured at start
-    served_key = (id(model), pages, str(dtype), cfg.page_size, int(serving.method), cfg.draft_budget, bc.max_batch,
-                  bc.max_draft, bc.token_budget, bc.max_context, opts.synthetic_prefill, opts.coarse_shapes)
+    served_key = ((lc.name, str(dtype), cfg.policy, cfg.draft_kv, cfg.draft_budget, cfg.max_batch, cfg.max_draft,
+                   cfg.token_budget, cfg.page_size), pages, id(model), bc.max_context, opts.synthetic_prefill,
+                  opts.coarse_shapes)
     hit = _SERVED.get(served_key) if startup else None
     prompts = prompt_source(trace, model, tokenizer, cfg, opts)
     if hit is not None:
