@@ -41,6 +41,10 @@ def register(app: typer.Typer) -> None:
                                                "are meaningless; use with --acceptance PRESET."),
         rehearse: bool = typer.Option(False, "--rehearse", help="Serve the trace once untimed first, capturing "
                                       "every CUDA graph shape it meets; report the second run (steady state)."),
+        startup_shapes: bool = typer.Option(False, "--startup-shapes", help="Capture a CUDA graph of every pass shape "
+                                            "the settings allow before the first request (the shape rule: docs/runtime.md), none "
+                                            "while serving; a pass of another shape runs eager, counted by reason. Opt-in: on the "
+                                            "H200 (8B, --max-batch 16) 700-900 graphs took 73-98 s and ~4 GiB, set aside from the KV pool."),
         coarse_shapes: bool = typer.Option(False, "--coarse-shapes", help="Pad passes to powers of two (rows, tokens, page-table and selection widths): fewer CUDA-graph shapes "
                                             "under policies that mix drafting and verifying requests, more padding (on the H200, 45 s of "
                                             "Azure under fixed-k: 111 passes not replayed against 464). The shipped profiles "
@@ -77,7 +81,8 @@ def register(app: typer.Typer) -> None:
         opts = RuntimeOptions(weights=weights, device=device, dtype=dtype, text=str(text) if text else None,
                               temperature=temperature, max_passes=max_passes, cuda_graphs=cuda_graphs,
                               synthetic_prefill=synthetic_prefill, rehearse=rehearse, coarse_shapes=coarse_shapes,
-                              overlap=overlap)
+                              overlap=overlap, shape_rule=startup_shapes, startup_shapes=startup_shapes,
+                              say=lambda m: err.print(f"[dim]{m}[/]"))
         res = run_trace(tr, serving, opts)
         if as_json:
             typer.echo(res.result.summary_json(), nl=False)
