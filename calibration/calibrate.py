@@ -205,7 +205,7 @@ def runtime_of(sessions: list[dict]) -> dict:
     before they were recorded ran every prefill pass eagerly in one attention launch. Sessions
     that disagree cannot be fitted as one runtime."""
     facts = {(int(x.get("prefill_graph_tokens", 0)), bool(x.get("prefill_split", False)), bool(x.get("overlap", False)),
-              "bucket" if x.get("padded") else "none") for x in sessions}
+              "rule" if x.get("shape_rule") else "bucket" if x.get("padded") else "none") for x in sessions}
     if len(facts) > 1:
         raise SpsimError("the measurements' sessions ran different runtimes (prefill graphs / split launches / "
                          f"overlapped passes / padding: {sorted(facts)}): measure into a new file")

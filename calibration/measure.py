@@ -40,7 +40,7 @@ from .records import Writer, read_measurements
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL_FILES = ("attention.py", "quest.py", "fused.py", "selection.py", "pages.py", "pass_attention.py", "graphs.py",
                 "executor.py", "sampling.py", "model.py", "kv_cache.py", "kv_write.py", "padding.py", "buckets.py",
-                "draft_store.py", "gemv.py")
+                "draft_store.py", "gemv.py", "shapes.py")
 MEM_FRAC = 0.9  # of free memory for KV, as `spsim run` sizes its pool (engine.RuntimeOptions.mem_frac)
 SWEEP_FRAC = 0.75  # of free memory the sweep's cache may take (Quest bounds, graphs, logits beside it)
 ANCHOR_EVERY = 12  # design points between two measurements of the drift controls (design.anchor_points)
@@ -159,7 +159,8 @@ class Bench:
     """The model, the cache and the way one point is timed."""
 
     def __init__(self, model, cache, graphs: bool, min_reps: int = 3, max_reps: int = 10, target_s: float = 0.25,
-                 seed: int = 0, pad: bool | None = None, overlap: bool | None = None):
+                 seed: int = 0, pad: bool | None = None, overlap: bool | None = None, shape_rule: bool = False,
+                 max_draft: int = 16):
         """`pad`: dummy requests bring passes without prefill to a few shapes, as `spsim run` does
         with CUDA graphs (gpu_runtime/padding.py); None: with graphs. A padding cache holds
         `SCRATCH_PAGES` pages past the ones the points' requests use. `overlap`: repeats run back to
@@ -171,6 +172,8 @@ class Bench:
         self.model, self.cache = model, cache
         self.graphs = graphs and cache.device.type == "cuda"
         self.pad = self.graphs if pad is None else bool(pad)
+        # the runtime's shape rule (gpu_runtime/shapes.py) for the dummies, as `--startup-shapes` runs pad
+        self.shape_rule, self.max_draft = bool(shape_rule) and self.pad, int(max_draft)
         self.num_pages = cache.num_pages - (SCRATCH_PAGES if self.pad else 0)  # the requests' pages
         if self.num_pages <= 0:
             raise ValueError(f"a padding cache needs more than {SCRATCH_PAGES} pages")
@@ -187,7 +190,15 @@ class Bench:
         if self.pad:
             from spsim.gpu_runtime.padding import PassPadding
 
-            padding = PassPadding(self.num_pages, self.cache.page_size)
+            rule = None
+            if self.shape_rule:
+                from spsim.gpu_runtime.pass_attention import budget_pages
+                from spsim.gpu_runtime.shapes import ShapeRule
+
+                ps = self.cache.page_size
+                rule = ShapeRule(ps, self.model.cfg.max_context, self.max_draft if point.group != "ar" else 0,
+                                 budget_pages(point.budget, ps))
+            padding = PassPadding(self.num_pages, self.cache.page_size, rule=rule)
         # verifications accept nothing, decided on the host as a preset decides in `spsim run`
         # (the overlapped loop needs it; each repeat starts from the same state anyway)
         ex = RuntimeExecutor(self.model, self.cache, Tables(tables), None, lambda rid: [], method=point.method,
@@ -395,7 +406,7 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
             deadline: float | None = None, page_size: int = 16, dtype: str | None = None, graphs: bool = True,
             cpu_kv_pages: int = 4096, log=print, bench_kw: dict | None = None, max_points: int | None = None,
             pad: bool | None = None, anchor: bool = True, extra_points: list | None = None,
-            retime_spread: float | None = None) -> dict:
+            retime_spread: float | None = None, shape_rule: bool = False) -> dict:
     """Measure the design's points missing from `out` (appending each as it is taken) until done,
     `deadline` (time.monotonic()) or `max_points` this session; returns counts. `design`: default
     or smoke. `pad`: passes padded with dummy requests as `spsim run` pads them (None: with CUDA
@@ -403,6 +414,8 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
     the drift controls (`design.anchor_points`) every `ANCHOR_EVERY` points and at the end.
     `extra_points`: more points to measure beside the design's (`trace_points.read_points`); those
     whose requests' KV would not fit the sweep's cache or the model's window are skipped, counted.
+    `shape_rule`: padded passes padded by the runtime's shape rule (`--startup-shapes` runs; a
+    file holds one rule or the other).
     `retime_spread`: points whose repeats spread wider are timed once more at the end (`noisy`);
     None: `RETIME_SPREAD` on a GPU, off on the CPU (the reference paths' wall clock is noisy)."""
     from spsim.gpu_runtime.padding import SCRATCH_PAGES
@@ -424,6 +437,10 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
         if s.get("model_name") not in (None, cfg.name) or s.get("page_size") not in (None, page_size):
             raise SpsimError(f"{out}: measurements of {s.get('model_name')} (page size {s.get('page_size')}); "
                              f"this sweep is {cfg.name} (page size {page_size}): use another --measurements file")
+        if bool(s.get("shape_rule", False)) != (padded and bool(shape_rule)):
+            raise SpsimError(f"{out}: its passes were padded {'by' if s.get('shape_rule') else 'without'} the shape "
+                             f"rule and this sweep pads them {'by' if shape_rule else 'without'} it: use another "
+                             "--measurements file")
         if bool(s.get("padded", False)) != padded:  # files from before padding have no key: unpadded
             raise SpsimError(f"{out}: its passes were measured {'with' if s.get('padded') else 'without'} padding "
                              f"and this sweep runs them {'with' if padded else 'without'} (as `spsim run` does "
@@ -475,8 +492,9 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
     if extra_points:
         info["extra_points"] = {"given": len(_unique(list(extra_points))), "skipped": extra_skipped}
     info["padded"] = padded
+    info["shape_rule"] = padded and bool(shape_rule)
     info["token_ids"] = "random"  # per position (token_resetter); sweeps before 2026-12-02 repeated one id per request
-    bench = Bench(model, cache, graphs, pad=padded, **(bench_kw or {}))
+    bench = Bench(model, cache, graphs, pad=padded, shape_rule=shape_rule, **(bench_kw or {}))
     info.update(runtime_facts(graphs and dev.type == "cuda", overlap=bench.overlap))
     info["sweep_cache_pages"] = pages  # the requests' pages (the dummies' scratch pages come after)
     log(f"{info['device_name']}: {allocatable:,} KV pages allocatable ({page_size} tokens), sweep cache "

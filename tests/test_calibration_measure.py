@@ -267,3 +267,23 @@ def test_noisy_points_are_timed_once_more_and_only_once(tmp_path):
     assert c2["measured"] == 0 and c2["retimed"] == 0
     # the CPU default never re-times (its wall clock is noisy)
     assert M.noisy(read_measurements(f)[1], smoke_design(4096, 4096 * 16), limit=float("inf")) == []
+
+
+def test_shape_rule_points_are_recorded_and_fitted_as_such(tmp_path):
+    """`shape_rule=True` pads points as `--startup-shapes` runs pad them: the session says so, the
+    fit prices that padding ("rule"), and a sweep padding the other way refuses the file."""
+    from spsim.calibration.calibrate import runtime_of
+    from spsim.calibration.measure import measure
+    from spsim.errors import SpsimError
+
+    f = tmp_path / "m.jsonl"
+    c = measure(f, "tiny", "cpu", design="smoke", max_points=8, bench_kw=FAST, log=lambda s: None, pad=True,
+                shape_rule=True)
+    assert c["measured"] == 8
+    sessions, recs = read_measurements(f)
+    assert sessions[0]["shape_rule"] is True and sessions[0]["padded"] is True
+    assert runtime_of(sessions)["padding"] == "rule"
+    assert any(r.record["padding"]["dummy_requests"] > 0 or r.record["padding"]["filler_tokens"] > 0
+               for r in recs if r.ok and r.point.group != "prefill")
+    with pytest.raises(SpsimError, match="shape rule"):
+        measure(f, "tiny", "cpu", design="smoke", max_points=1, bench_kw=FAST, log=lambda s: None, pad=True)
