@@ -85,6 +85,39 @@ def tag(t: dict) -> str:
     return load + (f"_w{t['window']:g}" if t["window"] else "") + (f"_n{t['limit']}" if t["limit"] else "")
 
 
+def fail(msg: str):
+    print(msg, file=sys.stderr)
+    raise SystemExit(2)
+
+
+def run_key(r: dict) -> tuple:
+    """What makes two index rows the same run of a matrix: trace, window, load and policy."""
+    return (r.get("trace"), r.get("limit"), r.get("window_s"), json.dumps(r.get("mode"), sort_keys=True),
+            r.get("policy"))
+
+
+def load_earlier(path: Path, version: str) -> list[dict]:
+    """The runs of an existing index (`--append`), refused when its kernels were others."""
+    if not path.exists():
+        return []
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        fail(f"error: {path}: not a readable index ({e})")
+    if old.get("kernel_version") != version:
+        fail(f"error: {path}: runs of kernel version {old.get('kernel_version')}, this checkout runs "
+             f"{version}: --append merges one version's runs (use another --out or --tag)")
+    return [dict(r, date=r.get("date", old.get("date"))) for r in old.get("runs", [])]
+
+
+def calls_of(path: Path) -> list[dict]:
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return old.get("calls") or [{"date": old.get("date"), "command": old.get("command")}]
+
+
 def headline(r: dict) -> dict:
     """The numbers a reader looks for first."""
     m = r["metrics"]
@@ -128,6 +161,9 @@ def main() -> int:
                     help="measure and fit a profile on this GPU first (calibrate_gpu, this many minutes of the "
                     "budget) and validate against it: calibration and validation on one machine and lease")
     ap.add_argument("--calibrate-design", default="default", choices=["default", "smoke"])
+    ap.add_argument("--append", action="store_true", help="merge into --out's index of earlier calls (one "
+                    "matrix over several device calls): runs of the same trace, load and policy are replaced, "
+                    "the others kept; the index must be of this checkout's kernel version")
     ap.add_argument("--pack", action="store_true", help="validate_runs/ as one .tar.gz at the end (per-pass files)")
     a = ap.parse_args()
 
@@ -176,9 +212,20 @@ def main() -> int:
              "overlap": a.overlap,
              "acceptance": a.acceptance, "machine": {"python": platform.python_version()}, "runs": []}
 
+    from spsim.calibration.measure import kernel_version
+
+    index["kernel_version"] = kernel_version()
+    index_path = out / f"validate_index{a.tag}.json"
+    earlier = load_earlier(index_path, index["kernel_version"]) if a.append else []
+    earlier_calls = calls_of(index_path) if a.append and index_path.exists() else []
+
     def save_index():
         index["wall_s"] = round(time.monotonic() - t_start, 1)
-        (out / f"validate_index{a.tag}.json").write_text(json.dumps(index, indent=2, default=str) + "\n")
+        mine = {run_key(r) for r in index["runs"]}
+        merged = dict(index, runs=[r for r in earlier if run_key(r) not in mine] + index["runs"])
+        if a.append:
+            merged["calls"] = earlier_calls + [{"date": index["date"], "command": index["command"]}]
+        index_path.write_text(json.dumps(merged, indent=2, default=str) + "\n")
 
     mon = None  # clocks.ClockMonitor, once the model is on the GPU
     try:
@@ -219,7 +266,8 @@ def main() -> int:
                 tr = traces[(t["trace"], t["limit"], t["window"])]
                 name = "_".join([slug(Path(t["trace"]).stem), tag(t), slug(policy)]) + a.tag
                 row = {"trace": t["trace"], "limit": t["limit"], "window_s": t["window"], "requests": len(tr),
-                       "policy": policy, "mode": t["mode"] or "trace arrivals"}
+                       "policy": policy, "mode": t["mode"] or "trace arrivals",
+                       "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
                 index["runs"].append(row)
                 cfg = ServingConfig(policy=policy, acceptance=a.acceptance, model=a.model, profile=profile,
                                     **({"max_batch": a.max_batch} if a.max_batch else {}),

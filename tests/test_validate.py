@@ -293,3 +293,23 @@ def test_gpu_script_packs_the_per_pass_files(tmp_path):
         names = sorted(m.name for m in tar.getmembers() if m.isfile())
         assert names == ["validate_runs/a/passes.jsonl", "validate_runs/b/validate.json"]
         assert tar.extractfile("validate_runs/a/passes.jsonl").read() == b'{"pass": 0}\n'
+
+
+def test_gpu_script_appends_calls_into_one_index(tmp_path):
+    """`validate_gpu.py --append`: a second call's runs join the first's in one index (a run of the
+    same trace, load and policy replaced), each call listed; an index of other kernels is refused
+    with one line and exit code 2."""
+    tr = write_trace(tmp_path / "t.jsonl")
+    out = tmp_path / "res"
+    base = [sys.executable, str(ROOT / "benchmarks" / "validate_gpu.py"), "--out", str(out), "--device", "cpu",
+            "--model", "tiny", "--profile", "none", "--targets", f"{tr}:offline:limit=2", "--minutes", "2", "--append"]
+    for pol in ("ar", "fixed-k:k=3", "ar"):
+        p = subprocess.run(base + ["--policies", pol], capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout + p.stderr
+    index = json.loads((out / "validate_index.json").read_text())
+    assert sorted(r["policy"] for r in index["runs"]) == ["ar", "fixed-k:k=3"]
+    assert all(r["status"] == "done" and r["date"] for r in index["runs"]) and len(index["calls"]) == 3
+    index["kernel_version"] = "000000000000"
+    (out / "validate_index.json").write_text(json.dumps(index))
+    p = subprocess.run(base + ["--policies", "ar"], capture_output=True, text=True)
+    assert p.returncode == 2 and "kernel version" in p.stderr and "Traceback" not in p.stderr
