@@ -16,6 +16,12 @@ What the rule fixes, per class `w` (pages):
 - the drafting slab's width `K` and the first-draft selection width: from the draft budget and
   the longest draft run (`max_draft`), not from contexts;
 - page-id capacities of a pass's page lists: `requests * w` plus the slab.
+
+The rest of the rule lives where it acts: request, token and logits counts and drafting as data
+(padding.py, executor.py `_prepare`'s `ruled` branch, pass_attention.py `DraftRows.entries`),
+attention work lists padded to a room fixed by the composition and class (attention.py
+`work_cap`, pass_attention.py `_set_caps`), the in-place merge chosen per unit (attention.py).
+Opt-in: `RuntimeOptions.shape_rule` and `startup_shapes` (`--startup-shapes`).
 """
 
 from __future__ import annotations
