@@ -131,9 +131,12 @@ def calibrate_from(measurements: str | Path, out: str | Path | None = None, host
         info["allreduce_fit"] = {k: v for k, v in ar.items() if k != "per_point"}
     cm, report = fit(recs, model, gpu, tp=1, weight_dtype=info["weight_dtype"], kv_dtype=info["kv_dtype"],
                      page_size=int(s["page_size"]), host_overhead_s=host, info=info, runtime=runtime_of(sessions))
-    save_profile(cm, out_p)
     side = out_p.with_name(out_p.stem + ".fit.json")
-    side.write_text(json.dumps(report, indent=1) + "\n")
+    try:
+        save_profile(cm, out_p)
+        side.write_text(json.dumps(report, indent=1) + "\n")
+    except OSError as e:
+        raise SpsimError(f"--out {out_p}: cannot write the profile ({e.strerror or e})") from None
     h, f = report["heldout_error"], report["fit_error"]
     log(f"fitted {report['points']['fit']} points, held out {report['points']['heldout']}: held-out median "
         f"{_pct(h.get('median_abs_rel'))}, p95 {_pct(h.get('p95_abs_rel'))} (fit median {_pct(f['median_abs_rel'])}, "
@@ -163,10 +166,22 @@ def _pct(x) -> str:
 
 
 def _check_writable(path: Path) -> None:
+    """Fail before any work where `--out` cannot be written (a read-only folder failed only after
+    the fit, with a traceback)."""
+    import tempfile
+
     if path.is_dir():
         raise SpsimError(f"--out {path}: is a folder, not a file")
     if not path.parent.exists():
         raise SpsimError(f"--out {path}: folder {path.parent} does not exist")
+    try:  # a probe file: permissions and read-only file systems alike (root passes os.access)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".spsim-probe-"):
+            pass
+        if path.exists():
+            with open(path, "a"):
+                pass
+    except OSError as e:
+        raise SpsimError(f"--out {path}: cannot write there ({e.strerror or e})") from None
 
 
 def model_shape(path, session: dict) -> ModelConfig:

@@ -287,3 +287,24 @@ def test_shape_rule_points_are_recorded_and_fitted_as_such(tmp_path):
                for r in recs if r.ok and r.point.group != "prefill")
     with pytest.raises(SpsimError, match="shape rule"):
         measure(f, "tiny", "cpu", design="smoke", max_points=1, bench_kw=FAST, log=lambda s: None, pad=True)
+
+
+def test_calibrate_refuses_an_unwritable_out_before_fitting(tmp_path, monkeypatch):
+    """`spsim calibrate --from M --out ro/x.json`: one error naming --out, before the fit runs (it
+    used to fit for seconds, then end in a traceback from the read-only file system)."""
+    from spsim.calibration import calibrate as C
+    from spsim.calibration.measure import measure
+    from spsim.errors import SpsimError
+
+    f = tmp_path / "m.jsonl"
+    measure(f, "tiny", "cpu", design="smoke", max_points=12, bench_kw=FAST, log=lambda s: None)
+    fitted = []
+    monkeypatch.setattr("spsim.calibration.fit.fit", lambda *a, **k: fitted.append(1))
+    with pytest.raises(SpsimError, match=r"--out /proc/.*cannot write"):
+        C.calibrate_from(f, "/proc/spsim-profile.json", log=lambda s: None)
+    assert not fitted
+    # a write that fails after the fit (a file system going read-only) is one error too
+    monkeypatch.undo()
+    monkeypatch.setattr("spsim.cost.save_profile", lambda *a, **k: (_ for _ in ()).throw(OSError(30, "Read-only file system")))
+    with pytest.raises(SpsimError, match="cannot write the profile"):
+        C.calibrate_from(f, tmp_path / "p.json", log=lambda s: None)
