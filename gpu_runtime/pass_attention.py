@@ -82,7 +82,7 @@ class DraftRows:
 
 
 # the draft store's slot for the padding entries of a first-draft selection (their pages are never read)
-SELECT_PAD_RID = -(1 << 40)
+SELECT_PAD_RID = DraftStore.SCRATCH
 
 
 def _round_up(x: int, m: int) -> int:

@@ -228,9 +228,11 @@ class ShapeSet:
         contexts would take the long one)."""
         for R, state, verifies, chunk in self.compositions():
             ladder = self.contexts(R)
-            tops = {max(c for c in ladder if self.rule.width(-(-(c + self.rule.max_draft + 1) // self.rule.page_size))
-                        == w) for w in {self.rule.width(-(-(c + self.rule.max_draft + 1) // self.rule.page_size))
-                                        for c in ladder}} if ladder else set()
+            top_of: dict = {}  # width class -> the longest context of the ladder in it
+            for c in ladder:
+                w = self.rule.width(-(-(c + self.rule.max_draft + 1) // self.rule.page_size))
+                top_of[w] = max(top_of.get(w, 0), c)
+            tops = set(top_of.values())
             variants = [(c, 0) for c in ladder] + [(c, 1) for c in sorted(tops)]
             if state:  # every 1-token verification a long drafting run instead (tokens alike):
                 variants += [(c, 2) for c in sorted(tops)]  # sparse lists short, layer 0's full ones long
