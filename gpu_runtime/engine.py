@@ -61,6 +61,8 @@ class RuntimeOptions:
     startup_reserve_gib: float = 8.0
     say: object = None  # one-line messages (start-up capture) to the user, e.g. print
     startup_progress: object = None  # progress(done, total, graphs) during the start-up capture
+    # warm-up forwards before start-up captures: "first" of each kernel set, or "always" (graphs.py)
+    startup_warm: str = "first"
     # plan and prepare each pass while the previous one runs (preset acceptance only: the host
     # knows a pass's outcome before the GPU ends it). None: on the GPU with preset acceptance
     overlap: bool | None = None
@@ -256,7 +258,7 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
             shapes = shape_set_for(padding.rule, bc, lc, serving.method, pages)
             say = opts.say or (lambda msg: None)
             say("capturing the start-up shape set (CUDA graphs of every pass shape these settings allow)")
-            st = graphs.startup(ex, shapes, progress=opts.startup_progress)
+            st = graphs.startup(ex, shapes, progress=opts.startup_progress, warm=opts.startup_warm)
             say(f"start-up capture: {st['graphs']:,} graphs in {st['seconds']:.1f} s, "
                 f"{st['bytes'] / 2**20:,.0f} MiB of graph memory")
             _SERVED.clear()  # one server per process: the previous one's memory goes back

@@ -296,7 +296,7 @@ class RuntimeExecutor:
                 self._add(rids, tables, start, qlen, pad.FILLER_RID, 0, q, pad.filler_table(q))
                 spare += range(row, row + q)
                 row += q
-            logit_rows = pad.logit_rows(logit_rows, spare, (n_rows, row) if ruled and n_pre else None)
+            logit_rows = pad.logit_rows(logit_rows, spare, (n_rows, row) if ruled else None)
             pad.note(len(rids) - len(plan.draft_ids) - len(plan.verify_ids), q)
         if not rids:  # a synthetic prefill pass with nothing else in it
             return None, None, None, graphable, rids

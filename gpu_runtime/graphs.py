@@ -143,11 +143,16 @@ class GraphedPasses:
         self.eager += 1
         self.eager_by_reason[reason] = self.eager_by_reason.get(reason, 0) + 1
 
-    def startup(self, ex, shape_set, progress=None) -> dict:
+    def startup(self, ex, shape_set, progress=None, warm: str = "first") -> dict:
         """Capture a graph for every shape of `shape_set` (shapes.ShapeSet) through the executor's
         made-up passes (`RuntimeExecutor.synthetic`), then freeze: serving captures nothing more.
         Returns `{graphs, passes, seconds, bytes}` (bytes: the device memory the graphs' pool and
-        inputs took, as the allocator counts it)."""
+        inputs took, as the allocator counts it) and where the seconds went (`phases`: preparing
+        the made-up passes, keying them, warm-up forwards, capturing).
+        `warm`: "always" runs each pass eagerly before its capture (what `forward` does); "first"
+        only before the first capture of each kernel set (`_kernels`) and captures the rest in
+        relaxed mode, so a kernel compiled late loads inside the capture: a warm-up forward costs
+        about what a capture does."""
         import time
 
         dev = self.cache.device
@@ -159,19 +164,27 @@ class GraphedPasses:
         t0 = time.perf_counter()
         specs = list(shape_set.passes())
         self.max_graphs = max(self.max_graphs, len(specs))
-        made = 0
+        phases = dict.fromkeys(("prepare", "key", "warm", "capture"), 0.0)
+        made, warmed = 0, set()
         for i, spec in enumerate(specs):
+            t = time.perf_counter()
             attn, tok, rows, graphable, _ = ex.synthetic(**spec)
+            t1 = time.perf_counter()
+            phases["prepare"] += t1 - t
             if attn is None or not graphable or not self.eligible(attn) or attn.off_rule:
                 continue
             shaped = self.shape_key(attn, tok, rows)
+            phases["key"] += time.perf_counter() - t1
             if shaped is None:
                 continue
             key, plans, caps = shaped
             if key in self.graphs:
                 continue
             self._note_shape(key)
-            self._capture(key, attn, plans, tok, rows, caps)
+            kernels = self._kernels(key)
+            self._capture(key, attn, plans, tok, rows, caps, warm=warm == "always" or kernels not in warmed,
+                          phases=phases)
+            warmed.add(kernels)
             made += 1
             if progress is not None:
                 progress(i + 1, len(specs), made)
@@ -182,11 +195,20 @@ class GraphedPasses:
         self.startup_stats = {"graphs": len(self.graphs), "passes": len(specs),
                               "seconds": round(time.perf_counter() - t0, 3),
                               "bytes": int(torch.cuda.memory_reserved(dev) - res0) if cuda else 0,
-                              "allocated_bytes": int(torch.cuda.memory_allocated(dev) - mem0) if cuda else 0}
+                              "allocated_bytes": int(torch.cuda.memory_allocated(dev) - mem0) if cuda else 0,
+                              "warm": warm, "warm_ups": len(warmed) if warm == "first" else made,
+                              "phases": {k: round(v, 3) for k, v in phases.items()}}
         self.captures = 0
         self._parts.clear()
         self.frozen = True
         return self.startup_stats
+
+    @staticmethod
+    def _kernels(key) -> tuple:
+        """The kernels a key's pass launches, sizes aside: its method, prefill, whether it drafts
+        and its attention tiles (what a first launch compiles)."""
+        g, _tokens, _rows, _caps, plans = key
+        return (g[0], g[1], bool(g[2]), g[-1], tuple(p[3:] for p in plans))
 
     def _out(self, logits: torch.Tensor) -> torch.Tensor:
         """The shared output buffer for logits of this shape and dtype (replays clone it)."""
@@ -262,30 +284,45 @@ class GraphedPasses:
             t = self._shared[k] = torch.zeros(shape, dtype=dtype, device=self.cache.device)
         return t
 
-    def _capture(self, key, attn, plans, tokens, logit_rows, caps) -> _Captured:
+    def _capture(self, key, attn, plans, tokens, logit_rows, caps, warm: bool = True, phases=None) -> _Captured:
+        import time
+
         attn.pad_page_ids(caps, self._buffer)
         if hasattr(attn, "share_buffers"):
             attn.share_buffers(self._buffer)
         st = _Captured(attn, plans, tokens, logit_rows)
         if self.capture:
             m, dev = self.model, self.cache.device
-            side = torch.cuda.Stream(dev)
-            side.wait_stream(torch.cuda.current_stream(dev))
-            # warm-up outside the graph (allocator, autotune caches); the pass runs again on replay:
-            # everything it writes (KV, page bounds, stored selections and scores) it writes alike
-            with torch.cuda.stream(side):
-                warm = m(st.tokens, attn.positions, attn, logit_rows=st.logit_rows)
-            torch.cuda.current_stream(dev).wait_stream(side)
-            out = self._out(warm)
-            del warm
+            t = time.perf_counter()
+            if warm:
+                side = torch.cuda.Stream(dev)
+                side.wait_stream(torch.cuda.current_stream(dev))
+                # warm-up outside the graph (allocator, autotune caches, kernels' first compile);
+                # the pass runs again on replay: everything it writes (KV, page bounds, stored
+                # selections and scores) it writes alike
+                with torch.cuda.stream(side):
+                    warm_out = m(st.tokens, attn.positions, attn, logit_rows=st.logit_rows)
+                torch.cuda.current_stream(dev).wait_stream(side)
+                out = self._out(warm_out)
+                del warm_out
+            else:
+                from .model import _compute_dtype
+
+                vocab = int(m.embed.weight.shape[0] if m.lm_head is None else m.lm_head.weight.shape[0])
+                out = self._out(torch.empty((int(st.logit_rows.shape[0]), vocab), device=dev,
+                                            dtype=_compute_dtype(m.dtype)))
+            t1 = time.perf_counter()
             g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, pool=self.pool):
+            with torch.cuda.graph(g, pool=self.pool, capture_error_mode="global" if warm else "relaxed"):
                 # the logits land in a buffer shared by every graph of this shape of logits: a graph
                 # then keeps no memory of its own past its replay (100s of graphs stay affordable)
                 out.copy_(m(st.tokens, attn.positions, attn, logit_rows=st.logit_rows))
             st.logits = out
             st.graph = g
             self.captures += 1
+            if phases is not None:
+                phases["warm"] += t1 - t
+                phases["capture"] += time.perf_counter() - t1
         self.graphs[key] = st
         while len(self.graphs) > self.max_graphs:
             self.graphs.popitem(last=False)

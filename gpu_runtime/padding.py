@@ -68,9 +68,11 @@ class PassPadding:
         """Ids of the dummy drafting rows for `n` real ones (none when nothing drafts)."""
         return [DUMMY_RID - i for i in range(self._count(n) - n)] if n else []
 
-    def prefill_logits(self, requests: int, tokens: int) -> int:
-        """Logits rows of a prefill-carrying pass under the shape rule (before rounding): what
-        `requests` requests can ask for, at most the pass's padded `tokens` less one."""
+    def rule_logits(self, requests: int, tokens: int) -> int:
+        """Logits rows of a pass under the shape rule (before rounding): what `requests` requests
+        can ask for, at most the pass's padded `tokens` less one. A function of the pass's padded
+        counts alone, so the logits count is no part of the graph key (one key in three fewer
+        at max batch 256); the extra rows are dummies' (an LM-head row costs ~1 GFLOP)."""
         return min(requests * (self.rule.max_draft + 1), tokens - 1)
 
     DUMMY_VERIFIER = DUMMY_RID - 1000
@@ -98,14 +100,14 @@ class PassPadding:
 
     FILLER_RID = DUMMY_RID - 2000
 
-    def logit_rows(self, rows: list[int], spare: list[int], prefill: tuple[int, int] | None = None) -> list[int]:
+    def logit_rows(self, rows: list[int], spare: list[int], ruled: tuple[int, int] | None = None) -> list[int]:
         """`rows` + rows of dummies up to its padded size (repeating the last spare one). Under the
-        shape rule a pass carrying prefill (`prefill`: its padded request and token counts) takes
-        the most logits rows those requests can have (each a verification of `max_draft + 1`), so
-        its logits count does not follow its verifications."""
+        shape rule (`ruled`: the pass's padded request and token counts) a pass takes the most
+        logits rows those requests can have (each a verification of `max_draft + 1`), so its
+        logits count follows neither its verifications nor its prefill."""
         n = len(rows)
-        if prefill is not None and self.rule is not None:
-            n = max(n, self.prefill_logits(*prefill))
+        if ruled is not None and self.rule is not None:
+            n = max(n, self.rule_logits(*ruled))
         extra = self._size(n, 8) - len(rows)
         if extra <= 0 or not spare:
             return rows

@@ -99,17 +99,18 @@ class ShapeSet:
 
     A padded pass's graph key (graphs.py) is fixed by: its padded request count R (prefill chunks,
     drafting and verifying requests together, a power of two up to `max_batch`'s), its padded
-    token and logits counts (buckets.rule_size), whether it drafts and whether a run's first draft
-    selects pages (drafting is data: selections run over R entries), the attention tile of its
+    token count (buckets.rule_size; the logits count follows R and it), whether it drafts and
+    whether a run's first draft selects pages (drafting is data: selections run over R
+    entries), the attention tile of its
     tallest short query, whether a prefill chunk runs in a launch of its own, the width class of
     its longest request, and its attention work lists' padded sizes and tile, which follow
-    contexts within a class. So the set walks R x drafting state x the (tokens, logits, tile)
+    contexts within a class. So the set walks R x drafting state x the (tokens, tile)
     combinations the counts allow x prefill chunks x classes x a ladder of contexts per class,
     and keeps one pass per distinct key. Contexts a class cannot hold for R requests at once
     (the KV pool) are left out.
     """
 
-    LADDER = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0)  # contexts within a class: where its work sizes change
+    LADDER = (0.0, 0.5, 0.75, 1.0)  # contexts within a class: where its work sizes change
 
     def __init__(self, rule: ShapeRule, *, max_batch: int, token_limit: int, group: int, pool_pages: int,
                  drafts: bool, first_drafts: bool, token_budget: int):
@@ -133,8 +134,8 @@ class ShapeSet:
 
     def compositions(self):
         """(R, drafting state, verifies as query lengths, prefill chunk or 0) of every distinct
-        (tokens, logits, tile) combination: the part of a key that does not follow contexts.
-        Passes carrying a prefill chunk take a fixed tile and logits count under the rule
+        (tokens, tile) combination: the part of a key that does not follow contexts.
+        Passes carrying a prefill chunk take a fixed tile under the rule
         (executor.py), so for them only the token class varies."""
         from .buckets import pow2, rule_size
 
@@ -153,11 +154,11 @@ class ShapeSet:
                         continue
                     for qm in range(1, (qmax if V else 1) + 1):
                         lo, hi = (V - 1 + qm, V * qm) if V else (0, 0)
-                        for S in self._sums(lo, hi, R - V, D):
+                        for S in self._sums(lo, hi, R - V):
                             tokens = D + S + (R - D - V)
                             if tokens > self.token_limit:
                                 continue
-                            key = (rule_size(tokens + 1), rule_size(D + S), _tile_rows(qm if V else 1, self.group))
+                            key = (rule_size(tokens + 1), _tile_rows(qm if V else 1, self.group))
                             seen[key] = (V, qm, S)
                 for V, qm, S in seen.values():
                     yield R, state, self._verifies(V, qm, S), 0
@@ -177,24 +178,23 @@ class ShapeSet:
             R *= 2
 
     @staticmethod
-    def _sums(lo: int, hi: int, base: int, lbase: int = 0):
-        """Verify-token totals S in [lo, hi] that reach every (token class, logits class) pair: the
-        token count is `base + S`, the logits count `lbase + S` (each padded by buckets.rule_size)."""
+    def _sums(lo: int, hi: int, base: int):
+        """Verify-token totals S in [lo, hi] that reach every token class: the token count is
+        `base + S`, padded (n + 1) by buckets.rule_size (the logits count follows the padded
+        counts: padding.py `rule_logits`)."""
         from .buckets import rule_size
 
         if hi <= 0:
             return [0]
-        out = {lo, hi}
-        for off, extra in ((base, 1), (lbase, 0)):  # tokens pad (n + 1), logits pad (n)
-            s = lo
-            while s < hi:
-                nxt = rule_size(off + s + extra, 8) - off - extra + 1  # the first total of the next class
-                if nxt <= s:
-                    nxt = s + 1
-                if lo <= nxt <= hi:
-                    out.add(nxt)
-                    out.add(nxt - 1)
-                s = nxt
+        out, s = {lo, hi}, lo
+        while s < hi:
+            nxt = rule_size(base + s + 1, 8) - base  # the first total of the next class
+            if nxt <= s:
+                nxt = s + 1
+            if lo <= nxt <= hi:
+                out.add(nxt)
+                out.add(nxt - 1)
+            s = nxt
         return sorted(x for x in out if lo <= x <= hi)
 
     def _most_drafting(self, d: int, verifies: list[int]) -> list[int]:

@@ -108,7 +108,7 @@ def _runtime_rule(tokens: int, logits: int, n_pre: int, n_dr: int, n_ver: int) -
     q = pad.filler_tokens(row)
     assert q >= 1 and len(pad.filler_table(q)) * 16 >= q
     spare += [0] * q
-    return row + q, len(pad.logit_rows(list(range(logits)), spare, (pad.rows(n), row + q) if n_pre else None))
+    return row + q, len(pad.logit_rows(list(range(logits)), spare, (pad.rows(n), row + q) if n else None))
 
 
 @settings(max_examples=300, deadline=None)

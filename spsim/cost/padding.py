@@ -31,14 +31,14 @@ LEAST = 8  # padded token and logits counts are at least this (PassPadding._size
 def padded(tokens: int, logits: int, n_draft: int, n_verify: int, mode: str, scratch_tokens: int,
            n_prefill: int = 0, max_query: int = 17) -> tuple[int, int]:
     """(tokens, logits rows) a graphable pass computes once padded (scalars). `max_query` (the
-    rule): a pass carrying prefill takes the logits rows its requests could ask for."""
+    rule): a pass takes the logits rows its requests could ask for."""
     if mode == "none":
         return tokens, logits
     if mode == "rule":
         n = n_prefill + n_draft + n_verify
         row = tokens + pow2(n) - n if n else tokens
         t = rule_size(row + 1, LEAST)
-        if n_prefill:
+        if n:
             logits = max(logits, min(pow2(n) * max_query, t - 1))
         return t, rule_size(logits, LEAST)
     count, size = (pow2, pow2) if mode == "pow2" else (pad_count, bucket)
@@ -62,7 +62,7 @@ def padded_vec(tokens, logits, n_draft, n_verify, mode: str, scratch_tokens: int
         rows = np.where(n > 0, pow2_vec(np.maximum(n, 1)), 0)
         row = tokens + rows - n
         t = rule_size_vec(row + 1, LEAST)
-        logits = np.where(n_prefill > 0, np.maximum(logits, np.minimum(rows * max_query, t - 1)), logits)
+        logits = np.where(n > 0, np.maximum(logits, np.minimum(rows * max_query, t - 1)), logits)
         return t, rule_size_vec(logits, LEAST)
     count, size = (pow2_vec, pow2_vec) if mode == "pow2" else (pad_count_vec, bucket_vec)
     dummies = np.where(n_draft > 0, count(n_draft) - n_draft, 0) + np.where(n_verify > 0, count(n_verify) - n_verify, 0)

@@ -94,6 +94,26 @@ def test_cuda_graphs_replay_the_same_passes(model, policy, method):
     assert g["replays"] > g["captures"] > 0
 
 
+@pytest.mark.parametrize("policy,method,warm", [("ar", "auto", "first"), ("fixed-k:k=4", "verify-quest", "first"),
+                                                ("aspire", "step-layer", "first"), ("entropy", "verify-attn", "always")])
+def test_startup_set_replays_the_eager_tokens(model, policy, method, warm):
+    """The shape rule's start-up set (every shape captured before the first request, most
+    captures without a warm-up forward: `startup_warm="first"`) gives the tokens of the eager run
+    padded alike, captures nothing while serving and runs no decode-like pass eagerly."""
+    cfg = ServingConfig(policy=policy, offline=True, kv_pages=8000, draft_kv=method, draft_budget=256,
+                        max_batch=4, max_draft=6, acceptance="sparsespec-llama8b")
+    eager = run_trace(trace(), cfg, RuntimeOptions(device="cuda", cuda_graphs=False, pad_passes=True,
+                                                   shape_rule=True), model=model)
+    graphed = run_trace(trace(), cfg, RuntimeOptions(device="cuda", shape_rule=True, startup_shapes=True,
+                                                     startup_warm=warm), model=model)
+    assert graphed.tokens == eager.tokens
+    g = graphed.result.summary["runtime"]["cuda_graphs"]
+    print(f"{policy} {method} warm={warm}: start-up {g['startup']}; eager {g['eager_by_reason']}")
+    assert g["captures"] == 0 and g["replays"] > 0
+    assert set(g["eager_by_reason"]) <= {"prefill over the graph token limit"}, g["eager_by_reason"]
+    assert g["startup"]["graphs"] > 0 and g["startup"]["warm"] == warm
+
+
 @pytest.mark.parametrize("policy,method", [("fixed-k:k=4", "verify-quest"), ("fixed-k:k=4", "verify-attn"),
                                            ("aspire", "step-layer"), ("sync:k=3", "step-quest")])
 def test_coarse_shapes_replay_the_same_tokens(model, policy, method):
