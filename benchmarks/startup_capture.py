@@ -52,11 +52,36 @@ def main() -> None:
     load_s = time.perf_counter() - t0
     tr = Trace(np.array(["r0"], object), np.zeros(1), np.array([512]), np.array([16]))
     rows = []
+    t_run = [0.0]
+
+    def progress(i, n, made):
+        if made % 200 == 0:
+            print(f"  {made:,} graphs, {i:,}/{n:,} made-up passes, {time.perf_counter() - t_run[0]:.0f} s", flush=True)
+
+    def write() -> Path:  # after each policy: a run cut short keeps what it measured
+        name = torch.cuda.get_device_name(0) if dev == "cuda" else platform.processor()
+        gpu = name.split()[-1].lower() if dev == "cuda" else "cpu"
+        res = {"benchmark": "startup_capture", "model": a.model, "weights": "random bf16", "warm": a.warm,
+               "machine": name, "torch": torch.__version__, "python": platform.python_version(),
+               "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "model_load_s": round(load_s, 3),
+               "rows": rows}
+        try:
+            import triton
+            res["triton"] = triton.__version__
+        except ImportError:
+            pass
+        out_dir = Path(a.out)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / f"startup_capture_{gpu}{a.tag}.json"
+        path.write_text(json.dumps(res, indent=1) + "\n")
+        return path
+
     for policy in filter(None, a.policies.split(",")):
         cfg = ServingConfig(model=a.model, policy=policy, acceptance="sparsespec-llama8b",
                             **({"max_batch": a.max_batch} if a.max_batch else {}))
-        opts = RuntimeOptions(device=dev, shape_rule=True, startup_shapes=True, startup_warm=a.warm, say=print)
-        t = time.perf_counter()
+        opts = RuntimeOptions(device=dev, shape_rule=True, startup_shapes=True, startup_warm=a.warm, say=print,
+                              startup_progress=progress)
+        t = t_run[0] = time.perf_counter()
         out = run_trace(tr, cfg, opts, model=model)
         g = out.result.summary["runtime"].get("cuda_graphs") or {}
         row = {"policy": policy, "max_batch": cfg.max_batch, "draft_budget": cfg.draft_budget,
@@ -65,22 +90,8 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         rows.append(row)
         release_served()
-    name = torch.cuda.get_device_name(0) if dev == "cuda" else platform.processor()
-    gpu = name.split()[-1].lower() if dev == "cuda" else "cpu"
-    res = {"benchmark": "startup_capture", "model": a.model, "weights": "random bf16", "warm": a.warm,
-           "machine": name, "torch": torch.__version__, "python": platform.python_version(),
-           "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "model_load_s": round(load_s, 3),
-           "rows": rows}
-    try:
-        import triton
-        res["triton"] = triton.__version__
-    except ImportError:
-        pass
-    out_dir = Path(a.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"startup_capture_{gpu}{a.tag}.json"
-    path.write_text(json.dumps(res, indent=1) + "\n")
-    print(f"wrote {path}")
+        write()
+    print(f"wrote {write()}")
 
 
 if __name__ == "__main__":
