@@ -18,16 +18,46 @@ from spsim.errors import SpsimError
 console = Console()
 err = Console(stderr=True)
 
+# `--device cpu` serves small models (tiny, smollm2-135m, llama-3.2-1b); an 8B model's weights in
+# fp32 outgrow a workstation's memory and ended in an out-of-memory traceback.
+CPU_MAX_PARAMS = 2e9
+
+
+def check_device(device: str, model: str, weights: str | None = None) -> None:
+    """One line, before any loading, where `--device` cannot serve `--model`: an unknown device, a
+    large model on the CPU, or cuda on a machine without a CUDA device."""
+    if device not in ("cuda", "cpu"):
+        raise SpsimError(f"--device must be cuda or cpu (got {device!r})")
+    large = None
+    if weights is None:
+        from spsim.models import ModelConfig
+
+        from .model_config import get_config
+
+        c = get_config(model)
+        n = ModelConfig(c.name, c.layers, c.hidden, c.q_heads, c.kv_heads, c.head_dim, c.intermediate, c.vocab,
+                        c.max_context, c.tied_embeddings, c.qkv_bias).params
+        large = f"--model {c.name} ({n / 1e9:.1f}B parameters)" if n > CPU_MAX_PARAMS else None
+    if device == "cpu" and large:
+        raise SpsimError(f"--device cpu serves small models only (up to {CPU_MAX_PARAMS / 1e9:.0f}B parameters, "
+                         f"e.g. --model tiny); {large} needs a GPU")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SpsimError("--device cuda: no CUDA device here" + (f", and {large} is too large for the CPU"
+                             if large else "; --device cpu serves small models (e.g. --model tiny)"))
+
 
 def register(app: typer.Typer) -> None:
-    @app.command(epilog="Examples:\n\n  spsim run my.jsonl --model tiny --offline --policy fixed-k:k=4 --out runs/tiny\n\n"
+    @app.command(epilog="Examples:\n\n  spsim run my.jsonl --model tiny --device cpu --offline --policy fixed-k:k=4 --out runs/tiny\n\n"
                         "  spsim run my.jsonl --device cuda --model llama-3.1-8b --acceptance sparsespec-llama8b --offline")
     @serving_options(exclude=("replicas", "router"), defaults={"acceptance": "real"})
     def run(
         trace: str = typer.Argument(..., help="Trace file or shipped name."),
         weights: Optional[str] = typer.Option(None, "--weights", help="Safetensors folder or .gguf file "
                                               "(default: seeded random weights of --model)."),
-        device: str = typer.Option("cuda", "--device", help="cuda or cpu."),
+        device: str = typer.Option("cuda", "--device", help="cuda or cpu (small models: tiny, smollm2-135m)."),
         dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16, fp16, fp32 or fp64 (default: bf16 on "
                                             "GPUs, the config's on the CPU)."),
         text: Optional[Path] = typer.Option(None, "--text", help="Cut prompts from this text (needs .gguf weights)."),
@@ -64,14 +94,14 @@ def register(app: typer.Typer) -> None:
         """Serve a trace on a real model (GPU, or CPU for small models): measured pass times.
 
         Real or preset acceptance, results in the simulator's metrics schema."""
+        if temperature < 0 or temperature != temperature:
+            raise SpsimError(f"--temperature must be >= 0 (got {temperature})")
+        check_device(device, serving.model, weights)
+
         from spsim.cli_report import load_trace, run_notes, summary_table, warn
 
         from .engine import RuntimeOptions, run_trace, write_outputs
 
-        if temperature < 0 or temperature != temperature:
-            raise SpsimError(f"--temperature must be >= 0 (got {temperature})")
-        if device not in ("cuda", "cpu"):
-            raise SpsimError(f"--device must be cuda or cpu (got {device!r})")
         check_out_dir(out, ("summary.json", "requests.csv", "events.jsonl", "passes.jsonl"))
         if dump_tokens is not None:
             if dump_tokens.is_dir():

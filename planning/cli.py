@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
                                            "recommendation.json/.md and the probe cache (a rerun resumes)."),
         report: Optional[Path] = typer.Option(None, "--report", help="Write a self-contained HTML report here."),
         jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel workers (default: the CPU count)."),
-        use_ray: bool = typer.Option(False, "--ray", help="Run the sweep on Ray (pip install 'spsim[ray]')."),
+        use_ray: bool = typer.Option(False, "--ray", help="Run the sweep on Ray (pip install 'spsim\\[ray]')."),
         ray_address: Optional[str] = typer.Option(None, "--ray-address", help="An existing Ray cluster (with --ray)."),
         as_json: bool = typer.Option(False, "--json", help="Print the results and recommendation as JSON."),
         limit: Optional[int] = LIMIT, trace_format: Optional[str] = TRACE_FORMAT,

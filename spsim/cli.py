@@ -9,6 +9,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from . import __version__
 from .errors import SpsimError
@@ -91,7 +92,7 @@ def command():
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """Warnings as one line on stderr, as errors are (not Python's file:line and source)."""
-    err_console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[yellow]warning:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
 
 
 def main() -> None:
@@ -101,7 +102,7 @@ def main() -> None:
     try:
         command()(standalone_mode=True)
     except SpsimError as e:
-        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
     except ImportError as e:  # a command's world is not installed here (e.g. simpy on the GPU machine)
         if not e.name or e.name.startswith("spsim"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import re
 import tempfile
 import typing
 from dataclasses import MISSING, fields
@@ -42,8 +43,8 @@ def serving_options(exclude: tuple[str, ...] = (), defaults: dict | None = None,
                 continue
             default = defaults.get(f.name, f.default if f.default is not MISSING else None)
             help_ = f.metadata["help"]
-            if f.name in defaults:
-                help_ += " [this command's default]"
+            if f.name in defaults:  # the shared "(default: ...)" is replay's; rich would eat "[...]"
+                help_ = re.sub(r" ?\(default: [^)]*\)", "", help_).rstrip(".") + " (this command's own default)."
             added.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=_hints()[f.name],
                                            default=typer.Option(default, *flags, help=help_)))
         names = {p.name for p in added}

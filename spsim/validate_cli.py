@@ -11,7 +11,6 @@ from rich.console import Console
 from rich.table import Table
 
 from .cli_options import LIMIT, SKIP_INVALID, TRACE_FORMAT, check_out_dir, serving_options
-from .errors import SpsimError
 
 console = Console()
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -69,13 +68,15 @@ def register(app: typer.Typer) -> None:
         Offline or with --concurrency both build the same pass plans: the error is shown pass by pass.
 
         With arrivals: throughput, TTFT, TPOT and end-to-end latency at mean, p50, p90, p99."""
+        from .gpu_runtime.cli import check_device
+
+        check_device(device, serving.model)
+
         from .cli_report import load_trace, warn
         from .validate import OUT_FILES, check, dumps, select, write
         from .validate import validate as run_both
         from .validate_report import notes
 
-        if device not in ("cuda", "cpu"):
-            raise SpsimError(f"--device must be cuda or cpu (got {device!r})")
         cfg = check(serving)
         check_out_dir(out, OUT_FILES)
         tr = select(load_trace(trace, trace_format, None, skip_invalid), limit, window)
