@@ -98,7 +98,7 @@ def register(app: typer.Typer) -> None:
             raise SpsimError(f"--temperature must be >= 0 (got {temperature})")
         check_device(device, serving.model, weights)
 
-        from spsim.cli_report import load_trace, run_notes, summary_table, warn
+        from spsim.cli_report import load_trace, run_notes, setting_notes, summary_table, warn
 
         from .engine import RuntimeOptions, run_trace, write_outputs
 
@@ -108,6 +108,7 @@ def register(app: typer.Typer) -> None:
                 raise SpsimError(f"--dump-tokens {dump_tokens}: is a folder, not a file")
             check_out_dir(dump_tokens.parent, (dump_tokens.name,), label=f"--dump-tokens {dump_tokens}")
         tr = load_trace(trace, trace_format, limit, skip_invalid)
+        warn(setting_notes(serving, len(tr)))
         opts = RuntimeOptions(weights=weights, device=device, dtype=dtype, text=str(text) if text else None,
                               temperature=temperature, max_passes=max_passes, cuda_graphs=cuda_graphs,
                               synthetic_prefill=synthetic_prefill, rehearse=rehearse, coarse_shapes=coarse_shapes,

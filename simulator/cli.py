@@ -16,7 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from spsim.cli_options import LIMIT, SKIP_INVALID, TRACE_FORMAT, check_out_dir, serving_options
-from spsim.cli_report import DEFAULT_TRACE, cost_note, load_trace as _load, run_notes, summary_table, warn  # noqa: F401
+from spsim.cli_report import DEFAULT_TRACE, cost_note, load_trace as _load, run_notes, setting_notes, summary_table, warn  # noqa: F401
 from spsim.policies.draftlog import DEFAULT_SAMPLE as DRAFT_SAMPLE
 from spsim.errors import SpsimError
 from spsim.spec import split_specs
@@ -232,6 +232,7 @@ def register(app: typer.Typer) -> None:
             recorder = _recorder(cfg, spec)
             cfg = dataclasses.replace(cfg, fast=False)
         tr = _load(trace, trace_format, limit, skip_invalid)
+        warn(setting_notes(cfg, len(tr)))
         t0 = time.perf_counter()
         res = _run(tr, cfg, f"replay {policy}", quiet=as_json, record=report is not None and not spec.cls.oracle,
                    draft_sample=DRAFT_SAMPLE if report is not None else 0, cost=recorder)
@@ -304,6 +305,7 @@ def register(app: typer.Typer) -> None:
                                  "(pip install plotly)") from None
         tr = _load(trace, trace_format, limit, skip_invalid)
         base = serving.with_(policy=specs[0], seed=0)
+        warn(setting_notes(base, len(tr), specs))
         details = {} if report is not None else None
         if live_progress(as_json):
             rows = compare_policies(tr, base, specs, seeds, console=console, details=details)

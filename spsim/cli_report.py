@@ -49,6 +49,24 @@ def run_notes(s: dict) -> list[str]:
     return notes + [n for n in (s.get("memory_note"), s.get("overload_note")) if n]
 
 
+def setting_notes(cfg, requests: int, specs: list[str] | None = None) -> list[str]:
+    """Settings that run but cannot do what they say, worded before the run: replicas no request
+    reaches, a policy's draft length above --max-draft (the batcher verifies there anyway)."""
+    from spsim.policies.registry import parse_policy
+
+    notes = []
+    if cfg.replicas > requests:
+        idle = cfg.replicas - requests
+        notes.append(f"--replicas {cfg.replicas:,} for {requests:,} request{'s' * (requests != 1)}: {idle:,} "
+                     f"replica{'s' * (idle != 1)} never get{'s' * (idle == 1)} one")
+    for spec in specs or [cfg.policy]:
+        for key, v in parse_policy(spec).params:
+            if key in ("k", "k_max") and isinstance(v, int) and v > cfg.max_draft:
+                notes.append(f"{spec}: {key}={v:,} is above --max-draft {cfg.max_draft}, where the batcher verifies "
+                             f"anyway: no run is longer than {cfg.max_draft} drafts (raise --max-draft for longer)")
+    return notes
+
+
 def cost_note(c: dict) -> str:
     """Which cost model priced a run, in one line (`c`: a summary's `config`, or a compare row)."""
     from pathlib import Path

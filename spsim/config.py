@@ -19,6 +19,9 @@ def opt(default, help: str, *flags: str, type=None):
     return field(default=default, metadata={"help": help, "flags": flags, "type": type})
 
 
+MAX_REPLICAS = 1024  # 100,000 replicas took 20 s to set up for a 20-request trace
+
+
 @dataclass
 class ServingConfig:
     policy: str = opt("aspire", "Policy spec, e.g. ar, sync:k=4, fixed-k:k=8, entropy, aspire, oracle.",
@@ -64,6 +67,9 @@ class ServingConfig:
         for name in ("replicas", "max_batch", "token_budget", "draft_budget", "tp", "page_size"):
             if getattr(self, name) < 1:
                 raise SpsimError(f"{flag(name)} must be >= 1 (got {getattr(self, name)})")
+        if self.replicas > MAX_REPLICAS:
+            raise SpsimError(f"--replicas must be <= {MAX_REPLICAS:,} (got {self.replicas:,}): one process simulates "
+                             "every replica")
         if self.max_draft < 0:
             raise SpsimError(f"--max-draft must be >= 0 (got {self.max_draft})")
         if self.qps is not None and not (math.isfinite(self.qps) and self.qps > 0):

@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
 
         check_device(device, serving.model)
 
-        from .cli_report import load_trace, warn
+        from .cli_report import load_trace, setting_notes, warn
         from .validate import OUT_FILES, check, dumps, select, write
         from .validate import validate as run_both
         from .validate_report import notes
@@ -80,6 +80,7 @@ def register(app: typer.Typer) -> None:
         cfg = check(serving)
         check_out_dir(out, OUT_FILES)
         tr = select(load_trace(trace, trace_format, None, skip_invalid), limit, window)
+        warn(setting_notes(cfg, len(tr)))
 
         from .gpu_runtime.engine import RuntimeOptions
 
