@@ -159,10 +159,12 @@ def register(app: typer.Typer) -> None:
                       f"{m.params / 1e9:.2f}", f"{m.max_context:,}", f"{m.kv_bytes_per_token('bf16') / 1024:.0f}")
         console.print(t)
         g = Table(title="GPUs", header_style="bold")
-        for c in ("name", "memory (GB)", "HBM (TB/s, datasheet)", "bf16 dense (TFLOP/s, datasheet)"):
+        # memory as the card exposes it to CUDA (what KV pages are sized from), in GiB: the H200's
+        # 150.1e9 bytes are 139.8 GiB, not its datasheet's "141 GB" nor "150 GB"
+        for c in ("name", "memory exposed (GiB)", "HBM (TB/s, datasheet)", "bf16 dense (TFLOP/s, datasheet)"):
             g.add_column(c, justify="right" if c != "name" else "left")
         for x in GPUS.values():
-            g.add_row(x.name, f"{x.mem_bytes / 1e9:.0f}", f"{x.hbm_bw / 1e12:.2f}", f"{x.bf16_flops / 1e12:.0f}")
+            g.add_row(x.name, f"{x.mem_bytes / 2**30:.1f}", f"{x.hbm_bw / 1e12:.2f}", f"{x.bf16_flops / 1e12:.0f}")
         console.print(g)
 
     @app.command(epilog=_examples("spsim policies", "spsim replay mooncake --limit 200 --policy fixed-k:k=6"))
