@@ -70,11 +70,19 @@ SKIP_INVALID = typer.Option(False, "--skip-invalid", help="Skip bad trace rows (
                             "and counted in the summary's trace_skipped) instead of stopping at the first.")
 
 
+# Every results file a command writes into its --out folder (summary, tables, events, reports).
+RESULT_FILES = ("summary.json", "requests.csv", "requests.parquet", "events.jsonl", "passes.jsonl", "compare.json",
+                "compare.csv", "report.html", "validate.json", "runtime_summary.json", "sim_summary.json",
+                "runtime_requests.csv", "sim_requests.csv", "results.csv", "probes.csv", "recommendation.json",
+                "recommendation.md")
+
+
 def check_out_dir(out: Path | None, files: tuple[str, ...] = (), option: str = "--out",
                   label: str | None = None) -> None:
     """Fail now, before a long run, if results could not be written to the folder `out` (created
     when the run ends) and files `files` in it: one line naming the path (`label`, else
-    `OPTION OUT`), exit 2."""
+    `OPTION OUT`), exit 2. A results folder that holds another command's results files gets a
+    warning: they would sit beside results they do not describe."""
     if out is None:
         return
     p = Path(out)
@@ -97,5 +105,11 @@ def check_out_dir(out: Path | None, files: tuple[str, ...] = (), option: str = "
                 raise SpsimError(f"{where}: {f} exists and is not writable")
         with tempfile.TemporaryFile(dir=probe):
             pass
+        stale = [n for n in RESULT_FILES if n not in files and (p / n).is_file()] if label is None else []
     except OSError as e:
         raise SpsimError(f"{where}: cannot write there ({e.strerror or e})") from None
+    if stale:
+        from .cli_report import warn
+
+        warn([f"{where} holds {', '.join(stale)} from an earlier run, which this command does not write: they will "
+              "not match the new results (remove them or choose another folder)"])

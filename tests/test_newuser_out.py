@@ -76,3 +76,21 @@ def test_good_out_still_written(trace_file, tmp_path):
     r = runner.invoke(app, ["replay", str(trace_file), "-p", "ar", "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert (out / "summary.json").is_file() and (out / "requests.csv").is_file()
+
+
+def test_results_left_by_another_command_are_warned_of(trace_file, tmp_path):
+    """`replay --out` into a folder left by `spsim run` kept its events.jsonl and passes.jsonl beside
+    the new summary without a word (issue 39, item 9)."""
+    out = tmp_path / "runs"
+    out.mkdir()
+    for name in ("summary.json", "requests.csv", "events.jsonl", "passes.jsonl"):  # what `spsim run` writes
+        (out / name).write_text("{}\n")
+    r = runner.invoke(app, ["replay", str(trace_file), "--policy", "ar", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert (f"warning: --out {out} holds events.jsonl, passes.jsonl from an earlier run, which this command does "
+            "not write") in " ".join(r.output.split())
+    assert (out / "events.jsonl").exists()  # the user's files stay
+    (out / "events.jsonl").unlink()
+    (out / "passes.jsonl").unlink()
+    r = runner.invoke(app, ["replay", str(trace_file), "--policy", "ar", "--out", str(out)])
+    assert r.exit_code == 0 and "warning: --out" not in r.output, r.output  # its own files: no remark
