@@ -28,6 +28,18 @@ def test_show_table_preset():
     assert "E[accepted/k]" in r.output and "entropy AUC" in r.output
 
 
+def test_show_says_which_runs_each_table_comes_from():
+    """The position table (P(draft 0 accepted) = 0.914) comes from runs of --k-max drafts, the k = 1
+    row (E[accepted] = 0.97) from runs of one: they looked contradictory (issue 39, item 8)."""
+    r = runner.invoke(app, ["show", "sparsespec-llama8b", "--k-max", "6", "--requests", "50"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "by draft position in runs of k = 6 drafts" in text
+    assert "each row from runs of its own k" in text and "its position 0 is not this table's k = 1" in text
+    r = runner.invoke(app, ["show", "fixed:p=0.9", "--k-max", "3", "--requests", "20", "--json"])
+    assert json.loads(r.output)["position"]["k"] == 3
+
+
 def test_sample_fit_roundtrip(tmp_path):
     ev, out = tmp_path / "ev.jsonl", tmp_path / "fitted.json"
     r = runner.invoke(app, ["sample", "sparsespec-llama8b:stale=0.2", "-o", str(ev), "--k", "6", "--requests", "60",

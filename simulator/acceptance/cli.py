@@ -125,17 +125,21 @@ def show(spec: str = typer.Argument(..., help=SPEC_HELP),
     ek = curves.expected_accepted(make_acceptance(spec, seed), ks, **kw)
     m = make_acceptance(spec, seed)
     auc = getattr(m, "auc", None) or getattr(getattr(m, "params", None), "auc", None)
+    # the position table comes from runs of k_max drafts; each by-k row from runs of its own k (a
+    # position's acceptance depends on the run it sits in, so position 0 here is not row k = 1 there)
     out = {"spec": spec, "seed": seed, "setting": {**setting, "method": DraftMethod(setting["method"]).label},
-           "position": pc, "by_k": ek, "entropy_auc": auc}
+           "position": {"k": k_max, **pc}, "by_k": ek, "entropy_auc": auc}
     if as_json:
         typer.echo(json.dumps(out, indent=1))
         return
     t = Table("draft pos j", "P(j accepted | 0..j-1)", "P(0..j accepted)",
-              title=f"{spec}: {_setting_text(out['setting'])}")
+              title=f"{spec}: {_setting_text(out['setting'])}; by draft position in runs of k = {k_max} drafts")
     for j, c, s in zip(pc["j"], pc["conditional"], pc["survival"]):
         t.add_row(str(j), f"{c:.3f}", f"{s:.3f}")
     console.print(t)
-    t = Table("k", "E\\[accepted]", "E\\[accepted/k]", "tokens/verify", title="fixed-k decoding")  # \\[ escapes rich markup
+    t = Table("k", "E\\[accepted]", "E\\[accepted/k]", "tokens/verify", title="fixed-k decoding, each row from "
+              "runs of its own k", caption=f"(the table above is from runs of k = {k_max}: its position 0 is not "
+              "this table's k = 1)")  # \\[ escapes rich markup
     for k, a, f in zip(ek["k"], ek["mean_accepted"], ek["acceptance_fraction"]):
         t.add_row(str(k), f"{a:.2f}", f"{f:.3f}", f"{a + 1:.2f}")
     console.print(t)
