@@ -51,7 +51,9 @@ class ProgressLines:
         self.last_t: float | None = None
         self.last_tenth = 0
 
-    def __call__(self, fraction: float, what: str) -> None:
+    def __call__(self, fraction: float, what: str, of: str = "") -> None:
+        """`fraction` done, as a percentage labelled `of` (e.g. "of all runs" where `what` counts
+        one run's requests and the fraction is over several)."""
         now = time.perf_counter()
         elapsed = now - self.t0
         if elapsed < PROGRESS_AFTER_S:
@@ -62,7 +64,8 @@ class ProgressLines:
             if (tenth <= self.last_tenth or since < PROGRESS_GAP_S) and since < PROGRESS_EVERY_S and fraction < 1.0:
                 return
         self.last_t, self.last_tenth = now, tenth
-        print(f"{self.label}: {what} ({int(100 * min(max(fraction, 0.0), 1.0))}%), {elapsed:.0f} s elapsed",
+        pct = f"{int(100 * min(max(fraction, 0.0), 1.0))}%{' ' + of if of else ''}"
+        print(f"{self.label}: {what} ({pct}), {elapsed:.0f} s elapsed",
               file=self.stream or sys.stderr, flush=True)
 
 
@@ -151,9 +154,9 @@ def register(app: typer.Typer) -> None:
         from spsim.hardware import GPUS
         from spsim.models import MODELS
 
-        t = Table(title="models", header_style="bold")
-        for c in ("name", "layers", "hidden", "q/kv heads", "head dim", "params (B)", "context", "KV KiB/token (bf16)"):
-            t.add_column(c, justify="right" if c != "name" else "left", no_wrap=c == "name")
+        t = Table(title="models", header_style="bold", pad_edge=False)
+        for c in ("name", "layers", "hidden", "q/kv heads", "head dim", "params (B)", "context", "KV KiB/tok (bf16)"):
+            t.add_column(c, justify="right" if c != "name" else "left", no_wrap=c == "name", overflow="fold")
         for m in MODELS.values():
             t.add_row(m.name, str(m.layers), str(m.hidden), f"{m.q_heads}/{m.kv_heads}", str(m.head_dim),
                       f"{m.params / 1e9:.2f}", f"{m.max_context:,}", f"{m.kv_bytes_per_token('bf16') / 1024:.0f}")
@@ -162,7 +165,7 @@ def register(app: typer.Typer) -> None:
         # memory as the card exposes it to CUDA (what KV pages are sized from), in GiB: the H200's
         # 150.1e9 bytes are 139.8 GiB, not its datasheet's "141 GB" nor "150 GB"
         for c in ("name", "memory exposed (GiB)", "HBM (TB/s, datasheet)", "bf16 dense (TFLOP/s, datasheet)"):
-            g.add_column(c, justify="right" if c != "name" else "left")
+            g.add_column(c, justify="right" if c != "name" else "left", overflow="fold")
         for x in GPUS.values():
             g.add_row(x.name, f"{x.mem_bytes / 2**30:.1f}", f"{x.hbm_bw / 1e12:.2f}", f"{x.bf16_flops / 1e12:.0f}")
         console.print(g)

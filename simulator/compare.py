@@ -68,7 +68,7 @@ def compare_policies(trace, base: SimConfig, specs: list[str], seeds: int, conso
             if lines is not None:
                 what = f"run {i + 1}/{len(runs)} {spec} seed {seed}"
                 cb = (lambda done, total, i=i, what=what:
-                      lines((i + done / total) / len(runs), f"{what}: {done:,}/{total:,} requests"))
+                      lines((i + done / total) / len(runs), f"{what}: {done:,}/{total:,} requests", "of all runs"))
             keep = details is not None and seed == 0
             res = simulate(trace, base.with_(policy=spec, seed=seed), progress=cb,
                            draft_sample=DRAFT_SAMPLE if keep else 0)
@@ -134,12 +134,19 @@ def _fmt(m, sd, ratio, show_ratio=True):
     return s
 
 
+def _best(cell: str) -> str:
+    """The best figure: green, and starred on its first line, which shows without colour too (piped)."""
+    first, _, rest = cell.partition("\n")
+    return f"[bold green]*{first}[/]" + (f"\n{rest}" if rest else "")
+
+
 def compare_table(rows: list[dict], title: str) -> Table:
     """Metrics as rows, policies as columns (stays readable with many metrics)."""
     t = Table(title=title, header_style="bold", show_lines=True)
-    t.add_column("metric")
-    for r in rows:
-        t.add_column(r["policy"] + ("\n[dim](clairvoyant reference)[/]" if r["clairvoyant"] else ""), justify="right")
+    t.add_column("metric", no_wrap=True)
+    for r in rows:  # folded, not cut with an ellipsis, where the terminal is narrow
+        t.add_column(r["policy"] + ("\n[dim](clairvoyant reference)[/]" if r["clairvoyant"] else ""), justify="right",
+                     overflow="fold")
     for key, label, hi in FIGURES:
         vals = [(r[key], i) for i, r in enumerate(rows) if r[key] is not None and not r["clairvoyant"]]
         best = (max if hi else min)(vals)[1] if vals else None
@@ -147,11 +154,11 @@ def compare_table(rows: list[dict], title: str) -> Table:
         for i, r in enumerate(rows):
             c = _fmt(r[key], r[key + "_std"], r[key + "_vs_ref"],
                      key not in ("tokens_per_verify", "draft_acceptance_rate", "prefill_time_share"))
-            cells.append(f"[bold green]{c}[/]" if best == i and len(rows) > 1 else c)
+            cells.append(_best(c) if best == i and len(rows) > 1 else c)
         t.add_row(label, *cells)
-    t.caption = (f"ratios against {rows[0]['policy']}; best figure in green"
+    t.caption = (f"ratios against {rows[0]['policy']}; * best figure"
                  + ("; oracle knows each verification's outcome in advance: a clairvoyant reference, "
-                    "not a strict bound, left out of the green" if any(r["clairvoyant"] for r in rows) else ""))
+                    "not a strict bound, never marked best" if any(r["clairvoyant"] for r in rows) else ""))
     return t
 
 

@@ -54,7 +54,19 @@ def test_compare_prints_progress_lines(trace_file, long_run):
     r = runner.invoke(app, ["compare", str(trace_file), "-P", "ar,fixed-k:k=4", "--seeds", "2"])
     assert r.exit_code == 0, r.output
     lines = _progress(r.stderr, "compare: run ")
-    assert lines and lines[-1].startswith("compare: run 3/3 fixed-k:k=4 seed 1: 30/30 requests (100%)"), r.stderr
+    assert lines and lines[-1].startswith("compare: run 3/3 fixed-k:k=4 seed 1: 30/30 requests (100% of all runs)"), r.stderr
+
+
+def test_compare_progress_says_which_figure_is_overall(trace_file, long_run):
+    """`run 4/4 aspire seed 0: 584/1,000 requests (89%)` mixed one run's count with the share of
+    all runs (issue 39, item 6)."""
+    r = runner.invoke(app, ["compare", str(trace_file), "-P", "ar,fixed-k:k=4"])
+    assert r.exit_code == 0, r.output
+    lines = _progress(r.stderr, "compare: run ")
+    assert all("% of all runs)" in line for line in lines), r.stderr
+    assert lines[-1].startswith("compare: run 2/2 fixed-k:k=4 seed 0: 30/30 requests (100% of all runs)")
+    last_of_first = [line for line in lines if "30/30" in line and "run 1/2" in line]
+    assert last_of_first and "(50% of all runs)" in last_of_first[0], r.stderr
 
 
 def test_short_runs_print_no_progress(trace_file):
