@@ -109,7 +109,7 @@ def register(app: typer.Typer) -> None:
                 raise SpsimError(f"--dump-tokens {dump_tokens}: is a folder, not a file")
             check_out_dir(dump_tokens.parent, (dump_tokens.name,), label=f"--dump-tokens {dump_tokens}")
         tr = load_trace(trace, trace_format, limit, skip_invalid)
-        warn(setting_notes(serving, len(tr)))
+        warn(setting_notes(serving, len(tr), longest=int((tr.prompt_tokens + tr.output_tokens).max())))
         opts = RuntimeOptions(weights=weights, device=device, dtype=dtype, text=str(text) if text else None,
                               temperature=temperature, max_passes=max_passes, cuda_graphs=cuda_graphs,
                               synthetic_prefill=synthetic_prefill, rehearse=rehearse, coarse_shapes=coarse_shapes,

@@ -49,9 +49,11 @@ def run_notes(s: dict) -> list[str]:
     return notes + [n for n in (s.get("memory_note"), s.get("overload_note")) if n]
 
 
-def setting_notes(cfg, requests: int, specs: list[str] | None = None) -> list[str]:
+def setting_notes(cfg, requests: int, specs: list[str] | None = None, longest: int | None = None) -> list[str]:
     """Settings that run but cannot do what they say, worded before the run: replicas no request
-    reaches, a policy's draft length above --max-draft (the batcher verifies there anyway)."""
+    reaches, a policy's draft length above --max-draft (the batcher verifies there anyway), and
+    (`longest`: the longest request's prompt + output tokens, for a real run) a draft budget that
+    covers every context, so no draft is sparse."""
     from spsim.policies.registry import parse_policy
 
     notes = []
@@ -64,6 +66,10 @@ def setting_notes(cfg, requests: int, specs: list[str] | None = None) -> list[st
             if key in ("k", "k_max") and isinstance(v, int) and v > cfg.max_draft:
                 notes.append(f"{spec}: {key}={v:,} is above --max-draft {cfg.max_draft}, where the batcher verifies "
                              f"anyway: no run is longer than {cfg.max_draft} drafts (raise --max-draft for longer)")
+    if longest is not None and cfg.policy != "ar" and cfg.draft_budget >= longest:
+        notes.append(f"drafts are not sparse: --draft-budget {cfg.draft_budget:,} tokens covers every request's whole "
+                     f"context (longest {longest:,} tokens), so drafting reads the full KV and acceptance says nothing "
+                     f"about sparse drafting (lower --draft-budget, e.g. 128)")
     return notes
 
 

@@ -44,3 +44,13 @@ def test_replay_and_compare_say_it(tmp_path):
         assert r.exit_code == 0, r.output
         assert "--replicas 4 for 3 requests: 1 replica never gets one" in r.output
         assert "fixed-k:k=40: k=40 is above --max-draft 16" in r.output
+
+
+def test_a_draft_budget_covering_every_context_is_named_before_a_real_run():
+    """SmolLM2 at the defaults: the 2,048-token draft budget covered the whole context, fixed-k
+    reported acceptance 1.000 and nothing said its drafts were not sparse (issue 39, item 4)."""
+    (note,) = setting_notes(ServingConfig(policy="fixed-k:k=4"), 8, longest=1800)
+    assert note.startswith("drafts are not sparse") and "1,800" in note
+    assert setting_notes(ServingConfig(policy="fixed-k:k=4", draft_budget=128), 8, longest=1800) == []
+    assert setting_notes(ServingConfig(policy="ar"), 8, longest=1800) == []
+    assert setting_notes(ServingConfig(policy="fixed-k:k=4"), 8) == []  # replay: no real drafts to judge
