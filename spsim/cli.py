@@ -95,6 +95,19 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     err_console.print(f"[yellow]warning:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
 
 
+# the gpu extra's packages (pyproject.toml): `spsim run`, `calibrate --gpu`, `validate` need them all
+GPU_EXTRA = ("torch", "triton", "safetensors", "tokenizers", "gguf")
+
+
+def missing_package(name: str) -> str:
+    """One line for a command whose package is not installed: the one command that installs it
+    (the whole gpu extra for any of its packages, so a user does not meet them one at a time)."""
+    if name.split(".")[0] in GPU_EXTRA:
+        return (f"this command needs the Python package {name!r} of spsim's gpu extra, which is not installed "
+                f"here: pip install 'spsim[gpu]' (in a checkout: pip install -e '.[gpu]')")
+    return f"this command needs the Python package {name!r}, which is not installed here (pip install {name})"
+
+
 def main() -> None:
     import warnings
 
@@ -107,8 +120,7 @@ def main() -> None:
     except ImportError as e:  # a command's world is not installed here (e.g. simpy on the GPU machine)
         if not e.name or e.name.startswith("spsim"):
             raise  # our own import broke: a bug, show it
-        err_console.print(f"[bold red]error:[/] this command needs the Python package {e.name!r}, which is not "
-                          f"installed here (pip install {e.name})", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(missing_package(e.name))}", highlight=False, soft_wrap=True)
         sys.exit(3)
     except KeyboardInterrupt:
         err_console.print("interrupted")
