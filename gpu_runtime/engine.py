@@ -138,7 +138,7 @@ def load(cfg: ServingConfig, opts: RuntimeOptions):
 
     dev = torch.device(opts.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise SpsimError("--device cuda: no CUDA device here (use --device cpu)")
+        raise SpsimError("--device cuda: no CUDA device here; --device cpu serves small models (e.g. --model tiny)")
     dtype = _torch_dtype(opts.dtype)
     if dtype is None and dev.type == "cuda":
         dtype = torch.bfloat16
