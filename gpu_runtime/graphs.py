@@ -210,12 +210,12 @@ class GraphedPasses:
         g, _tokens, _rows, _caps, plans = key
         return (g[0], g[1], bool(g[2]), g[-1], tuple(p[3:] for p in plans))
 
-    def _out(self, logits: torch.Tensor) -> torch.Tensor:
+    def _out(self, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
         """The shared output buffer for logits of this shape and dtype (replays clone it)."""
-        key = (tuple(logits.shape), logits.dtype)
+        key = (tuple(shape), dtype)
         buf = self._outs.get(key)
         if buf is None:
-            buf = self._outs[key] = torch.empty_like(logits)
+            buf = self._outs[key] = torch.empty(key[0], dtype=dtype, device=self.cache.device)
         return buf
 
     @staticmethod
@@ -303,14 +303,13 @@ class GraphedPasses:
                 with torch.cuda.stream(side):
                     warm_out = m(st.tokens, attn.positions, attn, logit_rows=st.logit_rows)
                 torch.cuda.current_stream(dev).wait_stream(side)
-                out = self._out(warm_out)
+                out = self._out(warm_out.shape, warm_out.dtype)
                 del warm_out
             else:
                 from .model import _compute_dtype
 
                 vocab = int(m.embed.weight.shape[0] if m.lm_head is None else m.lm_head.weight.shape[0])
-                out = self._out(torch.empty((int(st.logit_rows.shape[0]), vocab), device=dev,
-                                            dtype=_compute_dtype(m.dtype)))
+                out = self._out((int(st.logit_rows.shape[0]), vocab), _compute_dtype(m.dtype))
             t1 = time.perf_counter()
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, pool=self.pool, capture_error_mode="global" if warm else "relaxed"):
