@@ -166,6 +166,62 @@ def prompt_source(trace, model, tokenizer, cfg: ServingConfig, opts: RuntimeOpti
     return lambda rid: T.prompt_tokens(rid, int(trace.prompt_tokens[rid]), blocks(rid), bs, vocab, cfg.seed)
 
 
+def overlap_for(opts: RuntimeOptions, model, serving) -> bool:
+    """Whether the host plans each pass while the GPU runs the previous one (preset acceptance)."""
+    overlap = opts.overlap if opts.overlap is not None else model.device.type == "cuda"
+    if overlap and serving.acceptance is None:
+        if opts.overlap:
+            raise SpsimError("--overlap needs preset acceptance (--acceptance NAME): with real acceptance "
+                             "the next pass waits for the GPU's verification")
+        return False
+    return overlap
+
+
+def new_server(model, cfg: ServingConfig, opts: RuntimeOptions, serving, b, table, prompts, pages: int,
+               startup: bool, overlap: bool, store_slots: int):
+    """The device side of serving: KV cache (with the padding's scratch pages), executor, and CUDA
+    graphs (the start-up set captured here when `startup`). Returns `(cache, executor, graphs)`.
+    `store_slots`: requests live at once (the padding's scratch slot is added)."""
+    lc, dtype, bc = model.cfg, model.dtype, serving.batcher_config
+    graphed = opts.cuda_graphs and model.device.type == "cuda"
+    padding = None
+    if opts.pad_passes or (opts.pad_passes is None and graphed):  # scratch pages past the pool's for the dummies
+        from .padding import PassPadding
+        from .shapes import rule_for
+
+        rule = (rule_for(bc, cfg.draft_budget, serving.policy.make().longest_run(bc.max_draft))
+                if opts.shape_rule else None)
+        padding = PassPadding(pages, cfg.page_size, coarse=opts.coarse_shapes, rule=rule)
+    cache = PagedKVCache(lc, pages + (SCRATCH_PAGES if padding else 0), cfg.page_size, device=model.device,
+                         dtype=dtype)
+    ex = RuntimeExecutor(model, cache, b.pool, table, prompts,
+                         method=serving.method, budget=cfg.draft_budget, temperature=opts.temperature,
+                         seed=cfg.seed, acceptance=serving.acceptance, record_events=opts.record_events,
+                         drafts_possible=bc.max_draft > 0,
+                         synthetic_prefill=opts.synthetic_prefill, padding=padding,
+                         # a store that grows mid-run leaves every graph captured before unusable
+                         store_slots=store_slots + 1)
+    ex.overlap = overlap
+    if opts.synthetic_prefill and cache.device.type == "cuda":  # finite values for attention to read
+        for t in (cache.k, cache.v):
+            t.normal_()
+    graphs = None
+    if graphed:
+        from .graphs import GraphedPasses
+
+        graphs = ex.graphs = GraphedPasses(model, cache)
+        if startup:
+            from .shapes import shape_set_for
+
+            shapes = shape_set_for(padding.rule, bc, lc, serving.method, pages)
+            say = opts.say or (lambda msg: None)
+            say("capturing the start-up shape set (CUDA graphs of every pass shape these settings allow)")
+            st = graphs.startup(ex, shapes, progress=opts.startup_progress, warm=opts.startup_warm)
+            say(f"start-up capture: {st['graphs']:,} graphs in {st['seconds']:.1f} s, "
+                f"{st['bytes'] / 2**20:,.0f} MiB of graph memory")
+    return cache, ex, graphs
+
+
 def run_trace(trace, cfg: ServingConfig, opts: RuntimeOptions, progress=None, model=None, tokenizer=None,
               cost=None) -> RunOutput:
     """Serve `trace` on the real model. `model`/`tokenizer`: already loaded (tests reuse one);
@@ -211,58 +267,22 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
                   opts.coarse_shapes)
     hit = _SERVED.get(served_key) if startup else None
     prompts = prompt_source(trace, model, tokenizer, cfg, opts)
+    overlap = overlap_for(opts, model, serving)
     if hit is not None:
         cache, ex, graphs = hit
-        padding = ex.padding
         ex.prompt_fn, ex.temperature, ex.seed = prompts, float(opts.temperature), int(cfg.seed)
         ex.events = [] if opts.record_events else None
         ex.reset(b.pool, table, serving.acceptance)
+        ex.overlap = overlap
         graphs.reset_counts()
     else:
-        padding = None
-        if opts.pad_passes or (opts.pad_passes is None and graphed):  # scratch pages past the pool's for the dummies
-            from .padding import PassPadding
-            from .shapes import rule_for
-
-            rule = (rule_for(bc, cfg.draft_budget, serving.policy.make().longest_run(bc.max_draft))
-                    if opts.shape_rule else None)
-            padding = PassPadding(pages, cfg.page_size, coarse=opts.coarse_shapes, rule=rule)
-        cache = PagedKVCache(lc, pages + (SCRATCH_PAGES if padding else 0), cfg.page_size, device=model.device,
-                             dtype=dtype)
-        ex = RuntimeExecutor(model, cache, b.pool, table, prompts,
-                             method=serving.method, budget=cfg.draft_budget, temperature=opts.temperature,
-                             seed=cfg.seed, acceptance=serving.acceptance, record_events=opts.record_events,
-                             drafts_possible=bc.max_draft > 0,
-                             synthetic_prefill=opts.synthetic_prefill, padding=padding,
-                             # every request that can be live at once (with a start-up set: the
-                             # settings' most, so later runs fit), and the padding's scratch slot
-                             store_slots=(cfg.max_batch if startup else min(cfg.max_batch, table.n)) + 1)
-        graphs = None
-    overlap = opts.overlap if opts.overlap is not None else model.device.type == "cuda"
-    if overlap and serving.acceptance is None:
-        if opts.overlap:
-            raise SpsimError("--overlap needs preset acceptance (--acceptance NAME): with real acceptance "
-                             "the next pass waits for the GPU's verification")
-        overlap = False
-    ex.overlap = overlap
-    if hit is None and opts.synthetic_prefill and cache.device.type == "cuda":  # finite values for attention to read
-        for t in (cache.k, cache.v):
-            t.normal_()
-    if graphed and hit is None:
-        from .graphs import GraphedPasses
-
-        graphs = ex.graphs = GraphedPasses(model, cache)
+        cache, ex, graphs = new_server(model, cfg, opts, serving, b, table, prompts, pages, startup, overlap,
+                                       store_slots=cfg.max_batch if startup else min(cfg.max_batch, table.n))
         if startup:
-            from .shapes import shape_set_for
-
-            shapes = shape_set_for(padding.rule, bc, lc, serving.method, pages)
-            say = opts.say or (lambda msg: None)
-            say("capturing the start-up shape set (CUDA graphs of every pass shape these settings allow)")
-            st = graphs.startup(ex, shapes, progress=opts.startup_progress, warm=opts.startup_warm)
-            say(f"start-up capture: {st['graphs']:,} graphs in {st['seconds']:.1f} s, "
-                f"{st['bytes'] / 2**20:,.0f} MiB of graph memory")
             _SERVED.clear()  # one server per process: the previous one's memory goes back
             _SERVED[served_key] = (cache, ex, graphs)
+    padding = ex.padding
+
     def again():  # serve the trace once more over the same cache, executor and graphs
         if graphs is not None:
             graphs.reset_counts()
