@@ -159,6 +159,12 @@ def gguf_tokenizer(r, path: str | Path = "gguf"):
     return tok
 
 
+def gguf_chat_template(path: str | Path) -> str | None:
+    """The chat template (Jinja) a GGUF file carries, if any."""
+    t = _field(_reader(path), "tokenizer.chat_template")
+    return str(t) if t else None
+
+
 def load_gguf(path: str | Path, device="cpu", dtype: torch.dtype | None = None):
     """`(model, tokenizer)` from a GGUF file; weights dequantised then cast to `dtype` (default
     fp32)."""

@@ -203,6 +203,25 @@ class Batcher:
         self.dirty = True
         self._at(now, self._finished_at, rid)
 
+    def abort(self, rid: int, now: float | None) -> bool:
+        """End a waiting or running request now (a live client left, or its output hit a stop):
+        its pages return to the pool as at a finish. False if it had already ended."""
+        t = self.t
+        if t.phase[rid] == WAITING:
+            self.waiting.remove(rid)
+            t.phase[rid] = DONE
+            if not np.isnan(t.t_admit[rid]):  # preempted: admitted once, its pages already returned
+                self.policy.on_finish(rid)
+            self.finished += 1
+            self._at(now, self._finished_at, rid)
+            return True
+        if t.phase[rid] not in (PREFILL, DECODE):
+            return False
+        if t.phase[rid] == PREFILL:
+            self.prefilling.remove(rid)
+        self.finish(rid, now)
+        return True
+
     # ---------------------------------------------------------------- time stamps
     def _at(self, now: float | None, fn, *args) -> None:
         """`fn(now, *args)` now, or, with `now` None (the pass's end is not known yet), when

@@ -59,3 +59,16 @@ class RequestTable:
 
     def remaining(self, rid) -> np.ndarray:
         return self.output[rid] - self.committed[rid]
+
+    def grow(self, n: int) -> None:
+        """Room for `n` requests (a live server's table grows as requests arrive); the new rows
+        are a fresh table's. Every field is replaced: hold the table, not its arrays."""
+        if n <= self.n:
+            return
+        fresh = RequestTable(np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n))
+        for name, old in list(vars(self).items()):
+            if isinstance(old, np.ndarray) and old.shape == (self.n,):
+                new = getattr(fresh, name)
+                new[:self.n] = old
+                setattr(self, name, new)
+        self.n = n

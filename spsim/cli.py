@@ -51,6 +51,7 @@ def _register() -> None:
     from spsim.calibration.cli import register as register_calibrate
     from spsim.gpu_runtime.cli import register as register_run
     from spsim.planning.cli import register as register_plan
+    from spsim.server.cli import register as register_serve
     from spsim.simulator.acceptance.cli import app as acc_app
     from spsim.simulator.cli import register as register_sim
     from spsim.traces.cli import app as trace_app
@@ -65,6 +66,7 @@ def _register() -> None:
     register_calibrate(app)
     register_validate(app)
     register_plan(app)
+    register_serve(app)
     app.add_typer(acc_app, name="acceptance", help="Show, sample and fit acceptance models.",
                   epilog="Examples:\n\n  spsim acceptance list\n\n  spsim acceptance show sparsespec-llama8b")
 
@@ -97,6 +99,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 # the gpu extra's packages (pyproject.toml): `spsim run`, `calibrate --gpu`, `validate` need them all
 GPU_EXTRA = ("torch", "triton", "safetensors", "tokenizers", "gguf")
+SERVE_EXTRA = ("fastapi", "uvicorn", "prometheus_client", "starlette")
 
 
 def missing_package(name: str) -> str:
@@ -105,6 +108,9 @@ def missing_package(name: str) -> str:
     if name.split(".")[0] in GPU_EXTRA:
         return (f"this command needs the Python package {name!r} of spsim's gpu extra, which is not installed "
                 f"here: pip install 'spsim[gpu]' (in a checkout: pip install -e '.[gpu]')")
+    if name.split(".")[0] in SERVE_EXTRA:
+        return (f"this command needs the Python package {name!r} of spsim's serve extra, which is not installed "
+                f"here: pip install 'spsim[gpu,serve]' (in a checkout: pip install -e '.[gpu,serve]')")
     return f"this command needs the Python package {name!r}, which is not installed here (pip install {name})"
 
 

@@ -1,0 +1,220 @@
+"""The HTTP side of `spsim serve` (FastAPI): OpenAI's `/v1/completions`, `/v1/chat/completions`
+(streamed as server-sent events or not) and `/v1/models`, plus `/health`, `/metrics` and
+`/spsim/summary` (the engine's own counters). Every request becomes a `LiveRequest`; its tokens
+come back from the engine thread through an asyncio queue."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from .keys import client_key
+from .live import LiveEngine, LiveRequest
+from .metrics import ServerMetrics
+from .protocol import ApiError, Params, parse
+from .text import TextCodec
+
+log = logging.getLogger("spsim.serve")
+
+
+class Stream:
+    """One request's outputs as the HTTP side reads them: (text, token ids, finish) items, stop
+    strings applied, latencies observed."""
+
+    def __init__(self, params: Params, codec: TextCodec, metrics: ServerMetrics, loop):
+        self.params, self.metrics, self.loop = params, metrics, loop
+        self.q: asyncio.Queue = asyncio.Queue()
+        self.dec = codec.decoder()
+        self.held = ""  # text not handed out yet: it may be the start of a stop string
+        self.tokens = 0
+        self.t0 = time.perf_counter()
+        self.t_last: float | None = None
+        self.hold = max((len(s) for s in params.stop), default=1) - 1
+
+    def on_tokens(self, ids: list[int], finish: str | None) -> bool:
+        """Engine thread: new token ids of this request. True asks the engine to end it."""
+        now = time.perf_counter()
+        stop = False
+        text = ""
+        if ids:
+            self.metrics.generation_tokens.inc(len(ids))
+            if self.t_last is None:
+                self.metrics.ttft.observe(now - self.t0)
+            else:
+                self.metrics.itl.observe(now - self.t_last)
+            self.t_last = now
+            self.tokens += len(ids)
+            self.held += self.dec.add(ids)
+            hit = min((i for i in (self.held.find(s) for s in self.params.stop) if i >= 0), default=-1)
+            if hit >= 0:
+                text, self.held, stop = self.held[:hit], "", True
+            elif finish is not None:
+                text, self.held = self.held, ""
+            else:
+                cut = max(len(self.held) - self.hold, 0)
+                text, self.held = self.held[:cut], self.held[cut:]
+        elif finish is not None:
+            text, self.held = self.held, ""
+        if finish is not None:
+            self.metrics.e2e.observe(now - self.t0)
+            self.metrics.finished(finish)
+        self.loop.call_soon_threadsafe(self.q.put_nowait, (text, list(ids), finish))
+        return stop
+
+
+def create_app(engine: LiveEngine, codec: TextCodec, served_name: str, temperature: float = 0.0,
+               max_queue: int = 1024) -> FastAPI:
+    metrics = ServerMetrics(engine, served_name)
+    app = FastAPI(title="spsim serve", docs_url=None, redoc_url=None)
+    app.state.engine, app.state.metrics = engine, metrics
+    created = int(time.time())
+
+    @app.exception_handler(ApiError)
+    async def api_error(_req, e: ApiError):
+        return JSONResponse(e.body(), status_code=e.status)
+
+    @app.get("/health")
+    async def health():
+        if engine.error is not None:
+            return JSONResponse({"status": "error", "error": str(engine.error)}, status_code=503)
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": served_name, "object": "model", "created": created,
+                                            "owned_by": "spsim", "max_model_len": engine.max_context}]}
+
+    @app.get("/metrics")
+    async def prometheus():
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/spsim/summary")
+    async def summary():
+        sc = engine.spec
+        return {"passes": engine.passes, "running": engine.running, "waiting": engine.waiting,
+                "kv_pages": engine.pages, "kv_pages_used": engine.pages_used(),
+                "spec_decode": {"num_drafts": sc.drafts, "num_draft_tokens": sc.draft_tokens,
+                                "num_accepted_tokens": sc.accepted,
+                                "num_accepted_tokens_per_pos": sc.per_pos.tolist()}}
+
+    async def body_of(request: Request):
+        raw = await request.body()
+        try:
+            return json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ApiError(400, f"body: malformed JSON ({e})", "body") from None
+
+    async def generate(request: Request, kind: str):
+        body = await body_of(request)
+        model = body.get("model") if isinstance(body, dict) else None
+        if model is not None and model != served_name:
+            raise ApiError(404, f"model: {model!r} is not served here (this server serves {served_name!r})",
+                           "model", "model_not_found")
+        p = parse(body, kind, codec, engine.max_context, temperature)
+        if p.ignored:
+            log.info("ignored fields outside the schema: %s", ", ".join(p.ignored))
+        if engine.waiting >= max_queue:
+            raise ApiError(429, f"the queue is full ({max_queue:,} requests waiting; spsim serve --max-queue)",
+                           None, "rate_limit_error")
+        need = engine.b.pool.pages_for(len(p.prompt) + p.max_tokens + engine.cfg.max_draft)
+        if need > engine.pages:
+            raise ApiError(400, f"max_tokens: prompt and output need {need:,} KV pages; this server has "
+                                f"{engine.pages:,}", "max_tokens")
+        st = Stream(p, codec, metrics, asyncio.get_running_loop())
+        req = LiveRequest(prompt=p.prompt, max_tokens=p.max_tokens, on_tokens=st.on_tokens, min_tokens=p.min_tokens,
+                          ignore_eos=p.ignore_eos, stop_ids=p.stop_ids, key=client_key(request.headers.get("x-request-id")))
+        try:
+            engine.submit(req)
+        except ValueError as e:
+            raise ApiError(400, str(e), "X-Request-Id") from None
+        except RuntimeError as e:
+            raise ApiError(503, str(e), None, "server_error") from None
+        metrics.prompt_tokens.inc(len(p.prompt))
+        rid = ("cmpl-" if kind == "completions" else "chatcmpl-") + uuid.uuid4().hex
+        if p.stream:
+            return StreamingResponse(_sse(engine, req, st, p, kind, rid, served_name, created),
+                                     media_type="text/event-stream")
+        return await _whole(request, engine, req, st, p, kind, rid, served_name, created)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await generate(request, "completions")
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        return await generate(request, "chat")
+
+    return app
+
+
+def _usage(p: Params, st: Stream) -> dict:
+    return {"prompt_tokens": len(p.prompt), "completion_tokens": st.tokens,
+            "total_tokens": len(p.prompt) + st.tokens}
+
+
+def _choice(kind: str, text: str, finish, ids, p: Params, delta: bool) -> dict:
+    c = {"index": 0, "finish_reason": finish}
+    if kind == "completions":
+        c.update(text=text, logprobs=None)
+    elif delta:
+        c["delta"] = {"content": text} if text else {}
+    else:
+        c["message"] = {"role": "assistant", "content": text}
+    if p.return_token_ids:
+        c["token_ids"] = ids
+    return c
+
+
+async def _whole(request, engine, req, st: Stream, p: Params, kind, rid, name, created):
+    text, ids, finish = [], [], None
+    try:
+        while finish is None:
+            try:
+                t, new, finish = await asyncio.wait_for(st.q.get(), timeout=1.0)
+            except asyncio.TimeoutError:
+                if await request.is_disconnected():  # the client left: free its pages now
+                    engine.abort(req)
+                    return Response(status_code=499)
+                continue
+            text.append(t)
+            ids += new
+    finally:
+        if req.finished is None and finish is None:
+            engine.abort(req)
+    obj = "text_completion" if kind == "completions" else "chat.completion"
+    return {"id": rid, "object": obj, "created": created, "model": name,
+            "choices": [_choice(kind, "".join(text), finish, ids, p, delta=False)], "usage": _usage(p, st)}
+
+
+async def _sse(engine, req, st: Stream, p: Params, kind, rid, name, created):
+    obj = "text_completion" if kind == "completions" else "chat.completion.chunk"
+
+    def chunk(choices, usage=None) -> str:
+        d = {"id": rid, "object": obj, "created": created, "model": name, "choices": choices}
+        if p.include_usage:
+            d["usage"] = usage
+        return f"data: {json.dumps(d)}\n\n"
+
+    finish = None
+    try:
+        if kind == "chat":
+            first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+            yield chunk([first])
+        while finish is None:
+            text, ids, finish = await st.q.get()
+            if text or ids or finish is not None:
+                yield chunk([_choice(kind, text, finish, ids, p, delta=True)])
+        if p.include_usage:
+            yield chunk([], _usage(p, st))
+        yield "data: [DONE]\n\n"
+    finally:
+        if finish is None:  # the client went away mid-stream: abort, pages back to the pool
+            engine.abort(req)
