@@ -34,6 +34,8 @@ def register(app: typer.Typer) -> None:
                                          "from CUDA graphs (GPU only)."),
         startup_shapes: bool = typer.Option(False, "--startup-shapes", help="Capture every pass shape the "
                                             "settings allow before serving (GPU; see spsim run --help)."),
+        drain_s: float = typer.Option(10.0, "--drain-s", min=0, help="On SIGTERM or Ctrl-C: seconds requests in "
+                                      "flight get to finish before they are aborted."),
         serving=None,
     ):
         """Serve the runtime on an OpenAI-compatible HTTP endpoint (/v1/completions,
@@ -49,4 +51,4 @@ def register(app: typer.Typer) -> None:
 
         serve_forever(serving, weights=weights, device=device, dtype=dtype, temperature=temperature, host=host,
                       port=port, served_model_name=served_model_name or serving.model, max_queue=max_queue,
-                      cuda_graphs=cuda_graphs, startup_shapes=startup_shapes)
+                      cuda_graphs=cuda_graphs, startup_shapes=startup_shapes, drain_s=drain_s)

@@ -97,11 +97,14 @@ class LiveEngine:
         self._rows = 0  # table rows taken
         self._cpu = torch.device(opts.device).type == "cpu"
         self.error: BaseException | None = None
+        self.closing = False  # shutting down: no new requests
 
     # ------------------------------------------------------------ called from any thread
     def submit(self, req: LiveRequest) -> None:
         if self.error is not None:
             raise RuntimeError(f"the engine stopped: {self.error}")
+        if self.closing or self._stop.is_set():
+            raise RuntimeError("the server is shutting down")
         self.keys.claim(req)  # raises ValueError for an id already in flight
         self._inbox.put(("add", req))
         self._wake.set()
