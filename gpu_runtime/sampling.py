@@ -21,18 +21,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from spsim.keyed import INV53, U64, key
+from spsim.keyed import INV53, U64, key, keyed_hash  # noqa: F401 (keyed_hash: re-exported)
 from .pages import to_device
 
 DRAFT = 0  # sampling a draft token
 ACCEPT = 1  # the accept test of the draft at that position
 TARGET = 2  # sampling the target's token at that position
-
-def keyed_hash(seed: int, stream: int, rid, pos) -> np.ndarray:
-    """64-bit hash of (seed, stream, rid, pos) (`spsim.keyed`, the simulator's); rid and pos
-    broadcast, and the result has their broadcast shape."""
-    return key(seed, stream, rid, pos).reshape(np.broadcast_shapes(np.shape(rid), np.shape(pos)))
-
 
 def keyed_uniform(seed: int, rid, pos, stream: int) -> np.ndarray:
     """Uniform in (0, 1) (53-bit bin centres) keyed by (seed, request id, output position, stream).

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .sampling import keyed_hash
+from spsim.keyed import keyed_hash  # numpy only: a client (spsim bench serve) makes the same prompts
 
 LOW_ID = 16  # synthetic ids start here (special tokens below), when the vocabulary is large enough
 _BLOCK, _REQ, _TEXT_BLOCK, _TEXT_REQ = 16, 17, 18, 19  # hash streams, apart from sampling's 0..2

@@ -88,7 +88,8 @@ def create_app(engine: LiveEngine, codec: TextCodec, served_name: str, temperatu
     @app.get("/v1/models")
     async def models():
         return {"object": "list", "data": [{"id": served_name, "object": "model", "created": created,
-                                            "owned_by": "spsim", "max_model_len": engine.max_context}]}
+                                            "owned_by": "spsim", "max_model_len": engine.max_context,
+                                            "vocab_size": engine.model.cfg.vocab}]}
 
     @app.get("/metrics")
     async def prometheus():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -10,7 +12,82 @@ from spsim.cli_options import serving_options
 from spsim.errors import SpsimError
 
 
+bench = typer.Typer(help="Measure a running server from the client side.", no_args_is_help=True)
+
+
+@bench.command("serve", epilog="Example:\n\n  spsim bench serve azure-conv --limit 100 --url http://127.0.0.1:8000 --model tiny --out runs/bench")
+def bench_serve_cmd(
+    trace: str = typer.Argument(..., help="Trace file or shipped name."),
+    url: str = typer.Option(..., "--url", help="The server's base URL (e.g. http://127.0.0.1:8000)."),
+    model: str = typer.Option(..., "--model", help="The model name the server serves (/v1/models)."),
+    qps: Optional[float] = typer.Option(None, "--qps", min=0.0, help="Rescale the trace's arrivals to this rate."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="Keep this many requests in "
+                                              "flight, all queued at the start (closed loop)."),
+    offline: bool = typer.Option(False, "--offline", help="Send every request at once."),
+    vocab: Optional[int] = typer.Option(None, "--vocab", min=2, help="The model's vocabulary size, for the "
+                                        "prompts' token ids (default: what /v1/models reports)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the prompts' token ids (spsim run's --seed)."),
+    limit: Optional[int] = typer.Option(None, "--limit", "-n", help="Use only the first N requests of the trace."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write summary.json and requests.csv here."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+):
+    """Replay a trace against an OpenAI-compatible server (spsim serve, vLLM, SGLang, ...) and
+    summarise what the client measured in spsim replay's schema."""
+    import numpy as np
+
+    from spsim.build import arrival_times
+    from spsim.cli_options import check_out_dir
+    from rich.console import Console
+
+    from spsim.cli_report import load_trace, summary_table
+
+    console = Console()
+    from spsim.config import ServingConfig
+
+    if sum(bool(x) for x in (qps, concurrency, offline)) > 1:
+        raise SpsimError("--qps, --concurrency and --offline: give at most one")
+    check_out_dir(out, ("summary.json", "requests.csv"))
+    tr = load_trace(trace, None, limit)
+    cfg = ServingConfig(qps=qps, concurrency=concurrency, offline=offline).validate()
+    arrivals = arrival_times(tr, cfg)
+    import httpx
+
+    base = url.rstrip("/")
+    try:
+        listed = httpx.get(base + "/v1/models", timeout=30).json().get("data", [])
+    except (httpx.HTTPError, ValueError) as e:
+        raise SpsimError(f"--url {url}: no OpenAI-compatible server answers there ({e})") from None
+    entry = next((m for m in listed if m.get("id") == model), None)
+    if entry is None:
+        raise SpsimError(f"--model {model}: not served at {url} (it serves: {', '.join(m.get('id', '?') for m in listed)})")
+    vocab = vocab or entry.get("vocab_size")
+    if not vocab:
+        raise SpsimError(f"--vocab: {url} does not report its vocabulary size; give it")
+    from rich.progress import Progress
+
+    from .bench import bench_serve
+
+    with Progress(console=console, transient=True, disable=as_json) as bar:
+        task = bar.add_task(f"{len(tr):,} requests to {url}", total=len(tr))
+        summary, req = bench_serve(tr, base, model, arrivals, concurrency, int(vocab), seed,
+                                   (cfg.slo_ttft_s, cfg.slo_tpot_s), progress=lambda d, n: bar.update(task, completed=d))
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2, default=float))
+    else:
+        console.print(summary_table(summary, f"{model} at {url}: {trace} ({len(tr):,} requests, measured at the client)"))
+    if summary["errors"]:
+        console.print(f"[yellow]{summary['errors']:,} requests failed[/], e.g. {summary['first_errors'][0]}")
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
+        req.to_csv(out / "requests.csv", index=False)
+    if summary["errors"]:
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
+    app.add_typer(bench, name="bench")
+
     @app.command(epilog="Examples:\n\n  spsim serve --model smollm2-135m --weights smollm2-135m --device cpu --policy fixed-k:k=4\n\n"
                         "  curl localhost:8000/v1/completions -H 'Content-Type: application/json' "
                         "-d '{\"prompt\": \"Once upon a time\", \"max_tokens\": 32}'")

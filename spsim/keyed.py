@@ -34,3 +34,8 @@ def key(seed: int, stream: int, rid, pos) -> np.ndarray:
         h = mix(np.array([seed & 0xFFFFFFFFFFFFFFFF], dtype=U64) ^ (U64(stream) << U64(56)))
         h = mix(h ^ as_u64(rid))
         return mix(h ^ (as_u64(pos) * GOLD))
+
+
+def keyed_hash(seed: int, stream: int, rid, pos) -> np.ndarray:
+    """`key` with the broadcast shape of rid and pos."""
+    return key(seed, stream, rid, pos).reshape(np.broadcast_shapes(np.shape(rid), np.shape(pos)))

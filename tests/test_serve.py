@@ -292,3 +292,29 @@ def test_smollm2_served_tokens_text_and_chat(smollm2):
         assert srv.idle()["kv_pages_used"] == 0
     finally:
         srv.close()
+
+
+def test_bench_serve_keys_preset_draws_by_request_id_as_spsim_run_does(tiny):
+    """`spsim bench serve` against `spsim serve` with a preset: every request completes with the
+    trace's output length, and X-Request-Id = row keys the acceptance draws, so fixed-k's accepted
+    drafts equal `spsim run`'s on the same trace (fixed-k without its first-cycle stagger, which
+    follows the server's row ids, i.e. arrival order, verifies every k drafts whatever the batch)."""
+    from spsim.config import ServingConfig
+    from spsim.gpu_runtime.engine import RuntimeOptions, run_trace
+    from spsim.server.bench import bench_serve
+
+    model, _ = tiny
+    cfg = ServingConfig(model="tiny", policy="fixed-k:k=4,stagger=false", kv_pages=400, offline=True,
+                        acceptance="sparsespec-llama8b").validate()
+    tr = _trace([50, 120, 80, 200, 64, 90], 20)
+    run = run_trace(tr, cfg, RuntimeOptions(device="cpu"), model=model).result.summary
+    srv = LocalServer(cfg, model=tiny)
+    try:
+        s, req = bench_serve(tr, srv.url, "tiny", np.zeros(len(tr)), None, model.cfg.vocab, 0, (10.0, 0.1))
+    finally:
+        srv.close()
+    assert s["completed"] == len(tr) and s["errors"] == 0
+    assert req["output_tokens"].tolist() == [20] * len(tr)
+    assert s["mean_ttft_ms"] > 0 and s["mean_tpot_ms"] > 0
+    assert s["accepted_drafts"] == run["accepted_drafts"] and s["drafted_tokens"] == run["drafted_tokens"]
+    assert s["spec_verifications"] == run["spec_verifications"]
