@@ -111,6 +111,8 @@ def register(app: typer.Typer) -> None:
                                          "from CUDA graphs (GPU only)."),
         startup_shapes: bool = typer.Option(False, "--startup-shapes", help="Capture every pass shape the "
                                             "settings allow before serving (GPU; see spsim run --help)."),
+        overlap: Optional[bool] = typer.Option(None, "--overlap/--no-overlap", help="Plan each pass while the "
+                                               "previous one runs (default: on GPUs with preset acceptance)."),
         drain_s: float = typer.Option(10.0, "--drain-s", min=0, help="On SIGTERM or Ctrl-C: seconds requests in "
                                       "flight get to finish before they are aborted."),
         serving=None,
@@ -128,4 +130,5 @@ def register(app: typer.Typer) -> None:
 
         serve_forever(serving, weights=weights, device=device, dtype=dtype, temperature=temperature, host=host,
                       port=port, served_model_name=served_model_name or serving.model, max_queue=max_queue,
-                      cuda_graphs=cuda_graphs, startup_shapes=startup_shapes, drain_s=drain_s)
+                      cuda_graphs=cuda_graphs, startup_shapes=startup_shapes, overlap=overlap,
+                      drain_s=drain_s)

@@ -22,6 +22,7 @@ import numpy as np
 
 from spsim.build import build, build_acceptance
 from spsim.config import ServingConfig
+from spsim.plan import Outcome
 from spsim.policies.kv import PagedKVPool
 from spsim.policies.request import Phase, RequestTable
 
@@ -63,7 +64,7 @@ class LiveEngine:
         `on_pass(engine, plan, elapsed_s)`: called on the engine thread after each pass (metrics)."""
         import torch
 
-        from spsim.gpu_runtime.engine import kv_pages_for, new_server, policy_cost_model
+        from spsim.gpu_runtime.engine import kv_pages_for, new_server, overlap_for, policy_cost_model
 
         self.cfg, self.opts, self.model, self.tokenizer = cfg, opts, model, tokenizer
         lc = model.cfg
@@ -80,11 +81,9 @@ class LiveEngine:
         self.reqs: dict[int, LiveRequest] = {}  # live requests by row id
         graphed = opts.cuda_graphs and model.device.type == "cuda"
         startup = bool(graphed and opts.shape_rule and opts.startup_shapes)
-        # the overlapped loop (plan the next pass while the GPU runs this one) is `spsim run`'s;
-        # here each pass's tokens are handed out before the next is planned
         self.cache, self.ex, self.graphs = new_server(model, cfg, opts, self.serving, self.b, self.table,
-                                                      self._prompt, self.pages, startup, False,
-                                                      store_slots=cfg.max_batch)
+                                                      self._prompt, self.pages, startup,
+                                                      overlap_for(opts, model, self.serving), store_slots=cfg.max_batch)
         self.ex.events = None  # nothing keeps per-draft events in a server: counters below
         self.spec = SpecCounters(per_pos=np.zeros(max(cfg.max_draft, 1), np.int64))
         self.passes = 0
@@ -160,26 +159,51 @@ class LiveEngine:
 
     def _loop(self) -> None:
         b, ex = self.b, self.ex
+        pending = None  # the overlapped loop's pass in flight: (ticket, plan)
         while not self._stop.is_set():
             self._drain()
             if not b.has_work():
+                if pending is not None:  # what is in flight may finish requests
+                    self._settle(*pending)
+                    pending = None
+                    continue
                 self._wake.wait(0.05)
                 self._wake.clear()
                 continue
             plan = b.plan(self.now())
             if plan.is_empty():
                 raise RuntimeError("batcher produced an empty pass with work pending")  # a bug, not input
-            out = ex.execute(plan)
-            b.apply(plan, out, self.now())
-            self.passes += 1
-            self._count_spec(plan, out)
-            self._deliver(plan)
-            ex.done.clear()  # finished requests' tokens were handed out: nothing keeps them
-            if self.on_pass is not None:
-                self.on_pass(self, plan, out.elapsed_s)
+            tk = ex.launch(plan)
+            if ex.overlap:
+                # as in `spsim run`: the outcome (known on the host under preset acceptance) is
+                # applied now and the next pass planned while the GPU runs this one; its tokens
+                # reach clients when it is settled, after the next launch
+                if pending is not None:
+                    self._settle(*pending)
+                b.apply(plan, Outcome(float("nan"), tk.entropy, tk.accepted), None)
+                pending = (tk, plan)
+            else:
+                self._settle(tk, plan, apply=True)
+        if pending is not None:
+            self._settle(*pending)
         self._drain()
         for req in list(self.reqs.values()):  # shutting down: what is left ends now
             self._end(req, "abort")
+
+    def _settle(self, tk, plan, apply: bool = False) -> None:
+        out = self.ex.finish(tk)
+        if apply:
+            self.b.apply(plan, out, self.now())
+        else:
+            self.b.stamp(self.now())
+        self.passes += 1
+        self._count_spec(plan, out)
+        self._deliver(plan)
+        done = self.ex.done
+        for rid in [r for r in done if r not in self.reqs]:  # handed out: nothing keeps them
+            del done[rid]
+        if self.on_pass is not None:
+            self.on_pass(self, plan, out.elapsed_s)
 
     def _drain(self) -> None:
         while True:
@@ -230,10 +254,12 @@ class LiveEngine:
         touched = np.concatenate([plan.prefill_ids[plan.prefill_last], plan.verify_ids]).tolist()
         for rid in touched:
             req = self.reqs.get(rid)
-            st = self.ex.req.get(rid)
+            st = self.ex.req.get(rid) or self.ex.done.get(rid)
             if req is None or st is None:
                 continue
-            new = st.tokens[st.prompt_len + req.sent:]
+            # overlapped: tokens past `clean` are placeholders of a pass still running
+            upto = st.clean if self.ex.overlap else len(st.tokens)
+            new = st.tokens[st.prompt_len + req.sent:upto]
             reason = None
             if not req.ignore_eos or req.stop_ids:
                 ends = req.stop_ids if req.ignore_eos else (self.eos | req.stop_ids)
@@ -241,7 +267,7 @@ class LiveEngine:
                     if x in ends and req.sent + i + 1 > req.min_tokens:
                         new, reason = new[:i + 1], "stop"
                         break
-            if reason is None and t.phase[rid] == Phase.DONE:
+            if reason is None and t.phase[rid] == Phase.DONE and req.sent + len(new) >= t.committed[rid]:
                 reason = "length"
             req.sent += len(new)
             wants_stop = bool(req.on_tokens(list(new), reason))

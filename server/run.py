@@ -8,7 +8,7 @@ import sys
 
 
 def build_server(serving, *, weights=None, device="cpu", dtype=None, temperature=0.0, served_model_name=None,
-                 max_queue=1024, cuda_graphs=True, startup_shapes=False, say=None, model=None):
+                 max_queue=1024, cuda_graphs=True, startup_shapes=False, overlap=None, say=None, model=None):
     """`(engine, app)`, the engine not started yet. `model`: `(model, tokenizer)` already loaded."""
     from spsim.gpu_runtime.engine import RuntimeOptions, load
     from spsim.gpu_runtime.weights import resolve_weights
@@ -18,7 +18,8 @@ def build_server(serving, *, weights=None, device="cpu", dtype=None, temperature
     from .text import TextCodec
 
     opts = RuntimeOptions(weights=weights, device=device, dtype=dtype, temperature=temperature, record_events=False,
-                          cuda_graphs=cuda_graphs, shape_rule=startup_shapes, startup_shapes=startup_shapes, say=say)
+                          cuda_graphs=cuda_graphs, shape_rule=startup_shapes, startup_shapes=startup_shapes, overlap=overlap,
+                          say=say)
     model, tokenizer = model if model is not None else load(serving, opts)
     template = None
     if weights is not None and str(resolve_weights(weights)).endswith(".gguf"):

@@ -80,17 +80,22 @@ def tiny():
     return load_model(None, "tiny", seed=0)
 
 
-@pytest.mark.parametrize("policy", ["ar", "fixed-k:k=4", "sync:k=4", "aspire"])
-def test_tiny_served_tokens_equal_spsim_run(tiny, policy):
+@pytest.mark.parametrize("policy,acceptance", [("ar", "real"), ("fixed-k:k=4", "real"), ("sync:k=4", "real"),
+                                               ("aspire", "real"), ("fixed-k:k=4", "sparsespec-llama8b")])
+def test_tiny_served_tokens_equal_spsim_run(tiny, policy, acceptance):
+    """With a preset, the server plans each pass while the previous one runs (`--overlap`, as on
+    GPUs), handing tokens out only once their pass is settled."""
     from spsim.config import ServingConfig
     from spsim.gpu_runtime.engine import RuntimeOptions, run_trace
 
     model, _ = tiny
-    cfg = ServingConfig(model="tiny", policy=policy, offline=True, kv_pages=400, acceptance="real").validate()
+    cfg = ServingConfig(model="tiny", policy=policy, offline=True, kv_pages=400, acceptance=acceptance).validate()
     tr = _trace([60, 130, 200, 90], 14)
     run = run_trace(tr, cfg, RuntimeOptions(device="cpu"), model=model)
     ref = run.tokens
-    srv = LocalServer(cfg, model=tiny)
+    overlap = acceptance != "real"
+    srv = LocalServer(cfg, model=tiny, overlap=overlap)
+    assert srv.engine.ex.overlap == overlap
     try:
         got = _all(srv.client(), "tiny", _prompts(tr, model.cfg.vocab), 14)
         for i, (ids, text, finish, usage) in enumerate(got):
@@ -102,6 +107,7 @@ def test_tiny_served_tokens_equal_spsim_run(tiny, policy):
         # the same speculation as `spsim run` (aspire turns itself off on this tiny model)
         assert (s["spec_decode"]["num_draft_tokens"] > 0) == (run.result.summary["drafted_tokens"] > 0)
         assert (s["spec_decode"]["num_draft_tokens"] > 0) == (policy in ("fixed-k:k=4", "sync:k=4"))
+        assert srv.engine.ex.done == {} and srv.engine.reqs == {}  # nothing kept of finished requests
     finally:
         srv.close()
 
