@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from spsim.keyed import INV53, U64, key, keyed_hash  # noqa: F401 (keyed_hash: re-exported)
+from spsim.keyed import INV53, U64, keyed_hash
 from .pages import to_device
 
 DRAFT = 0  # sampling a draft token

@@ -1,4 +1,4 @@
-"""The HTTP side of `spsim serve` (FastAPI): OpenAI's `/v1/completions`, `/v1/chat/completions`
+"""The HTTP side of `spsim serve` (Starlette, which the GPU machine can carry as pure-Python wheels): OpenAI's `/v1/completions`, `/v1/chat/completions`
 (streamed as server-sent events or not) and `/v1/models`, plus `/health`, `/metrics` and
 `/spsim/summary` (the engine's own counters). Every request becomes a `LiveRequest`; its tokens
 come back from the engine thread through an asyncio queue."""
@@ -11,8 +11,10 @@ import logging
 import time
 import uuid
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
 
 from .keys import client_key
 from .live import LiveEngine, LiveRequest
@@ -69,42 +71,35 @@ class Stream:
 
 
 def create_app(engine: LiveEngine, codec: TextCodec, served_name: str, temperature: float = 0.0,
-               max_queue: int = 1024) -> FastAPI:
+               max_queue: int = 1024) -> Starlette:
     metrics = ServerMetrics(engine, served_name)
-    app = FastAPI(title="spsim serve", docs_url=None, redoc_url=None)
-    app.state.engine, app.state.metrics = engine, metrics
     created = int(time.time())
 
-    @app.exception_handler(ApiError)
     async def api_error(_req, e: ApiError):
         return JSONResponse(e.body(), status_code=e.status)
 
-    @app.get("/health")
-    async def health():
+    async def health(_req):
         if engine.error is not None:
             return JSONResponse({"status": "error", "error": str(engine.error)}, status_code=503)
-        return {"status": "ok"}
+        return JSONResponse({"status": "ok"})
 
-    @app.get("/v1/models")
-    async def models():
-        return {"object": "list", "data": [{"id": served_name, "object": "model", "created": created,
+    async def models(_req):
+        return JSONResponse({"object": "list", "data": [{"id": served_name, "object": "model", "created": created,
                                             "owned_by": "spsim", "max_model_len": engine.max_context,
-                                            "vocab_size": engine.model.cfg.vocab}]}
+                                            "vocab_size": engine.model.cfg.vocab}]})
 
-    @app.get("/metrics")
-    async def prometheus():
+    async def prometheus(_req):
         from prometheus_client import CONTENT_TYPE_LATEST
 
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/spsim/summary")
-    async def summary():
+    async def summary(_req):
         sc = engine.spec
-        return {"passes": engine.passes, "running": engine.running, "waiting": engine.waiting,
+        return JSONResponse({"passes": engine.passes, "running": engine.running, "waiting": engine.waiting,
                 "kv_pages": engine.pages, "kv_pages_used": engine.pages_used(),
                 "spec_decode": {"num_drafts": sc.drafts, "num_draft_tokens": sc.draft_tokens,
                                 "num_accepted_tokens": sc.accepted,
-                                "num_accepted_tokens_per_pos": sc.per_pos.tolist()}}
+                                "num_accepted_tokens_per_pos": sc.per_pos.tolist()}})
 
     async def body_of(request: Request):
         raw = await request.body()
@@ -145,14 +140,18 @@ def create_app(engine: LiveEngine, codec: TextCodec, served_name: str, temperatu
                                      media_type="text/event-stream")
         return await _whole(request, engine, req, st, p, kind, rid, served_name, created)
 
-    @app.post("/v1/completions")
     async def completions(request: Request):
         return await generate(request, "completions")
 
-    @app.post("/v1/chat/completions")
     async def chat(request: Request):
         return await generate(request, "chat")
 
+    app = Starlette(routes=[Route("/health", health), Route("/v1/models", models), Route("/metrics", prometheus),
+                            Route("/spsim/summary", summary),
+                            Route("/v1/completions", completions, methods=["POST"]),
+                            Route("/v1/chat/completions", chat, methods=["POST"])],
+                    exception_handlers={ApiError: api_error})
+    app.state.engine, app.state.metrics = engine, metrics
     return app
 
 
@@ -191,8 +190,9 @@ async def _whole(request, engine, req, st: Stream, p: Params, kind, rid, name, c
         if req.finished is None and finish is None:
             engine.abort(req)
     obj = "text_completion" if kind == "completions" else "chat.completion"
-    return {"id": rid, "object": obj, "created": created, "model": name,
-            "choices": [_choice(kind, "".join(text), finish, ids, p, delta=False)], "usage": _usage(p, st)}
+    return JSONResponse({"id": rid, "object": obj, "created": created, "model": name,
+                         "choices": [_choice(kind, "".join(text), finish, ids, p, delta=False)],
+                         "usage": _usage(p, st)})
 
 
 async def _sse(engine, req, st: Stream, p: Params, kind, rid, name, created):

@@ -33,8 +33,6 @@ def bench_serve_cmd(
 ):
     """Replay a trace against an OpenAI-compatible server (spsim serve, vLLM, SGLang, ...) and
     summarise what the client measured in spsim replay's schema."""
-    import numpy as np
-
     from spsim.build import arrival_times
     from spsim.cli_options import check_out_dir
     from rich.console import Console

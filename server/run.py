@@ -13,6 +13,9 @@ def build_server(serving, *, weights=None, device="cpu", dtype=None, temperature
     from spsim.gpu_runtime.engine import RuntimeOptions, load
     from spsim.gpu_runtime.weights import resolve_weights
 
+    from spsim.vendored import ensure_vendored
+
+    ensure_vendored("starlette", "spsim serve")
     from .app import create_app
     from .live import LiveEngine
     from .text import TextCodec
@@ -38,9 +41,12 @@ def serve_forever(serving, *, host: str, port: int, drain_s: float = 10.0, **kw)
     import threading
     import time
 
-    import uvicorn
-
     from spsim.errors import SpsimError
+    from spsim.vendored import ensure_vendored
+
+    ensure_vendored("starlette", "spsim serve")  # the GPU machine: from a checkout's vendor/wheels/
+    ensure_vendored("uvicorn", "spsim serve")
+    import uvicorn
 
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     engine, app = build_server(serving, say=say, **kw)

@@ -99,7 +99,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 # the gpu extra's packages (pyproject.toml): `spsim run`, `calibrate --gpu`, `validate` need them all
 GPU_EXTRA = ("torch", "triton", "safetensors", "tokenizers", "gguf")
-SERVE_EXTRA = ("fastapi", "uvicorn", "prometheus_client", "starlette")
+SERVE_EXTRA = ("starlette", "uvicorn", "prometheus_client", "httpx", "anyio", "h11")
 
 
 def missing_package(name: str) -> str:

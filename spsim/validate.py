@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import gc
 import json
-import sys
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -42,17 +41,9 @@ PASS_TARGETS = {"median_abs_rel": 0.03, "p95_abs_rel": 0.08}
 def ensure_simpy() -> None:
     """The simulator needs simpy; the GPU machine has none. simpy is pure Python, and a pure-Python
     wheel imports straight from its zip, so the one in vendor/wheels/ is put on the path."""
-    try:
-        import simpy  # noqa: F401
-        return
-    except ImportError:
-        pass
-    wheels = sorted((Path(__file__).resolve().parent.parent / "vendor" / "wheels").glob("simpy-*.whl"))
-    if not wheels:
-        raise SpsimError("validate needs the Python package simpy (pip install simpy; a checkout carries it in "
-                         "vendor/wheels/)")
-    sys.path.append(str(wheels[-1]))
-    import simpy  # noqa: F401
+    from .vendored import ensure_vendored
+
+    ensure_vendored("simpy", "validate")
 
 
 def select(trace, limit: int | None = None, window_s: float | None = None):

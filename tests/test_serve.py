@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch")
-pytest.importorskip("fastapi")
+pytest.importorskip("starlette")
 pytest.importorskip("openai")
 
 from serve_util import LocalServer  # noqa: E402
@@ -74,7 +74,6 @@ def _all(client, model, prompts, max_tokens):
 
 @pytest.fixture(scope="module")
 def tiny():
-    from spsim.config import ServingConfig
     from spsim.gpu_runtime.weights import load_model
 
     return load_model(None, "tiny", seed=0)
