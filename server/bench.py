@@ -117,8 +117,14 @@ async def _replay(trace, url, model, arrivals, concurrency, prompts, progress, t
             if progress is not None:
                 progress(done, n)
         after = spec_counters((await client.get(url + "/metrics")).text) if before is not None else None
+        server = None
+        try:  # spsim serve's own figures (its KV pages: what the simulator needs to predict it)
+            r = await client.get(url + "/spsim/summary")
+            server = r.json() if r.status_code == 200 else None
+        except Exception:  # noqa: BLE001 — another server: none
+            pass
     spec = None if before is None else {k: after[k] - before[k] for k in after}
-    return res, np.asarray(itl), spec
+    return res, np.asarray(itl), spec, server
 
 
 async def _has_metrics(client, url) -> bool:
@@ -132,7 +138,7 @@ def bench_serve(trace, url: str, model: str, arrivals: np.ndarray, concurrency: 
                 slo: tuple[float, float], progress=None, timeout_s: float = 3600.0) -> tuple[dict, pd.DataFrame]:
     """Replay `trace` against the server at `url`; `(summary, per-request frame)`."""
     prompts = prompt_ids(trace, vocab, seed)
-    res, itl, spec = asyncio.run(_replay(trace, url.rstrip("/"), model, arrivals, concurrency, prompts, progress,
+    res, itl, spec, server = asyncio.run(_replay(trace, url.rstrip("/"), model, arrivals, concurrency, prompts, progress,
                                          timeout_s))
     n = len(trace)
     z = np.zeros(n, np.int64)
@@ -162,4 +168,6 @@ def bench_serve(trace, url: str, model: str, arrivals: np.ndarray, concurrency: 
     s["first_errors"] = errors[:5]
     s["measured_at"] = "client"
     s["server"] = url
+    if server is not None:
+        s["server_kv_pages"] = server.get("kv_pages")
     return s, req

@@ -231,6 +231,38 @@ def validate(trace, cfg: ServingConfig, opts, *, model=None, tokenizer=None, cos
     return Validation(report, run, sim, sim_passes)
 
 
+def validate_measured(trace, cfg: ServingConfig, measured: dict, *, padded: bool = False,
+                      shape_rule: bool = False) -> dict:
+    """The simulator's prediction for `trace` against a summary measured elsewhere (`spsim bench
+    serve` at a server's client): throughput, TTFT, TPOT and E2EL, judged by the same targets.
+    `padded`/`shape_rule`: how the server padded its passes (GPU with CUDA graphs; the start-up
+    set's rule), which a calibrated profile prices. The KV pages are the server's (recorded by
+    bench serve from `/spsim/summary`) unless `cfg.kv_pages` is given."""
+    from .build import build_cost_model
+    from .validate_report import metrics
+
+    cfg = check(cfg)
+    if not cfg.kv_pages:
+        pages = measured.get("server_kv_pages")
+        if not pages:
+            raise SpsimError("--kv-pages: the measured summary does not say the server's KV pages; give them "
+                             "(spsim serve reports them at /spsim/summary)")
+        cfg = cfg.with_(kv_pages=int(pages))
+    if measured.get("completed") != len(trace):
+        raise SpsimError(f"the measured summary completed {measured.get('completed')} requests, the trace has "
+                         f"{len(trace)}: measure and predict the same requests (--limit, --window)")
+    cost = priced_as_run(build_cost_model(cfg), False, shape_rule=padded and shape_rule, max_query=_max_query(cfg))
+    sim, _ = simulate_like(trace, cfg, cost)
+    met = metrics(measured, sim.summary)
+    checked = [v["within"] for v in met.values() if v["within"] is not None]
+    return {"spsim_validate": 1, "measured_at": measured.get("measured_at", "client"),
+            "server": measured.get("server"), "requests": len(trace), "policy": cfg.policy, "load": cfg.load,
+            "acceptance": cfg.acceptance, "seed": cfg.seed, "kv_pages": int(cfg.kv_pages),
+            "cost_model": getattr(cost, "name", type(cost).__name__), "metrics": met,
+            "targets_met": all(checked) if checked else None,
+            "simulator": {"completed": sim.summary["completed"], "rejected": sim.summary["rejected"]}}
+
+
 def _max_query(cfg) -> int:
     """A verification's most tokens under the run's policy (what the shape rule pads for)."""
     from .policies.registry import parse_policy

@@ -51,6 +51,9 @@ def register(app: typer.Typer) -> None:
         overlap: Optional[bool] = typer.Option(None, "--overlap/--no-overlap", help="Plan and prepare each pass "
                                                "while the previous one runs (default: on GPUs with preset "
                                                "acceptance; real acceptance needs each verification's result first)."),
+        measured: Optional[Path] = typer.Option(None, "--measured", help="A summary.json measured at a server's "
+                                                "client (spsim bench serve --out): compare the simulator with it "
+                                                "instead of running the trace here."),
         repeat: int = typer.Option(1, "--repeat", min=1, max=20, help="Measured runs of the trace (after the "
                                    "rehearsal, if any): measured is their mean, shown with its range. Under "
                                    "arrivals one 45 s Azure window's mean TPOT moved 7 % from run to run on the H200."),
@@ -68,6 +71,9 @@ def register(app: typer.Typer) -> None:
         Offline or with --concurrency both build the same pass plans: the error is shown pass by pass.
 
         With arrivals: throughput, TTFT, TPOT and end-to-end latency at mean, p50, p90, p99."""
+        if measured is not None:
+            return _against_measured(trace, measured, serving, limit, window, trace_format, skip_invalid, device,
+                                     cuda_graphs, startup_shapes, as_json)
         from .gpu_runtime.cli import check_device
 
         check_device(device, serving.model)
@@ -96,6 +102,41 @@ def register(app: typer.Typer) -> None:
         warn(notes(v.report))
         if out is not None:
             write(out, v)
+
+
+def _against_measured(trace, measured, serving, limit, window, trace_format, skip_invalid, device, cuda_graphs,
+                      startup_shapes, as_json) -> None:
+    import json
+
+    from .cli_report import load_trace
+    from .errors import SpsimError
+    from .validate import dumps, select, validate_measured
+
+    try:
+        summary = json.loads(measured.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SpsimError(f"--measured {measured}: cannot read a summary ({e})") from None
+    if not isinstance(summary, dict) or "output_throughput" not in summary:
+        raise SpsimError(f"--measured {measured}: not a run summary (no output_throughput)")
+    tr = select(load_trace(trace, trace_format, None, skip_invalid), limit, window)
+    r = validate_measured(tr, serving, summary, padded=cuda_graphs and device == "cuda", shape_rule=startup_shapes)
+    r["trace"] = trace
+    if as_json:
+        typer.echo(dumps(r), nl=False)
+        return
+    t = Table(title=f"{r['policy']} on {trace} ({r['requests']:,} requests): simulator against {measured}",
+              header_style="bold")
+    for h in ("metric", "measured", "predicted", "error", "target"):
+        t.add_column(h, justify="left" if h == "metric" else "right")
+    for k, v in r["metrics"].items():
+        if v["measured"] is None and v["predicted"] is None:
+            continue
+        e = v["rel_error"]
+        ok = "" if v["within"] is None else (" [green]ok[/]" if v["within"] else " [red]MISSED[/]")
+        t.add_row(k, f"{v['measured']:,.2f}" if v["measured"] is not None else "-",
+                  f"{v['predicted']:,.2f}" if v["predicted"] is not None else "-",
+                  (f"{e:+.1%}" if e is not None else "-") + ok, f"{v['target']:.0%}" if v["target"] else "")
+    console.print(t)
 
 
 def show(r: dict) -> None:
