@@ -1,0 +1,146 @@
+"""`spsim serve` measured by a real client on the GPU: the client's TPOT and throughput against the
+simulator's prediction for the same requests, and against `spsim run` on the same trace.
+
+    python3 benchmarks/serve_gpu.py --out benchmarks/results [--policies ar,aspire] [--window 45] [--rates 1,4]
+
+Per policy: `spsim serve` starts in a subprocess (Llama-3.1-8B shape, random bf16 weights, preset
+acceptance sparsespec-llama8b, fixed KV pages, loopback), a few requests warm it up, then `spsim
+bench serve` (in this process) replays the Azure conversation requests arriving in the first
+--window seconds at the trace's own times and at each multiple of that rate in --rates; the server
+stops; the simulator predicts each replay (`spsim validate --measured`); `spsim run` serves the
+same trace at its own times in this process for the served-vs-run TPOT gap. Writes
+`serve_gpu_<gpu>.json` after each policy. From a checkout without an install (simpy, starlette
+and uvicorn from vendor/wheels/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # a checkout without an install
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--policies", default="ar,aspire")
+    ap.add_argument("--model", default="llama-3.1-8b")
+    ap.add_argument("--window", type=float, default=45.0, help="seconds of Azure conversation arrivals")
+    ap.add_argument("--rates", default="1,4", help="multiples of the trace's own rate")
+    ap.add_argument("--kv-pages", type=int, default=16384)
+    ap.add_argument("--acceptance", default="sparsespec-llama8b")
+    ap.add_argument("--no-run", action="store_true", help="skip the spsim run comparison")
+    a = ap.parse_args()
+
+    import httpx
+    import numpy as np
+    import torch
+
+    from spsim.config import ServingConfig
+    from spsim.server.bench import bench_serve
+    from spsim.traces import read_trace
+    from spsim.validate import ensure_simpy, select, validate_measured
+    from spsim.vendored import ensure_vendored
+
+    ensure_simpy()
+    ensure_vendored("starlette", "serve_gpu")
+    ensure_vendored("uvicorn", "serve_gpu")
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    name = torch.cuda.get_device_name(0) if dev == "cuda" else platform.processor()
+    gpu = name.split()[-1].lower() if dev == "cuda" else "cpu"
+    tr = select(read_trace("azure-conv"), None, a.window)
+    rates = [float(x) for x in a.rates.split(",")]
+    span = float(tr.arrival_s[-1] - tr.arrival_s[0])
+    native = (len(tr) - 1) / span
+    rows = []
+    wheels = os.pathsep.join(str(p) for p in sorted((ROOT / "vendor" / "wheels").glob("*.whl")))
+
+    def write():
+        res = {"benchmark": "serve_gpu", "model": a.model, "weights": "random bf16", "acceptance": a.acceptance,
+               "trace": f"azure-conv, first {a.window:g} s ({len(tr)} requests, {native:.2f} req/s)",
+               "kv_pages": a.kv_pages, "machine": name, "torch": torch.__version__,
+               "python": platform.python_version(), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+               "rows": rows}
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"serve_gpu_{gpu}.json").write_text(json.dumps(res, indent=1, default=float) + "\n")
+
+    for policy in filter(None, a.policies.split(",")):
+        cfg = ServingConfig(model=a.model, policy=policy, acceptance=a.acceptance, kv_pages=a.kv_pages).validate()
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), wheels,
+                                                                          os.environ.get("PYTHONPATH")]))}
+        t0 = time.perf_counter()
+        srv = subprocess.Popen([sys.executable, "-m", "spsim.cli", "serve", "--model", a.model, "--device", dev,
+                                "--policy", policy, "--acceptance", a.acceptance, "--kv-pages", str(a.kv_pages),
+                                "--port", str(port), "--drain-s", "1"], env=env, stderr=subprocess.PIPE, text=True)
+        row = {"policy": policy, "replays": []}
+        try:
+            while True:
+                try:
+                    if httpx.get(url + "/health", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if srv.poll() is not None:
+                    raise RuntimeError(f"spsim serve exited: {srv.stderr.read()[-2000:]}")
+                time.sleep(0.5)
+            row["server_start_s"] = round(time.perf_counter() - t0, 2)
+            warm = select(tr, 8, None)
+            bench_serve(warm, url, a.model, np.zeros(len(warm)), None, 128256, cfg.seed, (10.0, 0.1))
+            for m in rates:
+                arr = (tr.arrival_s - tr.arrival_s[0]) / m
+                s, _ = bench_serve(tr, url, a.model, arr, None, 128256, cfg.seed, (cfg.slo_ttft_s, cfg.slo_tpot_s))
+                row["replays"].append({"rate_x": m, "measured": s})
+                print(f"{policy} x{m:g}: {s['completed']} done, {s['errors']} errors, TPOT mean "
+                      f"{s['mean_tpot_ms']:.2f} ms, {s['output_throughput']:.1f} tok/s", flush=True)
+        finally:
+            srv.terminate()
+            try:
+                srv.wait(60)
+            except subprocess.TimeoutExpired:
+                srv.kill()
+            row["server_last_line"] = (srv.stderr.read() or "").strip().splitlines()[-1:]
+        for rep in row["replays"]:
+            q = None if rep["rate_x"] == 1 else native * rep["rate_x"]
+            v = validate_measured(tr, cfg.with_(qps=q), rep["measured"], padded=dev == "cuda")
+            rep["predicted"] = {k: {kk: m[kk] for kk in ("measured", "predicted", "rel_error", "within")}
+                                for k, m in v["metrics"].items() if m["target"] is not None}
+            rep["targets_met"] = v["targets_met"]
+        if not a.no_run:
+            from spsim.gpu_runtime.engine import RuntimeOptions, release_served, run_trace
+
+            r = run_trace(tr, cfg, RuntimeOptions(device=dev, record_events=False)).result.summary
+            row["spsim_run"] = {k: r.get(k) for k in ("mean_tpot_ms", "p99_tpot_ms", "mean_ttft_ms",
+                                                      "output_throughput", "completed")}
+            first = row["replays"][0]["measured"] if row["replays"] else None
+            if first is not None and first["rate_x" if False else "mean_tpot_ms"] is not None:
+                row["served_minus_run_tpot_ms"] = first["mean_tpot_ms"] - r["mean_tpot_ms"]
+            release_served()
+            torch.cuda.empty_cache() if dev == "cuda" else None
+        rows.append(row)
+        write()
+        print(json.dumps({k: v for k, v in row.items() if k != "replays"}, default=float), flush=True)
+
+
+if __name__ == "__main__":
+    main()
