@@ -14,7 +14,7 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
            "#2e91e5", "#e15f99", "#1ca71c", "#fb0d0d", "#da16ff", "#b68100", "#750d86", "#eb663b", "#511cfb",
            "#00a08b", "#fb00d1", "#fc0080", "#b2828d", "#6c7c32", "#778aae", "#862a16", "#a777f1", "#620042",
            "#1616a7", "#da60ca", "#6c4516", "#0d2a63", "#af0038")
-PASS_KINDS = {"prefill": "#404040", "mixed": "#7a7a7a", "draft": "#adadad", "verify": "#d9d9d9"}
+PASS_KINDS = {"prefill": "#333333", "mixed": "#6e6e6e", "draft": "#a3a3a3", "verify": "#c9c9c9"}  # verify: still darker than the plot's background
 
 
 class PolicyColours:
