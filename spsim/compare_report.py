@@ -141,14 +141,16 @@ def _figures(go, rows, details, trace, base) -> list:
     f.update_yaxes(title="share of GPU time", tickformat=".0%")
     figs.append(("plot-gpu-time", "GPU time by pass kind (seed 0)", f))
     figs.append(("plot-acceptance-position", f"Acceptance by draft position (first {POSITION_REQUESTS} requests, "
-                 "seed 0)", _positions(go, names, trace, base, colours)))
+                 "seed 0)", _positions(go, names, trace, base, colours, details or {})))
     figs.append(("plot-draft-lengths", DRAFT_TITLE + ", seed 0",
                  draft_lengths_figure(go, [(n, ((details or {}).get(n) or {}).get("draft_lengths")) for n in names],
                                       colours=colours)))
     return figs
 
 
-def _positions(go, names, trace, base, colours):
+def _positions(go, names, trace, base, colours, details: dict):
+    """Acceptance by draft position: seed 0's own where it ran on the step path over the whole
+    trace (simulator/compare.py), else a step-path rerun over the first POSITION_REQUESTS."""
     from spsim.policies.registry import parse_policy
     from spsim.simulator.positions import simulate_with_positions
 
@@ -158,8 +160,7 @@ def _positions(go, names, trace, base, colours):
         cls = parse_policy(name).cls
         if not cls.speculative or cls.oracle:
             continue
-        s = simulate_with_positions(head, base.with_(policy=name, seed=0)).summary
-        acc, held = s["num_accepted_tokens_per_pos"], s["num_drafted_per_pos"]
+        acc, held = (details.get(name) or {}).get("positions") or _rerun(simulate_with_positions, head, base, name)
         if not held:
             continue
         fig.add_trace(go.Scatter(x=list(range(1, len(held) + 1)), y=[a / h if h else None for a, h in zip(acc, held)],
@@ -170,3 +171,8 @@ def _positions(go, names, trace, base, colours):
     if not fig.data:
         return Dropped("no speculative policy drafted (oracle reads the acceptance model: not recorded)")
     return fig
+
+
+def _rerun(simulate_with_positions, head, base, name):
+    s = simulate_with_positions(head, base.with_(policy=name, seed=0)).summary
+    return s["num_accepted_tokens_per_pos"], s["num_drafted_per_pos"]

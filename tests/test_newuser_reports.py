@@ -182,3 +182,32 @@ def test_the_browser_check_fails_under_ci_where_chromium_is_missing(monkeypatch)
     with pytest.raises(pytest.skip.Exception):
         need("chromium", True)
     need("chromium", False)  # present: nothing to say
+
+
+def test_the_report_reuses_seed_0_for_acceptance_by_position(compared, monkeypatch):
+    """A trace within the rerun's requests: seed 0 runs on the step path and the report reads its
+    positions (no second run); its figures are the fast path's, and the plot the rerun's."""
+    from spsim.compare_figures import FIGURES
+    from spsim.simulator.engine import SimConfig
+    from spsim.simulator.positions import simulate_with_positions
+    from spsim.traces import read_trace
+
+    tr = read_trace(str(compared / "t.jsonl"))
+    fast = {r["policy"]: r for r in json.loads(runner.invoke(app, ["compare", str(compared / "t.jsonl"), "-P",
+                                                                   ",".join(NAMES), "--concurrency", "8", "--seeds",
+                                                                   "2", "--json"]).stdout)}
+    step = {r["policy"]: r for r in json.loads((compared / "out" / "compare.json").read_text())["rows"]}
+    for name in NAMES:
+        for key, *_ in FIGURES:
+            assert fast[name][key] == pytest.approx(step[name][key], rel=1e-12, abs=1e-12), (name, key)
+    page = (compared / "cmp.html").read_text()
+    for t in plot_traces(page, "plot-acceptance-position"):
+        s = simulate_with_positions(tr, SimConfig(policy=t["name"], seed=0, concurrency=8)).summary
+        want = [a / h if h else None for a, h in zip(s["num_accepted_tokens_per_pos"], s["num_drafted_per_pos"])]
+        assert t["y"].tolist() == pytest.approx(want), t["name"]
+    import spsim.compare_report as cr
+
+    monkeypatch.setattr(cr, "_rerun", lambda *a: (_ for _ in ()).throw(AssertionError("reran")))
+    r = runner.invoke(app, ["compare", str(compared / "t.jsonl"), "-P", "ar,fixed-k:k=4", "--concurrency", "8",
+                            "--report", str(compared / "again.html")])
+    assert r.exit_code == 0, r.output
