@@ -116,13 +116,16 @@ def results_table(p) -> Table:
     from .marks import marked
 
     t = Table(title=f"spsim plan: {p.meta['trace']} ({p.meta['requests']:,} requests), SLO {p.meta['slo']}",
-              header_style="bold", show_lines=False)
-    cols = [("config", "configuration", "left"), ("max_rate", "max req/s", "right"),
-            ("rate_per_gpu", "req/s per GPU", "right"), ("requests_per_usd", "req per USD", "right"),
-            ("fewest_replicas", f"replicas for {p.meta['target_rate']:.3g} req/s", "right"),
-            ("limiter", "limited by", "left")]
-    for _, c, j in cols:
-        t.add_column(c, justify=j, no_wrap=c == "configuration", overflow="fold")
+              header_style="bold", show_lines=True)
+    cols = [("config", "configuration", "left"), ("max_rate", "max\nreq/s", "right"),
+            ("rate_per_gpu", "req/s\nper GPU", "right"), ("requests_per_usd", "req per\nUSD", "right"),
+            ("fewest_replicas", f"replicas for\n{p.meta['target_rate']:.3g} req/s", "right"),
+            ("limiter", "limited\nby", "left")]
+    for k, c, j in cols:
+        # a long label (policy, GPU, model and settings) wraps at its spaces; numbers and limiter
+        # codes never break (a label of 70 characters held on one line left no room for any number
+        # at 80 columns)
+        t.add_column(c, justify=j, overflow="fold", no_wrap=k != "config", min_width=16 if k == "config" else None)
     for r, line in zip(p.rows, marked(p.rows, p.recs, [k for k, _, _ in cols])):
         cells = []
         for k, _, _ in cols:

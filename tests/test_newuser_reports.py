@@ -211,3 +211,26 @@ def test_the_report_reuses_seed_0_for_acceptance_by_position(compared, monkeypat
     r = runner.invoke(app, ["compare", str(compared / "t.jsonl"), "-P", "ar,fixed-k:k=4", "--concurrency", "8",
                             "--report", str(compared / "again.html")])
     assert r.exit_code == 0, r.output
+
+
+def test_plan_table_keeps_its_numbers_at_80_columns_with_long_labels():
+    """A label of policy, GPU, model and settings (70 characters) held on one line left the
+    numeric columns no width at all at 80 columns: the table showed labels and empty cells."""
+    from rich.console import Console
+
+    from spsim.planning.cli import results_table
+
+    rows = [{"config": f"{p} h200 llama-3.2-3b draft-budget=1024 max-batch=128", "policy": p.split(":")[0],
+             "clairvoyant": False, "status": "ok", "max_rate": 1234.5, "rate_per_gpu": 617.25,
+             "requests_per_usd": 2345678.0, "fewest_replicas": 12, "limiter": "verify_cost",
+             "rate_per_gpu_vs_ref": 1.234} for p in ("ar", "aspire:ema=0.3", "fixed-k:k=4")]
+    recs = [{"objective": "rate_per_gpu", "winner": rows[1]["config"]}]
+    meta = {"trace": "t", "requests": 100, "slo": "ttft_p90=2s", "target_rate": 60, "replicas_searched": 1,
+            "precision": 0.05, "probes_simulated": 3, "probes_cached": 0, "wall_s": 2}
+    con = Console(width=80, record=True, color_system=None)
+    con.print(results_table(SimpleNamespace(rows=rows, recs=recs, meta=meta)))
+    text = con.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    for whole in ("1,234", "2,345,678", "1.23x", "*617", "verify_cost"):
+        assert whole in text, whole
+    assert text.count("2,345,678") == 3
