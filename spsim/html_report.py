@@ -56,14 +56,17 @@ def _write(path: Path, s: dict, req: pd.DataFrame, title: str, drafts: dict | No
     ttft = (done["first_token_s"] - done["arrival_s"]).to_numpy() * 1e3
     out = done["output_tokens"].to_numpy()
     tpot = np.where(out > 1, (done["finish_s"] - done["first_token_s"]).to_numpy() / np.maximum(out - 1, 1), np.nan) * 1e3
+    colours = PolicyColours([""])  # the run's one policy: one colour in every plot, as in compare's
+    run = colours("")
     figs = []
     f = make_subplots(rows=1, cols=2, subplot_titles=("TTFT (ms)", "TPOT (ms)"))
-    f.add_trace(go.Histogram(x=ttft, nbinsx=60, showlegend=False), row=1, col=1)
-    f.add_trace(go.Histogram(x=tpot[np.isfinite(tpot)], nbinsx=60, showlegend=False), row=1, col=2)
+    f.add_trace(go.Histogram(x=ttft, nbinsx=60, showlegend=False, marker_color=run), row=1, col=1)
+    f.add_trace(go.Histogram(x=tpot[np.isfinite(tpot)], nbinsx=60, showlegend=False, marker_color=run), row=1, col=2)
     figs.append(("plot-latency-distributions", "TTFT and TPOT distributions", f))
     f = go.Figure()
-    f.add_trace(go.Scattergl(x=done["arrival_s"], y=ttft, mode="markers", name="TTFT (ms)", marker=dict(size=3)))
-    f.add_trace(go.Scattergl(x=done["arrival_s"], y=tpot, mode="markers", name="TPOT (ms)", marker=dict(size=3)))
+    f.add_trace(go.Scattergl(x=done["arrival_s"], y=ttft, mode="markers", name="TTFT (ms)", marker=dict(size=3, color=run)))
+    f.add_trace(go.Scattergl(x=done["arrival_s"], y=tpot, mode="markers", name="TPOT (ms)",
+                             marker=dict(size=3, color="#7f7f7f")))  # grey: the second series, no policy's colour
     f.update_xaxes(title="arrival (s)")
     f.update_yaxes(type="log", title="ms")
     figs.append(("plot-latency-over-time", "Latency against arrival time (queueing shows as a rising TTFT)", f))
@@ -74,13 +77,15 @@ def _write(path: Path, s: dict, req: pd.DataFrame, title: str, drafts: dict | No
     acc, held = s.get("num_accepted_tokens_per_pos"), s.get("num_drafted_per_pos")
     if acc and held:
         f = go.Figure(go.Scatter(x=list(range(1, len(held) + 1)), y=[a / h if h else None for a, h in zip(acc, held)],
-                                 mode="lines+markers", name="acceptance", text=[f"{h:,} verifications" for h in held]))
+                                 mode="lines+markers", name="acceptance", line=dict(color=run),
+                                 text=[f"{h:,} verifications" for h in held]))
         f.update_yaxes(range=[0, 1.02], title="acceptance rate")
         f.update_xaxes(title="draft position")
     else:
         f = Dropped("no drafts recorded (a policy without speculation, or oracle)")
     figs.append(("plot-acceptance-position", "Acceptance by draft position", f))
-    figs.append(("plot-draft-lengths", DRAFT_TITLE, draft_lengths_figure(go, [("", drafts)] if drafts else [])))
+    figs.append(("plot-draft-lengths", DRAFT_TITLE, draft_lengths_figure(go, [("", drafts)] if drafts else [],
+                                                                         colours=colours)))
     rows = summary_rows(s)
     table = "".join(f"<tr><td>{html.escape(r['metric'])}</td><td>{html.escape(_fmt(r['value']))}</td></tr>" for r in rows)
     write_page(path, title, "<p>Simulated with spsim (not measured on GPUs).</p>"
