@@ -89,10 +89,11 @@ def _results_table(plan) -> str:
 
     head = "".join(f"<th>{html.escape(h)}</th>" for _, h in RESULT_COLS)
     body = []
+    text = ("config", "status", "limiter")
     for line in marked(plan.rows, plan.recs, [k for k, _ in RESULT_COLS]):
         body.append("<tr>" + "".join(
-            f'<td class="{"best" if b else ""}">{"*" if b else ""}{html.escape(t)}'
-            + (f'<br><span class="ratio">{x}</span>' if x else "") + "</td>" for t, x, b in line.values()) + "</tr>")
+            f'<td class="{"" if k in text else "num"}{" best" if b else ""}">{"*" if b else ""}{html.escape(t)}'
+            + (f'<br><span class="ratio">{x}</span>' if x else "") + "</td>" for k, (t, x, b) in line.items()) + "</tr>")
     ref = plan.rows[0]["policy"] if plan.rows else "-"
     return (f'<table id="table-results"><tr>{head}</tr>{"".join(body)}</table>'
             f"<p>* winner of the objective (see the recommendation); x ref: rate per GPU against "

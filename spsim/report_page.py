@@ -11,7 +11,9 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1200px} table{border-collapse:collapse;margin:1em 0}"
+# a table wider than the window (the plan's nine columns at 640 px) scrolls instead of running off the page
+STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1200px} table{border-collapse:collapse;margin:1em 0;"
+         "display:block;overflow-x:auto;max-width:100%}"
          " td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px;vertical-align:top} th{background:#f3f3f3}"
          " td.best{background:#e6f4e6;font-weight:bold} .ratio{color:#666;font-size:11px} h3.plot-title{margin:1.5em 0 0}"
          " td.num{text-align:right}")
