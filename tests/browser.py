@@ -37,7 +37,8 @@ window.addEventListener('load', () => setTimeout(() => {
       name: t.name, type: t.type, showlegend: t.showlegend,
       marker: t.marker ? t.marker.color : null, line: t.line ? t.line.color : null,
       x: t.type === 'bar' ? Array.from(t.x || []) : null}))}));
-  const tables = [...document.querySelectorAll('table')].map(t => ({id: t.id, rect: rect(t)}));
+  // a table's body: the table itself is a block as wide as the page (it scrolls where it is wider)
+  const tables = [...document.querySelectorAll('table')].map(t => ({id: t.id, rect: rect(t.tBodies[0] || t)}));
   const out = document.createElement('pre');
   out.id = 'spsim-probe';
   out.textContent = JSON.stringify({plots, tables, height: document.documentElement.scrollHeight});
