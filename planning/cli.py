@@ -14,6 +14,7 @@ from rich.table import Table
 
 from spsim.cli_options import LIMIT, SKIP_INVALID, TRACE_FORMAT, check_out_dir, serving_options
 from spsim.errors import SpsimError
+from spsim.report_numbers import readable
 
 console = Console()
 ALL_POLICIES = "ar,sync,fixed-k,entropy,aspire,oracle"
@@ -119,7 +120,7 @@ def results_table(p) -> Table:
               header_style="bold", show_lines=True)
     cols = [("config", "configuration", "left"), ("max_rate", "max\nreq/s", "right"),
             ("rate_per_gpu", "req/s\nper GPU", "right"), ("requests_per_usd", "req per\nUSD", "right"),
-            ("fewest_replicas", f"replicas for\n{p.meta['target_rate']:.3g} req/s", "right"),
+            ("fewest_replicas", f"replicas for\n{readable(p.meta['target_rate'], 3)} req/s", "right"),
             ("limiter", "limited\nby", "left")]
     for k, c, j in cols:
         # a long label (policy, GPU, model and settings) wraps at its spaces; numbers and limiter

@@ -7,6 +7,8 @@ on those fewest GPUs. `oracle` (clairvoyant) is never a winner; it is listed as 
 
 from __future__ import annotations
 
+from spsim.report_numbers import readable
+
 OBJECTIVES = [
     # (key, title, row field, higher is better, unit)
     ("rate_per_gpu", "highest request rate per GPU under the SLO", "rate_per_gpu", True, "req/s per GPU"),
@@ -42,7 +44,7 @@ def recommend(rows: list[dict], precision: float = 0.0) -> list[dict]:
                     reason += f": a tie within the search's {precision:.0%} precision"
         if key == "fewest_gpus":
             n = w['fewest_replicas']
-            reason += f" ({n} replica{'' if n == 1 else 's'} x TP {w['tp']} at {w['target_rate']:.3g} req/s)"
+            reason += f" ({n} replica{'' if n == 1 else 's'} x TP {w['tp']} at {readable(w['target_rate'], 3)} req/s)"
             tied = [r["config"] for r in cand[1:] if r[field] == w[field]]
             if tied:
                 reason += (f"; tied on GPUs with {', '.join(tied)}, chosen for its lower cost per hour, then its "
@@ -63,8 +65,6 @@ def _none_reason(rows, field) -> str:
 
 
 def _v(x) -> str:
-    from spsim.report_numbers import readable
-
     return readable(x, 3)  # 24,974 requests per USD, not 2.5e+04
 
 

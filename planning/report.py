@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from spsim.errors import SpsimError
+from spsim.report_numbers import readable
 
 from .recommend import markdown
 from .tables import markdown_table
@@ -62,7 +63,7 @@ def _write(path: Path, plan) -> None:
     rec_rows = [{"objective": r["title"], "winner": r["winner"] or "-", "reason": r["reason"]} for r in plan.recs]
     body = f"""<p>SLO <code>{html.escape(m['slo'])}</code>; {m['requests']:,} requests; highest rates searched at
 {m['replicas_searched']} replica{'' if m['replicas_searched'] == 1 else 's'} to a relative precision of {m['precision']:.0%}; fewest replicas for
-{m['target_rate']:.3g} req/s within {m['replica_range'][0]}..{m['replica_range'][1]}; prices:
+{readable(m['target_rate'], 3)} req/s within {m['replica_range'][0]}..{m['replica_range'][1]}; prices:
 {html.escape(m['prices_source'])}. Simulated with spsim (not measured on GPUs); {html.escape(m.get('costs', ''))}.</p>
 <h2>Recommendation</h2>
 {_html_table(rec_rows, [("objective", "objective"), ("winner", "winner"), ("reason", "reason")], "table-recommendation")}
@@ -140,7 +141,7 @@ def _throughput_latency(plan, go, colours):
         fig.add_trace(go.Scatter(x=d["output_tok_s_per_gpu"], y=d["median_tpot_ms"], mode="lines+markers", name=label,
                                  marker=dict(symbol=["circle" if m else "circle-open" for m in d["met"]], size=8),
                                  line=dict(color=colours(label)), marker_color=colours(label),
-                                 text=[f"{r:.3g} req/s" for r in d["rate"]]))
+                                 text=[f"{readable(r, 3)} req/s" for r in d["rate"]]))
     if plan.front:
         f = pd.DataFrame(plan.front).sort_values("output_tok_s_per_gpu")
         fig.add_trace(go.Scatter(x=f["output_tok_s_per_gpu"], y=f["median_tpot_ms"], mode="lines", name="Pareto front",

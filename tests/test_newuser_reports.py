@@ -225,7 +225,7 @@ def test_plan_table_keeps_its_numbers_at_80_columns_with_long_labels():
              "requests_per_usd": 2345678.0, "fewest_replicas": 12, "limiter": "verify_cost",
              "rate_per_gpu_vs_ref": 1.234} for p in ("ar", "aspire:ema=0.3", "fixed-k:k=4")]
     recs = [{"objective": "rate_per_gpu", "winner": rows[1]["config"]}]
-    meta = {"trace": "t", "requests": 100, "slo": "ttft_p90=2s", "target_rate": 60, "replicas_searched": 1,
+    meta = {"trace": "t", "requests": 100, "slo": "ttft_p90=2s", "target_rate": 1500.0, "replicas_searched": 1,
             "precision": 0.05, "probes_simulated": 3, "probes_cached": 0, "wall_s": 2}
     con = Console(width=80, record=True, color_system=None)
     con.print(results_table(SimpleNamespace(rows=rows, recs=recs, meta=meta)))
@@ -234,3 +234,4 @@ def test_plan_table_keeps_its_numbers_at_80_columns_with_long_labels():
     for whole in ("1,234", "2,345,678", "1.23x", "*617", "verify_cost"):
         assert whole in text, whole
     assert text.count("2,345,678") == 3
+    assert "1,500 req/s" in text and "e+" not in text  # the target rate was `1.5e+03`
