@@ -69,8 +69,6 @@ def _v(x) -> str:
 
 
 def markdown(recs: list[dict], rows: list[dict], meta: dict) -> str:
-    from .tables import markdown_table
-
     lines = [f"# spsim plan: {meta['trace']}", "",
              f"SLO `{meta['slo']}`; {meta['requests']:,} requests; rates searched at {meta['replicas_searched']} "
              f"replica{'' if meta['replicas_searched'] == 1 else 's'} to a relative precision of {meta['precision']:.0%}; prices: {meta['prices_source']}.", "",
