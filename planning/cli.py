@@ -14,6 +14,7 @@ from rich.table import Table
 
 from spsim.cli_options import LIMIT, SKIP_INVALID, TRACE_FORMAT, check_out_dir, serving_options
 from spsim.errors import SpsimError
+from spsim.report_numbers import readable
 
 console = Console()
 ALL_POLICIES = "ar,sync,fixed-k,entropy,aspire,oracle"
@@ -96,6 +97,7 @@ def register(app: typer.Typer) -> None:
             for r in plan_out.recs:
                 console.print(f"[bold]{r['title']}[/]: " + (f"[green]{escape(r['winner'])}[/]  {escape(r['reason'])}"
                                                             if r["winner"] else escape(r["reason"])))
+            print_limits(plan_out.rows)
         if out is not None:
             plan_out.write(out)
             if not as_json:
@@ -110,21 +112,50 @@ def register(app: typer.Typer) -> None:
 
 
 def results_table(p) -> Table:
+    """The configurations, each objective's winner starred (green) in its column, rate per GPU
+    against the reference policy's below it; fits 80 columns (tests/test_plan_report.py)."""
+    from .marks import marked
+
     t = Table(title=f"spsim plan: {p.meta['trace']} ({p.meta['requests']:,} requests), SLO {p.meta['slo']}",
-              header_style="bold", show_lines=False)
-    cols = [("configuration", "left"), ("max req/s", "right"), ("req/s per GPU", "right"), ("req per USD", "right"),
-            (f"replicas for {p.meta['target_rate']:.3g} req/s", "right"), ("limited by", "left")]
-    for c, j in cols:
-        t.add_column(c, justify=j, no_wrap=c == "configuration", overflow="fold")
-    for r in p.rows:
-        rate = "-" if r["max_rate"] is None else f"{r['max_rate']:.3g}" + ("+" if r["status"] == "above" else "")
-        t.add_row(r["config"] + (" [dim](clairvoyant)[/]" if r["clairvoyant"] else ""), rate,
-                  _f(r["rate_per_gpu"]), _f(r["requests_per_usd"], 0),
-                  "-" if r.get("fewest_replicas") is None else str(r["fewest_replicas"]), r["limiter"])
-    t.caption = (f"rates at {p.meta['replicas_searched']} replica{'' if p.meta['replicas_searched'] == 1 else 's'}, searched to {p.meta['precision']:.0%}; "
-                 f"{p.meta['probes_simulated']} runs simulated, {p.meta['probes_cached']} from the cache, "
-                 f"{p.meta['wall_s']:.0f} s")
+              header_style="bold", show_lines=True)
+    cols = [("config", "configuration", "left"), ("max_rate", "max\nreq/s", "right"),
+            ("rate_per_gpu", "req/s\nper GPU", "right"), ("requests_per_usd", "req per\nUSD", "right"),
+            ("fewest_replicas", f"replicas for\n{readable(p.meta['target_rate'], 3)} req/s", "right"),
+            ("limiter", "limited\nby", "left")]
+    for k, c, j in cols:
+        # a long label (policy, GPU, model and settings) wraps at its spaces; numbers and limiter
+        # codes never break (a label of 70 characters held on one line left no room for any number
+        # at 80 columns)
+        t.add_column(c, justify=j, overflow="fold", no_wrap=k != "config", min_width=16 if k == "config" else None)
+    for r, line in zip(p.rows, marked(p.rows, p.recs, [k for k, _, _ in cols])):
+        cells = []
+        for k, _, _ in cols:
+            text, ratio, best = line[k]
+            cell = f"[bold green]*{escape(text)}[/]" if best else escape(text)
+            cells.append(cell + (f"\n[dim]{ratio}[/]" if ratio else ""))
+        if r["clairvoyant"]:
+            cells[0] += " [dim](clairvoyant)[/]"
+        t.add_row(*cells)
+    t.caption = (f"* winner; under req/s per GPU: against {p.rows[0]['policy'] if p.rows else '-'}; rates at "
+                 f"{p.meta['replicas_searched']} replica{'' if p.meta['replicas_searched'] == 1 else 's'}, searched to "
+                 f"{p.meta['precision']:.0%}; {p.meta['probes_simulated']} runs simulated, {p.meta['probes_cached']} "
+                 f"from the cache, {p.meta['wall_s']:.0f} s")
     return t
+
+
+def print_limits(rows: list[dict]) -> None:
+    """What limits the configurations, each reason once (planning/limits.py: stated_once)."""
+    from .limits import stated_once
+
+    for g in stated_once(rows):
+        if g["code"] == "none":
+            console.print(f"[bold]limited by nothing tried[/] ({escape(', '.join(g['configs']))}): "
+                          f"{escape(g['evidence'][0][1])}")
+            continue
+        console.print(f"[bold]limited by {escape(g['head'])}[/] ({escape(', '.join(g['configs']))})"
+                      + (f": {escape(g['remedy'])}" if g["remedy"] else ""))
+        for cs, e in g["evidence"]:
+            console.print(f"  [dim]{escape(', '.join(cs))}: {escape(e)}[/]")
 
 
 def _f(v, digits=3) -> str:

@@ -7,6 +7,8 @@ on those fewest GPUs. `oracle` (clairvoyant) is never a winner; it is listed as 
 
 from __future__ import annotations
 
+from spsim.report_numbers import readable
+
 OBJECTIVES = [
     # (key, title, row field, higher is better, unit)
     ("rate_per_gpu", "highest request rate per GPU under the SLO", "rate_per_gpu", True, "req/s per GPU"),
@@ -42,15 +44,16 @@ def recommend(rows: list[dict], precision: float = 0.0) -> list[dict]:
                     reason += f": a tie within the search's {precision:.0%} precision"
         if key == "fewest_gpus":
             n = w['fewest_replicas']
-            reason += f" ({n} replica{'' if n == 1 else 's'} x TP {w['tp']} at {w['target_rate']:.3g} req/s)"
+            reason += f" ({n} replica{'' if n == 1 else 's'} x TP {w['tp']} at {readable(w['target_rate'], 3)} req/s)"
             tied = [r["config"] for r in cand[1:] if r[field] == w[field]]
             if tied:
                 reason += (f"; tied on GPUs with {', '.join(tied)}, chosen for its lower cost per hour, then its "
                            "higher rate per GPU")
-        reason += f". Limited by {w['why']}"
+        # what limits the winner is stated once, with every configuration's (limits.stated_once), not
+        # after each objective: the README's plan said the same sentence four times
         out.append({"objective": key, "title": title, "winner": w["config"], "value": w[field], "unit": unit,
                     "runner_up": ru["config"] if ru else None, "runner_up_value": ru[field] if ru else None,
-                    "limiter": w["limiter"], "reason": reason,
+                    "limiter": w["limiter"], "why": w["why"], "reason": reason,
                     "settings": {k: w[k] for k in ("policy", "gpu", "model", "max_batch", "draft_budget", "draft_kv", "tp")}})
     return out
 
@@ -62,12 +65,10 @@ def _none_reason(rows, field) -> str:
 
 
 def _v(x) -> str:
-    return f"{x:,.3g}" if isinstance(x, float) else str(x)
+    return readable(x, 3)  # 24,974 requests per USD, not 2.5e+04
 
 
 def markdown(recs: list[dict], rows: list[dict], meta: dict) -> str:
-    from .tables import markdown_table
-
     lines = [f"# spsim plan: {meta['trace']}", "",
              f"SLO `{meta['slo']}`; {meta['requests']:,} requests; rates searched at {meta['replicas_searched']} "
              f"replica{'' if meta['replicas_searched'] == 1 else 's'} to a relative precision of {meta['precision']:.0%}; prices: {meta['prices_source']}.", "",
@@ -76,10 +77,38 @@ def markdown(recs: list[dict], rows: list[dict], meta: dict) -> str:
     for r in recs:
         lines.append(f"- **{r['title']}**: " + (f"`{r['winner']}`: {r['reason']}" if r["winner"] else r["reason"]))
     lines += ["", "## Configurations", ""]
-    cols = [("config", "configuration"), ("status", "status"), ("max_rate", "max req/s"), ("rate_per_gpu", "req/s per GPU"),
-            ("output_tok_s_per_gpu", "out tok/s per GPU"), ("requests_per_usd", "req per USD"),
-            ("fewest_replicas", "replicas for target"), ("median_tpot_ms", "TPOT p50 ms"), ("limiter", "limited by")]
-    lines.append(markdown_table(rows, cols))
+    lines.append(results_markdown(rows, recs, meta))
     lines += ["## What limits each configuration", ""]
-    lines += [f"- `{r['config']}`: {r['why']}" for r in rows]
+    lines += limits_markdown(rows)
     return "\n".join(lines) + "\n"
+
+
+MD_COLS = [("config", "configuration"), ("status", "status"), ("max_rate", "max req/s"),
+           ("rate_per_gpu", "req/s per GPU (x ref)"), ("output_tok_s_per_gpu", "out tok/s per GPU"),
+           ("requests_per_usd", "req per USD"), ("fewest_replicas", "replicas for target"),
+           ("median_tpot_ms", "TPOT p50 ms"), ("limiter", "limited by")]
+
+
+def results_markdown(rows: list[dict], recs: list[dict], meta: dict) -> str:
+    from .marks import marked
+
+    cells = marked(rows, recs, [k for k, _ in MD_COLS])
+    out = ["| " + " | ".join(h for _, h in MD_COLS) + " |", "|" + "---|" * len(MD_COLS)]
+    for line in cells:
+        out.append("| " + " | ".join(("*" if b else "") + t + (f" ({x})" if x else "") for t, x, b in line.values())
+                   + " |")
+    ref = rows[0]["policy"] if rows else "-"
+    return "\n".join(out) + f"\n\n\\* winner of the objective; x ref: rate per GPU against {ref} on the same settings.\n"
+
+
+def limits_markdown(rows: list[dict]) -> list[str]:
+    from .limits import stated_once
+
+    lines = []
+    for g in stated_once(rows):
+        if g["code"] == "none":
+            lines.append(f"- none ({', '.join(g['configs'])}): {g['evidence'][0][1]}")
+            continue
+        lines.append(f"- **{g['head']}** ({', '.join(g['configs'])})" + (f": {g['remedy']}" if g["remedy"] else ""))
+        lines += [f"  - {', '.join(cs)}: {e}" for cs, e in g["evidence"]]
+    return lines + [""]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from spsim.errors import SpsimError
+from spsim.report_numbers import readable
 from spsim.slo import SLO
 
 from .cache import ProbeCache
@@ -163,7 +164,7 @@ def run_plan(inp: PlanInputs, out: Path | None = None, console=None, progress_li
 
     def on_done(i, res):
         done[0] += 1
-        what = f"{labels[i]}: " + (f"{res['max_rate']:.3g} req/s" if res["max_rate"] else res["status"])
+        what = f"{labels[i]}: " + (f"{readable(res['max_rate'], 3)} req/s" if res["max_rate"] else res["status"])
         if prog is not None:
             prog.update(task, advance=1, description=what)
         elif progress_lines is not None:

@@ -40,13 +40,28 @@ def result_rows(results: list[dict], prices: dict[str, float]) -> list[dict]:
         row["rejected"] = ok.get("rejected")
         row["limiter"] = r["limiter"]
         row["why"] = r["why"]
+        row["why_head"], row["why_evidence"], row["remedy"] = r.get("why_head"), r.get("why_evidence"), r.get("remedy")
         row["probes"] = len(r["probes"])
         row["probes_simulated"] = sum(not p["cached"] for p in r["probes"])
         row["probes_full"] = sum(p["kind"] == "full" for p in r["probes"])
         row["probes_stopped"] = sum(bool(p.get("stopped")) for p in r["probes"])
         row["window_max_rate"] = r.get("window_lo")
         rows.append(row)
+    _vs_ref(rows, configs)
     return rows
+
+
+def _vs_ref(rows: list[dict], configs: list[PlanConfig]) -> None:
+    """`rate_per_gpu_vs_ref`: each row's rate per GPU against the reference policy's (the first
+    of --policies) on the same GPU, model and settings; None where either has no rate."""
+    from dataclasses import replace
+
+    by_cfg = dict(zip(configs, rows))
+    for cfg, row in by_cfg.items():
+        ref = by_cfg.get(replace(cfg, policy=configs[0].policy))
+        row["reference"] = ref["config"] if ref else None
+        row["rate_per_gpu_vs_ref"] = (row["rate_per_gpu"] / ref["rate_per_gpu"]
+                                      if ref and row["rate_per_gpu"] and ref["rate_per_gpu"] else None)
 
 
 def probe_rows(results: list[dict], labels: list[str]) -> list[dict]:

@@ -56,10 +56,11 @@ def _plan_config(bench: Bench, job: Job) -> dict:
     ok_p, fail_p = m["lo_probe"], m["hi_probe"]
     fail_eval = fail_p.evaluate(bench.slo) if fail_p is not None else None
     spec = parse_policy(cfg.policy).cls
-    code, why = limiter(ok_p.summary if ok_p else None, fail_p.summary if fail_p else None, fail_eval, spec.speculative)
+    lim = limiter(ok_p.summary if ok_p else None, fail_p.summary if fail_p else None, fail_eval, spec.speculative)
     out = {"config": dict(cfg.__dict__), "status": m["status"], "max_rate": m["lo"], "bracket_hi": m["hi"],
            "replicas_at": job.rmin, "speculative": bool(spec.speculative), "clairvoyant": bool(spec.oracle),
-           "limiter": code, "why": why, "window_lo": m.get("window_lo"), "window_hi": m.get("window_hi"),
+           "limiter": lim.code, "why": lim.sentence,
+           "why_head": lim.head, "why_evidence": lim.evidence, "remedy": lim.remedy, "window_lo": m.get("window_lo"), "window_hi": m.get("window_hi"),
            "window_ratio": (math.sqrt(m["lo"] * m["hi"] / (m["window_lo"] * m["window_hi"]))
                             if m["status"] == "ok" and m.get("window_lo") and m.get("window_hi") else None),
            "ok": _keep(ok_p.summary) if ok_p else None, "ok_eval": ok_p.evaluate(bench.slo) if ok_p else None,

@@ -284,7 +284,8 @@ def register(app: typer.Typer) -> None:
         seeds: int = typer.Option(1, "--seeds", help="Runs per policy with acceptance seeds 0..N-1 (mean and "
                                   "spread); policies without speculation (ar) run once."),
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for compare.json, compare.csv and "
-                                           "report.html (self-contained; checked before the runs)."),
+                                           "the report --report writes, as report.html (with report.csv and "
+                                           "report.md; checked before the runs)."),
         as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
         report: Optional[Path] = typer.Option(None, "--report", help="Write a self-contained HTML report here "
                                               "(distributions, GPU time, acceptance by draft position, sampled "
@@ -299,7 +300,7 @@ def register(app: typer.Typer) -> None:
         if seeds < 1:
             raise SpsimError(f"--seeds must be >= 1 (got {seeds})")
         specs = _specs(policies)
-        check_out_dir(out, ("compare.json", "compare.csv", "report.html"))
+        check_out_dir(out, ("compare.json", "compare.csv", "report.html", "report.csv", "report.md"))
         if report is not None:
             check_out_dir(report.parent, (report.name,), label=f"--report {report}")
         if out or report is not None:
@@ -311,7 +312,7 @@ def register(app: typer.Typer) -> None:
         tr = _load(trace, trace_format, limit, skip_invalid)
         base = serving.with_(policy=specs[0], seed=0)
         warn(setting_notes(base, len(tr), specs))
-        details = {} if report is not None else None
+        details = {} if report is not None or out else None  # seed 0's runs, for the report
         if live_progress(as_json):
             rows = compare_policies(tr, base, specs, seeds, console=console, details=details)
         else:
@@ -324,17 +325,20 @@ def register(app: typer.Typer) -> None:
                                               f"{base.model} on {base.gpu}, {seeds} seed(s)"))
             console.print(f"[dim]{escape(cost_note(rows[0]))}[/]")
         _warn_rows(rows)
+        # one report, the full one, wherever a report is written (--out's report.html, --report)
+        pages = ([out / "report.html"] if out else []) + ([report] if report is not None else [])
         if out:
             write_report(out, rows, base, trace_skipped={"rows": int(sum(tr.skipped.values())),
                                                          "by_reason": dict(tr.skipped)})
-            if not as_json:
-                console.print(f"wrote {out}/compare.json, compare.csv, report.html")
-        if report is not None:
-            from spsim.html_report import write_compare_report
+        if pages:
+            from spsim.compare_report import write_compare_report
 
-            write_compare_report(report, rows, details, tr, base, f"spsim compare: {trace or DEFAULT_TRACE} "
+            write_compare_report(pages, rows, details, tr, base, f"spsim compare: {trace or DEFAULT_TRACE} "
                                  f"({len(tr):,} requests, {base.replicas} x {base.model} on {base.gpu}, {seeds} seed(s))")
-            if not as_json:
+        if not as_json:
+            if out:
+                console.print(f"wrote {out}/compare.json, compare.csv, report.html (and report.csv, report.md)")
+            if report is not None:
                 console.print(f"wrote {report} (and {report.with_suffix('.csv').name}, {report.with_suffix('.md').name})")
 
 

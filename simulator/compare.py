@@ -12,22 +12,9 @@ from rich.table import Table
 from spsim.policies.draftlog import DEFAULT_SAMPLE as DRAFT_SAMPLE
 
 from .engine import SimConfig, simulate
+from .positions import simulate_with_positions
 
-# (summary key, label, higher is better)
-FIGURES = [
-    ("output_throughput", "out tok/s", True),
-    ("request_goodput", "goodput req/s", True),
-    ("mean_tpot_ms", "TPOT mean ms", False),
-    ("p99_tpot_ms", "TPOT p99 ms", False),
-    ("mean_ttft_ms", "TTFT mean ms", False),
-    ("p99_ttft_ms", "TTFT p99 ms", False),
-    ("mean_e2el_ms", "E2EL mean ms", False),
-    ("tokens_per_verify", "tok/verify", True),
-    ("draft_acceptance_rate", "accept rate", True),
-    ("decode_time_per_token_ms", "decode ms/tok", False),
-    ("decode_output_throughput", "decode tok/s", True),
-    ("prefill_time_share", "prefill GPU share", False),
-]
+from spsim.compare_figures import FIGURES, best_row
 
 
 def _seed_free(spec: str) -> bool:
@@ -35,6 +22,15 @@ def _seed_free(spec: str) -> bool:
     from spsim.policies.registry import parse_policy
 
     return not parse_policy(spec).cls.speculative
+
+
+def _positions_here(spec: str, requests: int) -> bool:
+    """Seed 0 of `spec` is the report's step-path run of acceptance by draft position."""
+    from spsim.compare_report import POSITION_REQUESTS
+    from spsim.policies.registry import parse_policy
+
+    cls = parse_policy(spec).cls
+    return cls.speculative and not cls.oracle and requests <= POSITION_REQUESTS
 
 
 def _count(vals):
@@ -70,8 +66,12 @@ def compare_policies(trace, base: SimConfig, specs: list[str], seeds: int, conso
                 cb = (lambda done, total, i=i, what=what:
                       lines((i + done / total) / len(runs), f"{what}: {done:,}/{total:,} requests", "of all runs"))
             keep = details is not None and seed == 0
-            res = simulate(trace, base.with_(policy=spec, seed=seed), progress=cb,
-                           draft_sample=DRAFT_SAMPLE if keep else 0)
+            # the report's acceptance by draft position reruns each speculative policy on the step
+            # path over the trace's first POSITION_REQUESTS requests; where that is the whole trace,
+            # seed 0 itself runs there (same results, tested) and the rerun is not needed: 10 of
+            # the README compare's 20 s of report
+            run = simulate_with_positions if keep and _positions_here(spec, len(trace)) else simulate
+            res = run(trace, base.with_(policy=spec, seed=seed), progress=cb, draft_sample=DRAFT_SAMPLE if keep else 0)
             results[spec].append(res.summary)
             if keep:
                 from spsim.slo import Latencies
@@ -79,19 +79,22 @@ def compare_policies(trace, base: SimConfig, specs: list[str], seeds: int, conso
                 lat = Latencies.from_requests(res.requests)
                 details[spec] = {"summary": res.summary, "ttft": lat.ttft, "tpot": lat.tpot,
                                  "draft_lengths": res.extra.get("draft_lengths")}
+                if run is simulate_with_positions:
+                    details[spec]["positions"] = (res.summary["num_accepted_tokens_per_pos"],
+                                                  res.summary["num_drafted_per_pos"])
             if prog:
                 prog.advance(task)
     finally:
         if prog:
             prog.stop()
     ref = specs[0]
-    ref_mean = {k: _mean([s[k] for s in results[ref]]) for k, _, _ in FIGURES}
+    ref_mean = {k: _mean([s[k] for s in results[ref]]) for k, *_ in FIGURES}
     for spec in specs:
         ss = results[spec]
         row = {"policy": spec, "seeds": seeds, "runs": len(ss), "clairvoyant": spec.split(":")[0] == "oracle",
                "completed": _count([s["completed"] for s in ss]),
                "rejected": _count([s["rejected"] for s in ss])}
-        for key, _, _ in FIGURES:
+        for key, *_ in FIGURES:
             vals = [s[key] for s in ss]
             m = _mean(vals)
             row[key] = m
@@ -147,14 +150,12 @@ def compare_table(rows: list[dict], title: str) -> Table:
     for r in rows:  # folded, not cut with an ellipsis, where the terminal is narrow
         t.add_column(r["policy"] + ("\n[dim](clairvoyant reference)[/]" if r["clairvoyant"] else ""), justify="right",
                      overflow="fold")
-    for key, label, hi in FIGURES:
-        vals = [(r[key], i) for i, r in enumerate(rows) if r[key] is not None and not r["clairvoyant"]]
-        best = (max if hi else min)(vals)[1] if vals else None
+    for key, label, hi, ratio in FIGURES:
+        best = best_row(rows, key, hi)
         cells = []
         for i, r in enumerate(rows):
-            c = _fmt(r[key], r[key + "_std"], r[key + "_vs_ref"],
-                     key not in ("tokens_per_verify", "draft_acceptance_rate", "prefill_time_share"))
-            cells.append(_best(c) if best == i and len(rows) > 1 else c)
+            c = _fmt(r[key], r[key + "_std"], r[key + "_vs_ref"], ratio)
+            cells.append(_best(c) if best == i else c)
         t.add_row(label, *cells)
     t.caption = (f"ratios against {rows[0]['policy']}; * best figure"
                  + ("; oracle knows each verification's outcome in advance: a clairvoyant reference, "
@@ -163,34 +164,16 @@ def compare_table(rows: list[dict], title: str) -> Table:
 
 
 def write_report(out: Path, rows: list[dict], base: SimConfig, trace_skipped: dict | None = None) -> None:
-    """compare.json, compare.csv and report.html, which carries plotly.js inline: it opens offline."""
+    """compare.json and compare.csv (every field of every row); the report beside them is
+    spsim/compare_report.py's, the one `--report` writes."""
     try:
-        _write_report(out, rows, base, trace_skipped)
+        out.mkdir(parents=True, exist_ok=True)
+        doc = {"config": base.__dict__, "rows": rows}
+        if trace_skipped is not None:
+            doc["trace_skipped"] = trace_skipped
+        (out / "compare.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        pd.DataFrame(rows).to_csv(out / "compare.csv", index=False)
     except OSError as e:  # checked before the runs; the disk can still fill up
         from spsim.errors import SpsimError
 
         raise SpsimError(f"--out {out}: cannot write ({e.strerror or e})") from None
-
-
-def _write_report(out: Path, rows: list[dict], base: SimConfig, trace_skipped: dict | None) -> None:
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    out.mkdir(parents=True, exist_ok=True)
-    doc = {"config": base.__dict__, "rows": rows}
-    if trace_skipped is not None:
-        doc["trace_skipped"] = trace_skipped
-    (out / "compare.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    pd.DataFrame(rows).to_csv(out / "compare.csv", index=False)
-    names = [r["policy"] for r in rows]
-    panels = [("output_throughput", "Output throughput (tok/s)"), ("mean_tpot_ms", "Mean TPOT (ms)"),
-              ("p99_ttft_ms", "p99 TTFT (ms)"), ("tokens_per_verify", "Tokens per verification")]
-    fig = make_subplots(rows=2, cols=2, subplot_titles=[p[1] for p in panels])
-    for i, (key, _) in enumerate(panels):
-        vals = [r[key] or 0 for r in rows]
-        err = [r[key + "_std"] or 0 for r in rows]
-        fig.add_trace(go.Bar(x=names, y=vals, error_y=dict(type="data", array=err), showlegend=False,
-                             marker_color=["#999" if r["clairvoyant"] else "#3b7dd8" for r in rows]),
-                      row=i // 2 + 1, col=i % 2 + 1)
-    fig.update_layout(title=f"spsim compare: {base.replicas} x {base.model} on {base.gpu}", height=700)
-    fig.write_html(out / "report.html", include_plotlyjs=True)  # inline: the report opens without a network

@@ -72,7 +72,8 @@ SKIP_INVALID = typer.Option(False, "--skip-invalid", help="Skip bad trace rows (
 
 # Every results file a command writes into its --out folder (summary, tables, events, reports).
 RESULT_FILES = ("summary.json", "requests.csv", "requests.parquet", "events.jsonl", "passes.jsonl", "compare.json",
-                "compare.csv", "report.html", "validate.json", "runtime_summary.json", "sim_summary.json",
+                "compare.csv", "report.html", "report.csv", "report.md", "validate.json", "runtime_summary.json",
+                "sim_summary.json",
                 "runtime_requests.csv", "sim_requests.csv", "results.csv", "probes.csv", "recommendation.json",
                 "recommendation.md")
 

@@ -48,7 +48,7 @@ def test_qps_must_be_finite_and_positive(trace_file, value):
     (["--kv-pages", "0"], "--kv-pages must be >= 1"),
     (["--token-budget", "0"], "--token-budget must be >= 1"),
     (["--draft-budget", "-5"], "--draft-budget must be >= 1"),
-    (["--max-draft", "-1"], "--max-draft must be >= 0"),
+    (["--max-draft", "-1"], "--max-draft must be in 0..64 (got -1)"),
     (["--tp", "0"], "--tp must be >= 1"),
     (["--page-size", "0"], "--page-size must be >= 1"),
     (["--slo-ttft", "nan"], "--slo-ttft must be a finite number > 0"),
