@@ -105,11 +105,12 @@ def main() -> None:
                     raise RuntimeError(f"spsim serve exited: {srv.stderr.read()[-2000:]}")
                 time.sleep(0.5)
             row["server_start_s"] = round(time.perf_counter() - t0, 2)
+            vocab = httpx.get(url + "/v1/models").json()["data"][0]["vocab_size"]
             warm = select(tr, 8, None)
-            bench_serve(warm, url, a.model, np.zeros(len(warm)), None, 128256, cfg.seed, (10.0, 0.1))
+            bench_serve(warm, url, a.model, np.zeros(len(warm)), None, vocab, cfg.seed, (10.0, 0.1))
             for m in rates:
                 arr = (tr.arrival_s - tr.arrival_s[0]) / m
-                s, _ = bench_serve(tr, url, a.model, arr, None, 128256, cfg.seed, (cfg.slo_ttft_s, cfg.slo_tpot_s))
+                s, _ = bench_serve(tr, url, a.model, arr, None, vocab, cfg.seed, (cfg.slo_ttft_s, cfg.slo_tpot_s))
                 row["replays"].append({"rate_x": m, "measured": s})
                 print(f"{policy} x{m:g}: {s['completed']} done, {s['errors']} errors, TPOT mean "
                       f"{s['mean_tpot_ms']:.2f} ms, {s['output_throughput']:.1f} tok/s", flush=True)
@@ -133,7 +134,7 @@ def main() -> None:
             row["spsim_run"] = {k: r.get(k) for k in ("mean_tpot_ms", "p99_tpot_ms", "mean_ttft_ms",
                                                       "output_throughput", "completed")}
             first = row["replays"][0]["measured"] if row["replays"] else None
-            if first is not None and first["rate_x" if False else "mean_tpot_ms"] is not None:
+            if first is not None and first["mean_tpot_ms"] is not None and r["mean_tpot_ms"] is not None:
                 row["served_minus_run_tpot_ms"] = first["mean_tpot_ms"] - r["mean_tpot_ms"]
             release_served()
             torch.cuda.empty_cache() if dev == "cuda" else None

@@ -12,10 +12,11 @@ from spsim.cli_options import serving_options
 from spsim.errors import SpsimError
 
 
-bench = typer.Typer(help="Measure a running server from the client side.", no_args_is_help=True)
+bench = typer.Typer(help="Measure a running server from the client side.", no_args_is_help=True,
+                    epilog="Examples:\n\n  spsim bench serve azure-conv --limit 100 --url http://127.0.0.1:8000 --model tiny")
 
 
-@bench.command("serve", epilog="Example:\n\n  spsim bench serve azure-conv --limit 100 --url http://127.0.0.1:8000 --model tiny --out runs/bench")
+@bench.command("serve", epilog="Examples:\n\n  spsim bench serve azure-conv --limit 100 --url http://127.0.0.1:8000 --model tiny --out runs/bench")
 def bench_serve_cmd(
     trace: str = typer.Argument(..., help="Trace file or shipped name."),
     url: str = typer.Option(..., "--url", help="The server's base URL (e.g. http://127.0.0.1:8000)."),

@@ -85,7 +85,8 @@ def test_root_help_names_only_commands_that_exist():
     text = " ".join(r.stdout.split())
     assert "plan capacity" not in text
     top = {name for name in COMMANDS if name and " " not in name}
-    assert top == {"trace", "replay", "compare", "models", "policies", "acceptance", "run", "calibrate", "validate", "plan"}
+    assert top == {"trace", "replay", "compare", "models", "policies", "acceptance", "run", "calibrate", "validate", "plan",
+                   "serve", "bench"}
     for name in top:
         assert f" {name} " in text
 
