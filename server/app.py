@@ -180,8 +180,7 @@ async def _whole(request, engine, req, st: Stream, p: Params, kind, rid, name, c
             try:
                 t, new, finish = await asyncio.wait_for(st.q.get(), timeout=1.0)
             except asyncio.TimeoutError:
-                if await request.is_disconnected():  # the client left: free its pages now
-                    engine.abort(req)
+                if await request.is_disconnected():  # the client left: `finally` frees its pages
                     return Response(status_code=499)
                 continue
             text.append(t)

@@ -106,7 +106,7 @@ async def _replay(trace, url, model, arrivals, concurrency, prompts, progress, t
     sem = asyncio.Semaphore(concurrency or n or 1)
     limits = httpx.Limits(max_connections=concurrency or n, max_keepalive_connections=concurrency or n)
     async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
-        before = spec_counters((await client.get(url + "/metrics")).text) if await _has_metrics(client, url) else None
+        before = await _spec_counters(client, url)
         t0 = time.perf_counter()
         tasks = [asyncio.create_task(_one(client, url, model, r, prompts[r], int(trace.output_tokens[r]),
                                           float(arrivals[r]), t0, res[r], itl, sem)) for r in range(n)]
@@ -116,7 +116,7 @@ async def _replay(trace, url, model, arrivals, concurrency, prompts, progress, t
             done += 1
             if progress is not None:
                 progress(done, n)
-        after = spec_counters((await client.get(url + "/metrics")).text) if before is not None else None
+        after = await _spec_counters(client, url) if before is not None else None
         server = None
         try:  # spsim serve's own figures (its KV pages: what the simulator needs to predict it)
             r = await client.get(url + "/spsim/summary")
@@ -127,11 +127,12 @@ async def _replay(trace, url, model, arrivals, concurrency, prompts, progress, t
     return res, np.asarray(itl), spec, server
 
 
-async def _has_metrics(client, url) -> bool:
+async def _spec_counters(client, url) -> dict | None:
     try:
-        return (await client.get(url + "/metrics")).status_code == 200
+        r = await client.get(url + "/metrics")
     except Exception:  # noqa: BLE001 — a server without /metrics: no speculation counters
-        return False
+        return None
+    return spec_counters(r.text) if r.status_code == 200 else None
 
 
 def bench_serve(trace, url: str, model: str, arrivals: np.ndarray, concurrency: int | None, vocab: int, seed: int,

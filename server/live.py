@@ -59,9 +59,8 @@ class SpecCounters:
 
 
 class LiveEngine:
-    def __init__(self, cfg: ServingConfig, opts, model, tokenizer=None, on_pass=None):
-        """`opts`: the runtime's `RuntimeOptions` (device, temperature, CUDA graphs, start-up set);
-        `on_pass(engine, plan, elapsed_s)`: called on the engine thread after each pass (metrics)."""
+    def __init__(self, cfg: ServingConfig, opts, model, tokenizer=None):
+        """`opts`: the runtime's `RuntimeOptions` (device, temperature, CUDA graphs, start-up set)."""
         import torch
 
         from spsim.gpu_runtime.engine import kv_pages_for, new_server, overlap_for, policy_cost_model
@@ -87,7 +86,6 @@ class LiveEngine:
         self.ex.events = None  # nothing keeps per-draft events in a server: counters below
         self.spec = SpecCounters(per_pos=np.zeros(max(cfg.max_draft, 1), np.int64))
         self.passes = 0
-        self.on_pass = on_pass
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -202,8 +200,6 @@ class LiveEngine:
         done = self.ex.done
         for rid in [r for r in done if r not in self.reqs]:  # handed out: nothing keeps them
             del done[rid]
-        if self.on_pass is not None:
-            self.on_pass(self, plan, out.elapsed_s)
 
     def _drain(self) -> None:
         while True:
@@ -240,12 +236,16 @@ class LiveEngine:
         """End `req` now (abort, stop, rejection): pages back to the pool, the client told."""
         if req.finished is not None:
             return
+        self._close(req, reason)
+        req.on_tokens([], reason)
+
+    def _close(self, req: LiveRequest, reason: str) -> None:
+        """`req` has ended: pages back to the pool if it still held any, its key free."""
         req.finished = reason
         if self.table.phase[req.rid] in (Phase.WAITING, Phase.PREFILL, Phase.DECODE):
             self.b.abort(req.rid, self.now())
         self.reqs.pop(req.rid, None)
         self.keys.release(req)
-        req.on_tokens([], reason)
 
     def _deliver(self, plan) -> None:
         """Hand each request that got tokens in this pass its new ones; end those that reached
@@ -275,11 +275,7 @@ class LiveEngine:
                 reason = "stop"
                 req.on_tokens([], reason)
             if reason is not None:
-                req.finished = reason
-                if t.phase[rid] in (Phase.WAITING, Phase.PREFILL, Phase.DECODE):
-                    self.b.abort(rid, self.now())
-                self.reqs.pop(rid, None)
-                self.keys.release(req)
+                self._close(req, reason)
 
     def _count_spec(self, plan, out) -> None:
         k = plan.verify_query - 1

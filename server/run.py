@@ -25,10 +25,11 @@ def build_server(serving, *, weights=None, device="cpu", dtype=None, temperature
                           say=say)
     model, tokenizer = model if model is not None else load(serving, opts)
     template = None
-    if weights is not None and str(resolve_weights(weights)).endswith(".gguf"):
+    path = resolve_weights(weights) if weights is not None else None
+    if path is not None and path.suffix == ".gguf":
         from spsim.gpu_runtime.gguf_loader import gguf_chat_template
 
-        template = gguf_chat_template(resolve_weights(weights))
+        template = gguf_chat_template(path)
     engine = LiveEngine(serving, opts, model, tokenizer)
     codec = TextCodec(tokenizer, template, model.cfg.vocab)
     return engine, create_app(engine, codec, served_model_name or serving.model, temperature, max_queue)
@@ -44,8 +45,7 @@ def serve_forever(serving, *, host: str, port: int, drain_s: float = 10.0, **kw)
     from spsim.errors import SpsimError
     from spsim.vendored import ensure_vendored
 
-    ensure_vendored("starlette", "spsim serve")  # the GPU machine: from a checkout's vendor/wheels/
-    ensure_vendored("uvicorn", "spsim serve")
+    ensure_vendored("uvicorn", "spsim serve")  # the GPU machine: from a checkout's vendor/wheels/
     import uvicorn
 
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
