@@ -2,8 +2,9 @@
 
 Resampling follows how the events were gathered: groups (texts, datasets: the label field the
 user names, else each request window is its own group) with replacement, then request windows
-within each drawn group with replacement. Each replicate refits per-position acceptance rates from
-its windows' informative tokens (closed form: counts), and the replicate's mean accepted length
+within each drawn group with replacement. Each replicate refits the acceptance rates (per position;
+one pooled rate when the constant model was selected) from its windows' informative tokens
+(closed form: counts), and the replicate's mean accepted length
 for k drafts, sum over i <= k of prod over j < i of p_j, is taken relative to the full data's. The
 2.5/97.5 % quantiles of that ratio, times the selected model's own curve, give the interval
 (exact for the rate models; for the latent model it carries the level's uncertainty, not that of
@@ -45,9 +46,12 @@ def window_stats(ev, max_pos: int = 16):
     return cells, n, a, wins
 
 
-def curve(n: np.ndarray, a: np.ndarray, ks=KS) -> np.ndarray:
+def curve(n: np.ndarray, a: np.ndarray, ks=KS, pooled: bool = False) -> np.ndarray:
     """Mean accepted length for each k from per-position counts (..., J) -> (..., len(ks)); a
-    position never reached takes the last reached one's rate."""
+    position never reached takes the last reached one's rate. `pooled`: one rate over positions
+    (the constant model)."""
+    if pooled:
+        n, a = np.broadcast_to(n.sum(-1, keepdims=True), n.shape), np.broadcast_to(a.sum(-1, keepdims=True), a.shape)
     p = (a + 0.5) / (n + 1.0)
     reached = n > 0
     last = np.maximum.accumulate(np.where(reached, np.arange(n.shape[-1]), 0), axis=-1)
@@ -71,20 +75,23 @@ def _replicate_weights(groups: np.ndarray, rng, two_stage: bool) -> np.ndarray:
     return wts
 
 
-def _ratios(n, a, groups, two_stage: bool, replicates: int, seed: int, ks) -> np.ndarray:
+def _ratios(n, a, groups, two_stage: bool, replicates: int, seed: int, ks, pooled: bool) -> np.ndarray:
     """(replicates, cells, len(ks)) replicate curve / full-data curve."""
-    full = curve(n.sum(0), a.sum(0), ks)
+    full = curve(n.sum(0), a.sum(0), ks, pooled)
     rng = np.random.default_rng(seed)
     out = np.empty((replicates, n.shape[1], len(ks)))
     for r in range(replicates):
         w = _replicate_weights(groups, rng, two_stage)
-        out[r] = curve(np.tensordot(w, n, 1), np.tensordot(w, a, 1), ks) / np.maximum(full, 1e-12)
+        out[r] = curve(np.tensordot(w, n, 1), np.tensordot(w, a, 1), ks, pooled) / np.maximum(full, 1e-12)
     return out
 
 
-def interval(ev, labels, model_curve, replicates: int = REPLICATES, seed: int = 0, ks=KS) -> dict:
+def interval(ev, labels, model_curve, replicates: int = REPLICATES, seed: int = 0, ks=KS,
+             kind: str = "position") -> dict:
     """The preset's `interval` block. `labels`: a group label per event (None: request windows);
-    `model_curve(method, budget, context, ks)`: the selected model's mean accepted length per k."""
+    `model_curve(method, budget, context, ks)`: the selected model's mean accepted length per k;
+    `kind`: the selected model (`constant` refits one rate per replicate, the others per position)."""
+    pooled = kind == "constant"
     from spsim.plan import DraftMethod
 
     cells, n, a, wins = window_stats(ev)
@@ -98,8 +105,8 @@ def interval(ev, labels, model_curve, replicates: int = REPLICATES, seed: int = 
         by = "label"
     G = len(np.unique(groups))
     two_stage = labels is not None
-    rat = _ratios(n, a, groups, two_stage, replicates, seed, ks)
-    rat_w = _ratios(n, a, np.arange(len(wins)), False, replicates, seed + 1, ks) if two_stage else rat
+    rat = _ratios(n, a, groups, two_stage, replicates, seed, ks, pooled)
+    rat_w = _ratios(n, a, np.arange(len(wins)), False, replicates, seed + 1, ks, pooled) if two_stage else rat
     lo_r, hi_r = np.quantile(rat, [0.025, 0.975], axis=0)
     lo_w, hi_w = np.quantile(rat_w, [0.025, 0.975], axis=0)
     rows = []

@@ -184,6 +184,8 @@ def fit(events: Path = typer.Argument(..., help="Accept-events JSONL (from `spsi
                                        "and hold out --holdout of its values. Default: by request window."),
         folds: int = typer.Option(0, help="Also cross-validate with this many folds by group (each fold fits "
                                   "again): held-out log-likelihood per fold and the parameters' spread."),
+        model: str = typer.Option("auto", "--model", help="auto (select on held-out requests), or force one of "
+                                  "constant, position, latent (still scored and reported)."),
         bootstrap: int = typer.Option(400, help="Bootstrap replicates for the interval of the mean accepted length "
                                       "per k (groups, then requests within them; 0: none).")):
     """Fit acceptance models to recorded accept events, select one on held-out requests, write it as a preset.
@@ -203,6 +205,10 @@ def fit(events: Path = typer.Argument(..., help="Accept-events JSONL (from `spsi
     if not 0 <= holdout < 1:  # also rejects NaN
         raise SpsimError(f"--holdout must be in [0, 1) (got {holdout})")
     _at_least(0, folds=folds, bootstrap=bootstrap)
+    from .select import CANDIDATES
+
+    if model != "auto" and model not in CANDIDATES:
+        raise SpsimError(f"--model {model!r}: expected auto, {', '.join(CANDIDATES)}")
     if folds == 1:
         raise SpsimError("--folds must be 0 (off) or >= 2 (got 1)")
     _out_file(out)
@@ -222,7 +228,7 @@ def fit(events: Path = typer.Argument(..., help="Accept-events JSONL (from `spsi
     base_p = preset_params(base)
     cands = candidates(train, base_p, fit_entropy(train))
     params, rep = cands["latent"]["params"], cands["latent"]["report"]
-    selection = select(cands, train, ev.take(test) if test.any() else None)
+    selection = select(cands, train, ev.take(test) if test.any() else None, None if model == "auto" else model)
     inf = ev.informative()
     data = {"events": len(ev), "windows": ev.meta["windows"], "request_ids": ev.meta["request_ids"],
             "reused_request_ids": ev.meta["reused_ids"],
@@ -311,7 +317,7 @@ def _interval(ev, labels, chosen, params, rates, replicates: int) -> dict | None
         def model_curve(method, budget, context, ks):
             return curves.expected_accepted(LatentAcceptance(params, seed=0), ks, n_requests=300, output_tokens=64,
                                             context=context, budget=budget, method=method)["mean_accepted"]
-    return B.interval(ev, labels, model_curve, replicates=replicates)
+    return B.interval(ev, labels, model_curve, replicates=replicates, kind=chosen)
 
 
 def _print_selection(selection: dict, block: dict | None, few: str, heldout: bool) -> None:

@@ -134,8 +134,9 @@ def candidates(train, base_params, entropy: dict) -> dict:
     return out
 
 
-def select(cands: dict, train, test) -> dict:
-    """Score every candidate on the held-out runs and choose; returns the selection report."""
+def select(cands: dict, train, test, force: str | None = None) -> dict:
+    """Score every candidate on the held-out runs and choose (`force`: the user's choice, scored
+    like the others); returns the selection report."""
     from .fit import heldout_loglik
 
     runs = run_table(test) if test is not None and len(test) else None
@@ -171,6 +172,8 @@ def select(cands: dict, train, test) -> dict:
     else:
         chosen = "latent" if "latent" in eligible else eligible[0]
         why = f"{chosen}: no held-out runs to score the candidates on (the latent model when it converged, else the simplest)"
+    if force:
+        chosen, why = force, f"{force}: chosen by --model (the automatic choice: {why})"
     if excluded:
         why += "; left out: " + "; ".join(f"{k} ({v})" for k, v in excluded.items())
     return {"chosen": chosen, "reason": why, "candidates": scores, "excluded": excluded,
