@@ -29,8 +29,10 @@ TEXTS = {
     "python_license": ("prose (history, legal)", STDLIB / "LICENSE.txt"),
 }
 # (policy, draft-KV method, budget): fixed-k:k=4 under three methods, aspire with its own (step-layer)
-CONFIGS = [(f"fixed-k:k=4", m, b) for b in (64, 128) for m in ("verify-quest", "step-layer", "static")] + \
-          [("aspire", "auto", b) for b in (64, 128)]
+# (recorded in this order, every text per configuration, so a cut-short recording still has whole
+# leave-one-text-out splits for the configurations it reached)
+CONFIGS = [(p, m, b) for b in (128, 64) for p, m in (("fixed-k:k=4", "verify-quest"), ("aspire", "auto"),
+                                                      ("fixed-k:k=4", "step-layer"), ("fixed-k:k=4", "static"))]
 
 
 def write_trace(path: Path, prompt_tokens: list[int], output_tokens: int) -> Path:
@@ -46,16 +48,17 @@ def run_dir(work: Path, text: str, policy: str, method: str, budget: int) -> Pat
     return work / text / f"{policy.split(':')[0]}_{method}_{budget}"
 
 
-def record(trace: Path, text_path: Path, out: Path, policy: str, method: str, budget: int,
-           weights: str = "smollm2-135m", model: str | None = None, say=print) -> Path:
-    """`spsim run` once (unless its events exist); returns the events file."""
+def record(trace: Path, text_path: Path | None, out: Path, policy: str, method: str, budget: int,
+           weights: str | None = "smollm2-135m", seed: int = 0, say=print) -> Path:
+    """`spsim run` once (unless its events exist); returns the events file. `weights` None: the
+    runtime's `tiny` model (random weights, token ids keyed by `seed`: CI's small version)."""
     ev = out / "events.jsonl"
     if ev.exists() and (out / "summary.json").exists():
         return ev
     cmd = [sys.executable, "-m", "spsim.cli", "run", str(trace), "--device", "cpu", "--offline",
            "--policy", policy, "--draft-kv", method, "--draft-budget", str(budget), "--kv-pages", "3000",
-           "--out", str(out)]
-    cmd += ["--weights", weights, "--text", str(text_path)] if weights else ["--model", model or "tiny"]
+           "--out", str(out), "--seed", str(seed)]
+    cmd += ["--weights", weights, "--text", str(text_path)] if weights else ["--model", "tiny"]
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     if p.returncode:
@@ -65,17 +68,22 @@ def record(trace: Path, text_path: Path, out: Path, policy: str, method: str, bu
 
 
 def record_all(work: Path, texts: dict, configs: list, prompts: int, prompt_tokens: int, output: int,
-               weights: str = "smollm2-135m", say=print) -> dict:
-    """{(text, policy, method, budget): events path} for every text and configuration."""
+               weights: str | None = "smollm2-135m", say=print, stop_at: float | None = None) -> dict:
+    """{(text, policy, method, budget): events path} for every text and configuration (`stop_at`:
+    a time.time() after which no new run starts)."""
     work.mkdir(parents=True, exist_ok=True)
     trace = write_trace(work / "trace.jsonl", [prompt_tokens] * prompts, output)
     out = {}
     for text, (_, path) in texts.items():
         if weights and not Path(path).exists():
             raise SystemExit(f"{path}: text {text!r} not found on this machine")
-        for policy, method, budget in configs:
-            out[(text, policy, method, budget)] = record(trace, Path(path), run_dir(work, text, policy, method, budget),
-                                                         policy, method, budget, weights, say=say)
+    for policy, method, budget in configs:
+        for i, (text, (_, path)) in enumerate(texts.items()):
+            out[(text, policy, method, budget)] = record(trace, path, run_dir(work, text, policy, method, budget),
+                                                         policy, method, budget, weights, seed=0 if weights else i,
+                                                         say=say)
+            if stop_at and time.time() > stop_at:
+                return out
     return out
 
 
