@@ -162,19 +162,42 @@ def versions() -> dict:
     return out
 
 
+def table(res: dict) -> str:
+    """The docs' markdown table: one row per held-out text and configuration."""
+    out = ["| held-out text (kind) | policy, method, budget | real (requests' range) | predicted, 95 % interval | "
+           "error | inside | model | constant-rate error |", "|---|---|---|---|---|---|---|---|"]
+    for r in res["splits"]:
+        pol = "aspire" if r["policy"] == "aspire" else "k=4"
+        meth = "step-layer" if r["method"] == "auto" else r["method"]
+        out.append(f"| {r['text']} ({r['kind']}) | {pol}, {meth}, {r['budget']} | {r['real']:.2f} "
+                   f"({r['per_request_min']:.2f}-{r['per_request_max']:.2f}) | {r['predicted']:.2f} "
+                   f"[{r['lo']:.2f}, {r['hi']:.2f}] | {r['error_rel']:+.1%} | {'yes' if r['inside'] else 'no'} | "
+                   f"{r['model_chosen']} | {r['constant_error_rel']:+.1%} |")
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--table", help="print the markdown table of this results file and stop")
     ap.add_argument("--work", default="/tmp/spsim_acceptance_heldout")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "acceptance_heldout.json"))
     ap.add_argument("--prompts", type=int, default=16, help="prompts per text (the issue's sizing: 16)")
     ap.add_argument("--prompt-tokens", type=int, default=1024)
     ap.add_argument("--output", type=int, default=48)
     ap.add_argument("--no-ab", action="store_true", help="skip the two-text new-user case")
+    ap.add_argument("--stop-after-min", type=float, default=None,
+                    help="start no new recording after this many minutes; analyse the configurations every text reached")
     a = ap.parse_args()
+    if a.table:
+        print(table(json.loads(Path(a.table).read_text())))
+        return
     work = Path(a.work)
     t0 = time.time()
-    paths = record_all(work, TEXTS, CONFIGS, a.prompts, a.prompt_tokens, a.output)
-    rows = leave_one_text_out(paths, work, TEXTS, CONFIGS, "smollm2-135m")
+    stop = t0 + 60 * a.stop_after_min if a.stop_after_min else None
+    paths = record_all(work, TEXTS, CONFIGS, a.prompts, a.prompt_tokens, a.output, stop_at=stop)
+    done = [c for c in CONFIGS if all((t, *c) in paths for t in TEXTS)]
+    paths = {k: v for k, v in paths.items() if k[1:] in done}
+    rows = leave_one_text_out(paths, work, TEXTS, done, "smollm2-135m")
     res = {"benchmark": "acceptance_heldout", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                        "host": "shared 2-core dev VM" if os.cpu_count() == 2 else platform.node()},
@@ -182,7 +205,8 @@ def main() -> None:
            "sizing": {"texts": len(TEXTS), "prompts_per_text": a.prompts, "prompt_tokens": a.prompt_tokens,
                       "output_tokens": a.output, "seeds": SEEDS},
            "texts": {k: {"kind": v[0], "path": str(v[1])} for k, v in TEXTS.items()},
-           "configs": [list(c) for c in CONFIGS], "summary": summarise(rows), "splits": rows}
+           "configs": [list(c) for c in done], "configs_not_recorded": [list(c) for c in CONFIGS if c not in done],
+           "summary": summarise(rows), "splits": rows}
     res["median_abs_error"] = res["summary"]["median_abs_error"]
     if not a.no_ab:
         res["new_user_case"] = new_user_case(work, "smollm2-135m")
