@@ -145,4 +145,4 @@ def test_a_rate_preset_without_its_table_is_one_line(tmp_path):
     p = subprocess.run([sys.executable, "-m", "spsim.cli", "replay", str(tr), "--model", "tiny",
                         "--acceptance", f"file:path={bad}"], capture_output=True, text=True)
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
-    assert "needs a `rates` table" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert f"{bad}: rates: missing or malformed" in p.stderr and len(p.stderr.strip().splitlines()) == 1

@@ -71,6 +71,13 @@ def load_preset_file(path: str) -> dict:
     if not isinstance(d, dict) or not isinstance(d.get("params"), dict):
         raise InputError(path, None, "params", "missing (not an acceptance preset)")
     d.setdefault("reference", {"method": "verify-quest", "context": 32768, "budget": 3277, "output_tokens": 128})
+    kind = d.get("acceptance_model", "latent")
+    if kind not in ("latent", "constant", "position"):
+        raise InputError(path, None, "acceptance_model", f"{kind!r} is not a model (latent, constant, position)")
+    if kind != "latent" and not (isinstance(d.get("rates"), dict) and isinstance(d["rates"].get("rates"), list)
+                                 and "overall" in d["rates"]):
+        raise InputError(path, None, "rates", f"missing or malformed (acceptance_model {kind!r} replays its rate "
+                         "table)")
     return d
 
 
@@ -107,9 +114,7 @@ def _rate_model(name: str, preset: dict, overrides: dict, seed: int):
     from .rates import KINDS, RateAcceptance
 
     kind = preset["acceptance_model"]
-    if kind not in KINDS or not isinstance(preset.get("rates"), dict):
-        raise SpecError(f"{name}: acceptance_model {kind!r} needs a `rates` table (known models: latent, "
-                        f"{', '.join(KINDS)})")
+    assert kind in KINDS  # load_preset_file checked the file
     ent = {k: preset["params"][k] for k in ("auc", "entropy_median", "entropy_sigma") if k in preset["params"]}
     bad = sorted(set(overrides) - set(ent) - {"auc", "entropy_median", "entropy_sigma"})
     if bad:
