@@ -246,8 +246,9 @@ def fit(events: Path = typer.Argument(..., help="Accept-events JSONL (from `spsi
     if folds:
         report["kfold"] = {"by": field or "request window", **kfold(ev, labels, folds, base_p)}
     chosen = selection["chosen"]
-    final, rates = _final_model(chosen, ev, train, test, params, base_p, do_fit)
-    report["selection"] = selection
+    final, rates, refit = _final_model(chosen, ev, train, test, params, base_p, do_fit)
+    report["selection"] = {**selection, "refitted_on": "all events" if test.any() else "the training events",
+                           **({"refit": refit} if refit else {})}
     few = _few_note(data, selection)
     if few:
         report["selection"]["few_data"] = few
@@ -273,8 +274,8 @@ def fit(events: Path = typer.Argument(..., help="Accept-events JSONL (from `spsi
 
 
 def _final_model(chosen, ev, train, test, params, base_p, do_fit):
-    """(latent params, rate table or None) of the chosen model, refitted on every event (the
-    hold-out served the choice; the preset gets all the evidence)."""
+    """(latent params, rate table or None, the latent refit's status or None) of the chosen model,
+    refitted on every event (the hold-out served the choice; the preset gets all the evidence)."""
     from .fit import fit_entropy
     from .rates import fit_rates
 
@@ -282,9 +283,11 @@ def _final_model(chosen, ev, train, test, params, base_p, do_fit):
 
     ent = fit_entropy(ev) if test.any() else {}
     if chosen == "latent":
-        final = do_fit(ev, base_p)[0] if test.any() else params
-        return final, None
-    return (replace(params, **ent) if ent else params), fit_rates(ev if test.any() else train, chosen)
+        if not test.any():
+            return params, None, None
+        final, rep = do_fit(ev, base_p)
+        return final, None, {k: rep[k] for k in ("converged", "at_bounds", "status", "tokens", "windows")}
+    return (replace(params, **ent) if ent else params), fit_rates(ev if test.any() else train, chosen), None
 
 
 def _few_note(data: dict, selection: dict) -> str:
