@@ -165,21 +165,15 @@ _EXTRA = {
     "llama-3.2-3b": _LLAMA32,
     "qwen2.5-7b": dict(_QWEN25, rms_norm_eps=1e-6),
     "qwen2.5-14b": dict(_QWEN25, rms_norm_eps=1e-5),
+    "llama-3.2-1b": _LLAMA32,
+    "smollm2-135m": dict(rms_norm_eps=1e-5, rope_theta=100000.0, bos_token_id=1, eos_token_ids=(2,)),
+    # CPU tests: GQA group 2, head_dim * q_heads != hidden, Llama-3 scaling active inside the window.
+    "tiny": dict(rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=RopeScaling(4.0, 1.0, 4.0, 1024), dtype="fp32"),
 }
 _missing = set(MODELS) - set(_EXTRA)
 assert not _missing, f"model_config: no HF fields for simulator models {_missing}"
 
 CONFIGS: dict[str, LlamaConfig] = {name: _from_shape(name, **_EXTRA[name]) for name in MODELS}
-CONFIGS["llama-3.2-1b"] = LlamaConfig("llama-3.2-1b", hidden=2048, layers=16, q_heads=32, kv_heads=8, head_dim=64,
-                                      intermediate=8192, vocab=128256, tied_embeddings=True, max_context=131072,
-                                      **_LLAMA32)
-CONFIGS["smollm2-135m"] = LlamaConfig("smollm2-135m", hidden=576, layers=30, q_heads=9, kv_heads=3, head_dim=64,
-                                      intermediate=1536, vocab=49152, rms_norm_eps=1e-5, rope_theta=100000.0,
-                                      tied_embeddings=True, max_context=8192, bos_token_id=1, eos_token_ids=(2,))
-# CPU tests: GQA group 2, head_dim * q_heads != hidden, Llama-3 scaling active inside the window.
-CONFIGS["tiny"] = LlamaConfig("tiny", hidden=64, layers=2, q_heads=4, kv_heads=2, head_dim=32, intermediate=160,
-                              vocab=512, rms_norm_eps=1e-5, rope_theta=10000.0,
-                              rope_scaling=RopeScaling(4.0, 1.0, 4.0, 1024), max_context=4096, dtype="fp32")
 
 
 def get_config(name: str | LlamaConfig, **changes) -> LlamaConfig:

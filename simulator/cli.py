@@ -93,6 +93,27 @@ def _run(trace, cfg, label: str, quiet: bool = False, record: bool = False, draf
         return simulate(trace, cfg, progress=lambda done, total: prog.update(task, completed=done))
 
 
+def _acceptance_spread(cfg, spec, res) -> str | None:
+    """With a fitted preset (`--acceptance file:path=`) that carries a bootstrap interval: the
+    spread of mean accepted per verification that interval and the seeds imply, into the summary
+    (`acceptance_spread`) and as a line for the terminal."""
+    from spsim.build import draft_method
+    from spsim.plan import DraftMethod
+
+    from .acceptance.spread import note, preset_interval, seed_sd_from_requests, spread
+
+    block = preset_interval(cfg.acceptance)
+    s = res.summary
+    if not block or not s.get("verifications"):
+        return None
+    rq = res.requests
+    sp = spread(block, DraftMethod(draft_method(cfg, spec)).label, int(cfg.draft_budget),
+                float(s["mean_accepted_per_verify"]), float(s.get("drafts_per_verify") or 0.0),
+                seed_sd_from_requests(rq["accepted"], rq["verifies"]), 1)
+    s["acceptance_spread"] = sp
+    return note(sp)
+
+
 def _write(out: Path, name: str, result, fmt: str) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -242,6 +263,7 @@ def register(app: typer.Typer) -> None:
         res = _run(tr, cfg, f"replay {policy}", quiet=as_json, record=report is not None and not spec.cls.oracle,
                    draft_sample=DRAFT_SAMPLE if report is not None else 0, cost=recorder)
         wall = time.perf_counter() - t0
+        spread_note = _acceptance_spread(cfg, spec, res)
         if as_json:
             typer.echo(res.summary_json(), nl=False)
         else:
@@ -250,6 +272,8 @@ def register(app: typer.Typer) -> None:
             if res.summary.get("prefix_cache_note"):
                 console.print(f"[dim]{escape(res.summary['prefix_cache_note'])}[/]")
             console.print(f"[dim]{escape(cost_note(res.summary['config']))}; simulated in {wall:.1f} s[/]")
+            if spread_note:
+                console.print(escape(spread_note))
         warn(run_notes(res.summary))
         if recorder is not None:
             from spsim.calibration.trace_points import choose, write_points
@@ -327,6 +351,12 @@ def register(app: typer.Typer) -> None:
         _warn_rows(rows)
         # one report, the full one, wherever a report is written (--out's report.html, --report)
         pages = ([out / "report.html"] if out else []) + ([report] if report is not None else [])
+        if not as_json:
+            from .acceptance.spread import note
+
+            for r in rows:
+                if r.get("acceptance_spread"):
+                    console.print(escape(f"{r['policy']}: " + note(r["acceptance_spread"])))
         if out:
             write_report(out, rows, base, trace_skipped={"rows": int(sum(tr.skipped.values())),
                                                          "by_reason": dict(tr.skipped)})

@@ -108,8 +108,28 @@ def compare_policies(trace, base: SimConfig, specs: list[str], seeds: int, conso
         row["padded_passes"] = ss[0]["config"].get("padded_passes")
         row["memory_note"] = ss[0]["memory_note"]
         row["overload_note"] = ss[0]["overload_note"]
+        _acceptance_spread(row, ss, base.with_(policy=spec))
         rows.append(row)
     return rows
+
+
+def _acceptance_spread(row: dict, ss: list[dict], cfg) -> None:
+    """With a fitted preset carrying an interval: the spread of mean accepted per verification its
+    interval and the seeds imply (`acceptance_spread`; the seeds' part needs --seeds >= 2)."""
+    from spsim.build import draft_method
+    from spsim.plan import DraftMethod
+    from spsim.policies.registry import parse_policy
+
+    from .acceptance.spread import preset_interval, spread
+
+    block = preset_interval(cfg.acceptance)
+    vals = [s["mean_accepted_per_verify"] for s in ss if s.get("verifications")]
+    if not block or not vals or not parse_policy(cfg.policy).cls.speculative:
+        return
+    sd = float(np.std(vals, ddof=1)) if len(vals) > 1 else float("nan")
+    row["acceptance_spread"] = spread(block, DraftMethod(draft_method(cfg, parse_policy(cfg.policy))).label,
+                                      int(cfg.draft_budget), float(np.mean(vals)),
+                                      float(np.mean([s.get("drafts_per_verify") or 0.0 for s in ss])), sd, len(vals))
 
 
 def _mean(vals):

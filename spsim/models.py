@@ -110,6 +110,16 @@ MODELS: dict[str, ModelConfig] = {
                     published_params=14.7e9),
         ModelConfig("llama-3.1-70b", layers=80, hidden=8192, q_heads=64, kv_heads=8, head_dim=128,
                     intermediate=28672, vocab=128256, max_context=131072, published_params=70.6e9),
+        # the small models the runtime serves on a CPU (`spsim run --device cpu`): here so a trace
+        # recorded there replays with `spsim replay --model` under the same shape
+        ModelConfig("llama-3.2-1b", layers=16, hidden=2048, q_heads=32, kv_heads=8, head_dim=64,
+                    intermediate=8192, vocab=128256, max_context=131072, tied_embeddings=True,
+                    published_params=1.24e9),
+        ModelConfig("smollm2-135m", layers=30, hidden=576, q_heads=9, kv_heads=3, head_dim=64,
+                    intermediate=1536, vocab=49152, max_context=8192, tied_embeddings=True,
+                    published_params=134.5e6),
+        ModelConfig("tiny", layers=2, hidden=64, q_heads=4, kv_heads=2, head_dim=32, intermediate=160,
+                    vocab=512, max_context=4096),  # the runtime's CPU test shape (random weights)
     ]
 }
 

@@ -45,9 +45,10 @@ def test_sample_fit_roundtrip(tmp_path):
     r = runner.invoke(app, ["sample", "sparsespec-llama8b:stale=0.2", "-o", str(ev), "--k", "6", "--requests", "60",
                             "--output-tokens", "64"])
     assert r.exit_code == 0, r.output
-    r = runner.invoke(app, ["fit", str(ev), "-o", str(out)])
+    r = runner.invoke(app, ["fit", str(ev), "-o", str(out), "--model", "latent", "--bootstrap", "50"])
     assert r.exit_code == 0, r.output
     d = json.loads(out.read_text())
+    assert d["acceptance_model"] == "latent" and "chosen by --model" in d["fit"]["selection"]["reason"]
     assert abs(d["params"]["stale"] - 0.2) < 0.08
     assert d["fit"]["heldout"]["groups"][0]["accepted_length"][0]["k"] == 6  # per method and budget
     m = make_acceptance(f"file:path={out},temperature=0.5", 1)

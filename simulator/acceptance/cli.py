@@ -183,18 +183,32 @@ def fit(events: Path = typer.Argument(..., help="Accept-events JSONL (from `spsi
                                        "VALUE (a text, a dataset, a time range you labelled); FIELD: group by FIELD "
                                        "and hold out --holdout of its values. Default: by request window."),
         folds: int = typer.Option(0, help="Also cross-validate with this many folds by group (each fold fits "
-                                  "again): held-out log-likelihood per fold and the parameters' spread.")):
-    """Maximum-likelihood fit of a preset to recorded accept events, with a held-out report.
+                                  "again): held-out log-likelihood per fold and the parameters' spread."),
+        model: str = typer.Option("auto", "--model", help="auto (select on held-out requests), or force one of "
+                                  "constant, position, latent (still scored and reported)."),
+        bootstrap: int = typer.Option(400, help="Bootstrap replicates for the interval of the mean accepted length "
+                                      "per k (groups, then requests within them; 0: none).")):
+    """Fit acceptance models to recorded accept events, select one on held-out requests, write it as a preset.
+
+    Candidates: a constant rate per method and budget, a rate per draft position, the latent model;
+    the one that predicts held-out requests' accepted lengths best is kept (a more complex one only
+    if it gains, and the latent one only if its fit stays inside its bounds), refitted on all events,
+    with a bootstrap interval of the mean accepted length per k.
 
     Reused request ids (several runs or experiments in one file) are kept apart as windows, reported;
     interleaved reuse is rejected naming the line. Tokens after a run's first rejection are censored
     by the fit (write them or not). The report sets the fit against baselines on held-out groups, for
     every method and budget present."""
-    from .fit import Baselines, fit as do_fit, heldout_loglik, kfold
+    from .fit import Baselines, fit as do_fit, fit_entropy, kfold
+    from .select import candidates, select
 
     if not 0 <= holdout < 1:  # also rejects NaN
         raise SpsimError(f"--holdout must be in [0, 1) (got {holdout})")
-    _at_least(0, folds=folds)
+    _at_least(0, folds=folds, bootstrap=bootstrap)
+    from .select import CANDIDATES
+
+    if model != "auto" and model not in CANDIDATES:
+        raise SpsimError(f"--model {model!r}: expected auto, {', '.join(CANDIDATES)}")
     if folds == 1:
         raise SpsimError("--folds must be 0 (off) or >= 2 (got 1)")
     _out_file(out)
@@ -212,7 +226,9 @@ def fit(events: Path = typer.Argument(..., help="Accept-events JSONL (from `spsi
     if not len(train):
         raise SpsimError(f"{events}: no training events after the hold-out split (--holdout-by {holdout_by})")
     base_p = preset_params(base)
-    params, rep = do_fit(train, base_p)
+    cands = candidates(train, base_p, fit_entropy(train))
+    params, rep = cands["latent"]["params"], cands["latent"]["report"]
+    selection = select(cands, train, ev.take(test) if test.any() else None, None if model == "auto" else model)
     inf = ev.informative()
     data = {"events": len(ev), "windows": ev.meta["windows"], "request_ids": ev.meta["request_ids"],
             "reused_request_ids": ev.meta["reused_ids"],
@@ -229,11 +245,20 @@ def fit(events: Path = typer.Argument(..., help="Accept-events JSONL (from `spsi
         report["heldout"] = _heldout_report(params, base_p, Baselines(train), ev, te, field, value)
     if folds:
         report["kfold"] = {"by": field or "request window", **kfold(ev, labels, folds, base_p)}
-    d = {"name": name or out.stem, "description": f"fitted by maximum likelihood to {events.name}",
+    chosen = selection["chosen"]
+    final, rates, refit = _final_model(chosen, ev, train, test, params, base_p, do_fit)
+    report["selection"] = {**selection, "refitted_on": "all events" if test.any() else "the training events",
+                           **({"refit": refit} if refit else {})}
+    few = _few_note(data, selection)
+    if few:
+        report["selection"]["few_data"] = few
+    block = _interval(ev, labels if field else None, chosen, final, rates, bootstrap)
+    d = {"name": name or out.stem, "description": f"fitted to {events.name}; selected model: {chosen}",
          "model": "", "workload": "", "reference": {**load_preset(base)["reference"],
                                                     "method": DraftMethod(int(np.bincount(ev.method).argmax())).label,
                                                     "context": int(np.median(ev.context)), "budget": int(np.median(ev.budget))},
-         "params": asdict(params), "fit": report,
+         "acceptance_model": chosen, **({"rates": rates} if rates else {}),
+         "params": asdict(final), **({"interval": block} if block else {}), "fit": report,
          "evidence": f"{len(ev)} recorded accept events ({events.name}); unfitted parameters from {base}",
          "beyond_evidence": "Replaying the events themselves is exact only for the draft lengths they were recorded "
                             "with; this fitted model extrapolates to other draft lengths, contexts and methods.",
@@ -242,9 +267,79 @@ def fit(events: Path = typer.Argument(..., help="Accept-events JSONL (from `spsi
     console.print_json(json.dumps(report, default=float))
     if not rep["converged"]:
         console.print(f"[yellow]fit did not converge: {rep['status']}[/]")
+    _print_selection(selection, block, few, test.any())
     console.print(f"used {rep['tokens']:,} informative tokens of {len(train):,} training events in "
                   f"{rep['windows']:,} windows ({data['events']:,} events, {data['windows']:,} windows, "
                   f"{data['request_ids']:,} request ids in the file); wrote {out}")
+
+
+def _final_model(chosen, ev, train, test, params, base_p, do_fit):
+    """(latent params, rate table or None, the latent refit's status or None) of the chosen model,
+    refitted on every event (the hold-out served the choice; the preset gets all the evidence)."""
+    from .fit import fit_entropy
+    from .rates import fit_rates
+
+    from dataclasses import replace
+
+    ent = fit_entropy(ev) if test.any() else {}
+    if chosen == "latent":
+        if not test.any():
+            return params, None, None
+        final, rep = do_fit(ev, base_p)
+        return final, None, {k: rep[k] for k in ("converged", "at_bounds", "status", "tokens", "windows")}
+    return (replace(params, **ent) if ent else params), fit_rates(ev if test.any() else train, chosen), None
+
+
+def _few_note(data: dict, selection: dict) -> str:
+    """Say so when the events are too few for the choice and interval to mean much."""
+    w, runs = data["windows"], selection["heldout_runs"]
+    if w >= 40 and runs >= 100:
+        return ""
+    return (f"few data: {w} request windows ({runs} held-out runs); the choice and the interval rest on few "
+            f"requests (the interval's requests_for says how many to record for a given precision)")
+
+
+def _interval(ev, labels, chosen, params, rates, replicates: int) -> dict | None:
+    """The bootstrap interval of the chosen model's mean accepted length per k (or None)."""
+    if not replicates:
+        return None
+    from . import bootstrap as B
+
+    if rates is not None:
+        from .rates import RateAcceptance
+
+        m = RateAcceptance(rates)
+
+        def model_curve(method, budget, context, ks):
+            p = m.rates(method, budget)
+            p = np.concatenate([p, np.full(max(ks) - len(p), p[-1])]) if len(p) < max(ks) else p
+            return np.cumsum(np.cumprod(p))[[k - 1 for k in ks]]
+    else:
+        from .latent import LatentAcceptance
+
+        def model_curve(method, budget, context, ks):
+            return curves.expected_accepted(LatentAcceptance(params, seed=0), ks, n_requests=300, output_tokens=64,
+                                            context=context, budget=budget, method=method)["mean_accepted"]
+    return B.interval(ev, labels, model_curve, replicates=replicates, kind=chosen)
+
+
+def _print_selection(selection: dict, block: dict | None, few: str, heldout: bool) -> None:
+    console.print(f"selected model: {selection['reason']}")
+    if few:
+        console.print(f"[yellow]{few}[/]")
+    for c in (block or {}).get("cells", []):
+        k = c["requests_for"]["k"]
+        i = c["k"].index(k)
+        line = (f"{c['method']} budget {c['budget']}: mean accepted at k={k} {c['mean_accepted'][i]:.3f} "
+                f"[{c['lo'][i]:.3f}, {c['hi'][i]:.3f}] (95 %, {block['replicates']} bootstrap replicates over "
+                f"{block['groups']} {'groups' if block['by'] == 'label' else 'request windows'})")
+        if "new_group" in c:
+            ng = c["new_group"]
+            line += f"; a new group: [{ng['lo'][i]:.3f}, {ng['hi'][i]:.3f}]"
+        rf = c["requests_for"]
+        line += ("; requests to record for +/-10 % / 5 % / 2 %: "
+                 f"{rf['10%']:,} / {rf['5%']:,} / {rf['2%']:,} (now {c['windows']:,}: +/-{rf['half_width_rel_now']:.1%})")
+        console.print(line)
 
 
 def _groups(path: Path, ev, holdout_by: str | None):

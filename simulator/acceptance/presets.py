@@ -4,6 +4,8 @@ A preset is a JSON file: `name`, `description`, the setting it stands for (`mode
 `reference`: draft-KV method, context, budget, output tokens, temperature), `params` (LatentParams),
 `stated` (the curve the model gives at the reference setting: tests check sampling reproduces it),
 `evidence` (published figures and how close the preset gets) and `beyond_evidence`.
+A fitted preset's `acceptance_model` (`latent`, `constant`, `position`; absent: latent) says
+which model it replays: the rate models from its `rates` table (`rates.py`), exactly as selected.
 Specs: `fixed:p=0.8`, `position:p0=0.9,decay=0.02`, `latent:mu=3,...` (bare LatentParams), a
 preset name with LatentParams overrides, `sparsespec-llama8b:temperature=0.7`, or a preset file
 written by `spsim acceptance fit`: `file:path=fitted.json,temperature=0.7`.
@@ -69,6 +71,13 @@ def load_preset_file(path: str) -> dict:
     if not isinstance(d, dict) or not isinstance(d.get("params"), dict):
         raise InputError(path, None, "params", "missing (not an acceptance preset)")
     d.setdefault("reference", {"method": "verify-quest", "context": 32768, "budget": 3277, "output_tokens": 128})
+    kind = d.get("acceptance_model", "latent")
+    if kind not in ("latent", "constant", "position"):
+        raise InputError(path, None, "acceptance_model", f"{kind!r} is not a model (latent, constant, position)")
+    if kind != "latent" and not (isinstance(d.get("rates"), dict) and isinstance(d["rates"].get("rates"), list)
+                                 and "overall" in d["rates"]):
+        raise InputError(path, None, "rates", f"missing or malformed (acceptance_model {kind!r} replays its rate "
+                         "table)")
     return d
 
 
@@ -88,6 +97,8 @@ def resolve(spec: str) -> tuple[str, dict, dict | None]:
 def make_acceptance(spec: str, seed: int = 0):
     """An AcceptanceModel from a spec; draws keyed by `seed`. Unknown names/params raise SpecError."""
     name, params, preset = resolve(spec)
+    if preset is not None and preset.get("acceptance_model", "latent") != "latent":
+        return _rate_model(name, preset, params, seed)
     if preset is not None:
         return LatentAcceptance(build(LatentParams, name, {**preset["params"], **params}), seed=seed, name=name)
     if name in SIMPLE:
@@ -95,3 +106,18 @@ def make_acceptance(spec: str, seed: int = 0):
         model._setup(seed)
         return model
     return LatentAcceptance(build(LatentParams, name, params), seed=seed, name=name)
+
+
+def _rate_model(name: str, preset: dict, overrides: dict, seed: int):
+    """A fitted preset whose selected model is a rate table (`constant`, `position`): replayed as
+    exactly that table; only the entropy signal's parameters may be overridden."""
+    from .rates import KINDS, RateAcceptance
+
+    kind = preset["acceptance_model"]
+    assert kind in KINDS  # load_preset_file checked the file
+    ent = {k: preset["params"][k] for k in ("auc", "entropy_median", "entropy_sigma") if k in preset["params"]}
+    bad = sorted(set(overrides) - set(ent) - {"auc", "entropy_median", "entropy_sigma"})
+    if bad:
+        raise SpecError(f"{name}: a {kind}-rate preset takes no parameter {bad[0]!r} (only auc, entropy_median, "
+                        "entropy_sigma); its rates are what the fit selected")
+    return RateAcceptance(preset["rates"], **{**ent, **overrides}, seed=seed, name=f"{name} ({kind} rates)")
