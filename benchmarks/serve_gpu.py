@@ -83,6 +83,7 @@ def main() -> None:
         out.mkdir(parents=True, exist_ok=True)
         (out / f"serve_gpu_{gpu}.json").write_text(json.dumps(res, indent=1, default=float) + "\n")
 
+    Path(a.out).mkdir(parents=True, exist_ok=True)
     for policy in filter(None, a.policies.split(",")):
         cfg = ServingConfig(model=a.model, policy=policy, acceptance=a.acceptance, kv_pages=a.kv_pages).validate()
         port = free_port()
@@ -90,9 +91,11 @@ def main() -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), wheels,
                                                                           os.environ.get("PYTHONPATH")]))}
         t0 = time.perf_counter()
+        # the server's log goes to a file: an unread pipe fills and stalls the server
+        log = open(Path(a.out) / f"serve_{policy.replace(':', '_')}.log", "w+")
         srv = subprocess.Popen([sys.executable, "-m", "spsim.cli", "serve", "--model", a.model, "--device", dev,
                                 "--policy", policy, "--acceptance", a.acceptance, "--kv-pages", str(a.kv_pages),
-                                "--port", str(port), "--drain-s", "1"], env=env, stderr=subprocess.PIPE, text=True)
+                                "--port", str(port), "--drain-s", "1"], env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
         row = {"policy": policy, "replays": []}
         try:
             while True:
@@ -102,7 +105,8 @@ def main() -> None:
                 except httpx.TransportError:
                     pass
                 if srv.poll() is not None:
-                    raise RuntimeError(f"spsim serve exited: {srv.stderr.read()[-2000:]}")
+                    log.seek(0)
+                    raise RuntimeError(f"spsim serve exited: {log.read()[-2000:]}")
                 time.sleep(0.5)
             row["server_start_s"] = round(time.perf_counter() - t0, 2)
             vocab = httpx.get(url + "/v1/models").json()["data"][0]["vocab_size"]
@@ -120,7 +124,9 @@ def main() -> None:
                 srv.wait(60)
             except subprocess.TimeoutExpired:
                 srv.kill()
-            row["server_last_line"] = (srv.stderr.read() or "").strip().splitlines()[-1:]
+            log.seek(0)
+            row["server_last_line"] = log.read().strip().splitlines()[-1:]
+            log.close()
         for rep in row["replays"]:
             q = None if rep["rate_x"] == 1 else native * rep["rate_x"]
             v = validate_measured(tr, cfg.with_(qps=q), rep["measured"], padded=dev == "cuda")
