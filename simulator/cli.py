@@ -167,6 +167,11 @@ def _specs(policies: str) -> list[str]:
     return out
 
 
+def _billions(x: float) -> str:
+    # the tiny test model is not 0 parameters
+    return f"{x:.2f}" if x >= 0.01 else "<0.01"
+
+
 def register(app: typer.Typer) -> None:
 
     @app.command(epilog=_examples("spsim models"))
@@ -180,7 +185,7 @@ def register(app: typer.Typer) -> None:
             t.add_column(c, justify="right" if c != "name" else "left", no_wrap=c == "name", overflow="fold")
         for m in MODELS.values():
             t.add_row(m.name, str(m.layers), str(m.hidden), f"{m.q_heads}/{m.kv_heads}", str(m.head_dim),
-                      f"{m.params / 1e9:.2f}", f"{m.max_context:,}", f"{m.kv_bytes_per_token('bf16') / 1024:.0f}")
+                      _billions(m.params / 1e9), f"{m.max_context:,}", f"{m.kv_bytes_per_token('bf16') / 1024:.1f}")
         console.print(t)
         g = Table(title="GPUs", header_style="bold")
         # memory as the card exposes it to CUDA (what KV pages are sized from), in GiB: the H200's
