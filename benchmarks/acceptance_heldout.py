@@ -136,7 +136,20 @@ def new_user_case(work: Path, model: str, say=print) -> dict:
     return out
 
 
-def summarise(rows: list[dict]) -> dict:
+def noise_floor(rows: list[dict], prompts: int) -> dict:
+    """How well any model could do: the real value's own standard error (its requests' spread over
+    sqrt(prompts)) and the spread between texts, relative, per configuration and as medians."""
+    by: dict = {}
+    for r in rows:
+        by.setdefault(f"{r['policy']} {r['method']} {r['budget']}", []).append(r)
+    per = {k: {"real_se_rel_median": float(np.median([r["per_request_sd"] / np.sqrt(prompts) / r["real"] for r in rs])),
+               "between_text_sd_rel": float(np.std([r["real"] for r in rs], ddof=1) / np.mean([r["real"] for r in rs]))}
+           for k, rs in by.items()}
+    return {"real_se_rel_median": float(np.median([r["per_request_sd"] / np.sqrt(prompts) / r["real"] for r in rows])),
+            "by_config": per}
+
+
+def summarise(rows: list[dict], prompts: int | None = None) -> dict:
     err = np.abs([r["error_rel"] for r in rows])
     cerr = np.abs([r["constant_error_rel"] for r in rows])
     hw = np.array([r["half_width_rel"] for r in rows])
@@ -147,7 +160,8 @@ def summarise(rows: list[dict]) -> dict:
             "by_policy": {p: {"median_abs_error": float(np.median([abs(r["error_rel"]) for r in rows if r["policy"] == p])),
                               "constant_median_abs_error": float(np.median([abs(r["constant_error_rel"]) for r in rows
                                                                             if r["policy"] == p]))}
-                          for p in sorted({r["policy"] for r in rows})}}
+                          for p in sorted({r["policy"] for r in rows})},
+            **({"noise_floor": noise_floor(rows, prompts)} if prompts else {})}
 
 
 def versions() -> dict:
@@ -206,7 +220,7 @@ def main() -> None:
                       "output_tokens": a.output, "seeds": SEEDS},
            "texts": {k: {"kind": v[0], "path": str(v[1])} for k, v in TEXTS.items()},
            "configs": [list(c) for c in done], "configs_not_recorded": [list(c) for c in CONFIGS if c not in done],
-           "summary": summarise(rows), "splits": rows}
+           "summary": summarise(rows, a.prompts), "splits": rows}
     res["median_abs_error"] = res["summary"]["median_abs_error"]
     if not a.no_ab:
         res["new_user_case"] = new_user_case(work, "smollm2-135m")
