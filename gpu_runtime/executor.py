@@ -76,6 +76,7 @@ class RuntimeExecutor:
         self.prompt_fn = prompt_fn
         self.method, self.budget = int(method), int(budget)
         self.temperature, self.seed = float(temperature), int(seed)
+        self.temperatures: dict[int, float] = {}  # a request's own temperature (a server's client asked)
         self.acc = acceptance
         self.attention_fn = attention_fn
         self.graphs = graphs  # graphs.GraphedPasses: decode-like passes replayed from CUDA graphs
@@ -145,6 +146,7 @@ class RuntimeExecutor:
             self.store.release(rid)
             self._tables.pop(rid, None)
         for rid in plan.released.tolist():
+            self.temperatures.pop(rid, None)
             st = self.req.pop(rid, None)
             if st is not None:
                 self.done[rid] = st
@@ -417,8 +419,18 @@ class RuntimeExecutor:
             return tokens.tolist()
         return self.slab.put(tokens)
 
+    def _temps(self, ids) -> float | torch.Tensor:
+        """The temperature of these requests: one float when they share it (always, unless a
+        server's client asked for its own), else a tensor of one per row."""
+        if not self.temperatures:
+            return self.temperature
+        ts = [self.temperatures.get(r, self.temperature) for r in np.asarray(ids).tolist()]
+        if len(set(ts)) <= 1:
+            return ts[0] if ts else self.temperature
+        return torch.tensor(ts, dtype=torch.float32)  # moved beside the logits where used
+
     def _outcomes(self, plan: PassPlan, logits: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        t, T = self.t, self.temperature
+        t = self.t
         r = 0
         # prefill's last chunks: the first output token (or the next one after a recompute)
         last = [rid for rid, lst in zip(plan.prefill_ids.tolist(), plan.prefill_last.tolist()) if lst]
@@ -431,7 +443,7 @@ class RuntimeExecutor:
         if last:
             sts = [self.req[rid] for rid in last]
             pos = np.asarray([len(st.tokens) - st.prompt_len for st in sts], np.int64)  # output position
-            new = self._emit(_pick(logits[r:r + len(last)], T,
+            new = self._emit(_pick(logits[r:r + len(last)], self._temps(last),
                                    S.keyed_uniform(self.seed, np.asarray(last, np.int64), pos, S.TARGET)))
             for st, x in zip(sts, new):
                 st.tokens.append(int(x))
@@ -443,7 +455,8 @@ class RuntimeExecutor:
             ids = plan.draft_ids
             committed = np.asarray([len(self.req[x].tokens) - self.req[x].prompt_len for x in ids.tolist()], np.int64)
             lg = logits[r:r + nd]
-            q = S.probs_from_logits(lg, T) if T > 0 else None
+            T = self._temps(ids)
+            q = S.probs_from_logits(lg, T) if S.any_positive(T) else None
             # draft j of a run proposes output position committed + j
             u = S.keyed_uniform(self.seed, ids.astype(np.int64), committed + plan.draft_pos, S.DRAFT)
             new = self._emit(_pick(lg, T, u, q))
@@ -458,7 +471,7 @@ class RuntimeExecutor:
                 st = self.req[rid]
                 st.drafts.append(int(new[i]))
                 st.draft_entropy.append(float(ent[i]))
-                if T > 0:
+                if q is not None:
                     st.draft_probs.append(q[i])
             r += nd
         # verifications: accept a prefix of the drafts, add one token from the target
@@ -485,8 +498,9 @@ class RuntimeExecutor:
         first_row = r + np.concatenate([[0], np.cumsum(qn)[:-1]])
         idx = first_row[:, None] + np.minimum(j[None, :], qn[:, None] - 1)
         p = logits[to_device(idx.reshape(-1), np.int64, logits.device)]
-        if T > 0:  # greedy needs no distribution: argmax of the logits is the one-hot's
-            p = S.probs_from_logits(p, T)
+        T = self._temps(ids)
+        if S.any_positive(T):  # greedy needs no distribution: argmax of the logits is the one-hot's
+            p = S.probs_from_logits(p, T.repeat_interleave(K + 1) if isinstance(T, torch.Tensor) else T)
         p = p.view(nv, K + 1, -1)
         u_t = S.keyed_uniform(self.seed, ids[:, None], base[:, None] + j[None, :], S.TARGET)
         rows = np.arange(nv)
@@ -495,7 +509,7 @@ class RuntimeExecutor:
             for i, st in enumerate(sts):
                 x[i, :len(st.drafts)] = st.drafts
             dq = None
-            if T > 0 and K:
+            if S.any_positive(T) and K:
                 dq = torch.zeros((nv, K, p.shape[-1]), dtype=p.dtype, device=p.device)
                 for i, st in enumerate(sts):
                     if st.draft_probs:
@@ -520,10 +534,10 @@ class RuntimeExecutor:
         return entropy, np.asarray(accepted, np.int64)
 
 
-def _pick(x: torch.Tensor, T: float, u, probs=None) -> torch.Tensor:
+def _pick(x: torch.Tensor, T, u, probs=None) -> torch.Tensor:
     """One token per row: argmax at T == 0 (`x` logits; what sampling the one-hot gives), else an
-    inverse-CDF sample with `u` from `probs` (given, else softmax(x / T))."""
-    if T <= 0:
+    inverse-CDF sample with `u` from `probs` (given, else softmax(x / T); per-row T: see sampling)."""
+    if not S.any_positive(T):
         return x.argmax(-1)
     return S.sample(probs if probs is not None else S.probs_from_logits(x, T), u)
 

@@ -46,13 +46,23 @@ def cycle_uniforms(seed: int, rid, start, k: int) -> tuple[np.ndarray, np.ndarra
 
 # ---- distributions --------------------------------------------------------------------------------
 
-def probs_from_logits(logits: torch.Tensor, temperature: float, dtype=torch.float32) -> torch.Tensor:
+def probs_from_logits(logits: torch.Tensor, temperature, dtype=torch.float32) -> torch.Tensor:
     """softmax(logits / T) over the last dimension; T == 0 gives a one-hot of the argmax (lowest
-    index on ties, as torch.argmax)."""
-    if temperature <= 0:
-        out = torch.zeros(logits.shape, dtype=dtype, device=logits.device)
-        return out.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
-    return torch.softmax(logits.to(dtype) / temperature, dim=-1)
+    index on ties, as torch.argmax). `temperature`: one float, or a tensor [n] of one per row
+    (requests of one pass asking for different temperatures)."""
+    if not isinstance(temperature, torch.Tensor):
+        if temperature <= 0:
+            out = torch.zeros(logits.shape, dtype=dtype, device=logits.device)
+            return out.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+        return torch.softmax(logits.to(dtype) / temperature, dim=-1)
+    t = temperature.to(device=logits.device, dtype=dtype).reshape(-1, *[1] * (logits.dim() - 1))
+    hot = torch.zeros(logits.shape, dtype=dtype, device=logits.device).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+    return torch.where(t > 0, torch.softmax(logits.to(dtype) / torch.where(t > 0, t, 1.0), dim=-1), hot)
+
+
+def any_positive(temperature) -> bool:
+    """Whether any row samples (a per-row tensor holds differing values, so one is above 0)."""
+    return isinstance(temperature, torch.Tensor) or temperature > 0
 
 
 def entropy(probs: torch.Tensor) -> torch.Tensor:
@@ -60,10 +70,12 @@ def entropy(probs: torch.Tensor) -> torch.Tensor:
     return torch.special.entr(probs).sum(-1)
 
 
-def draft_entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+def draft_entropy(logits: torch.Tensor, temperature) -> torch.Tensor:
     """The entropy signal of a draft token: entropy of softmax(logits / T). At T == 0 the draft
     distribution is one-hot (entropy 0, no signal), so the entropy of softmax(logits) (T = 1) is
     used instead: it still says how sure the model is, which is what predicts acceptance."""
+    if isinstance(temperature, torch.Tensor):
+        return entropy(probs_from_logits(logits, torch.where(temperature > 0, temperature, 1.0)))
     return entropy(probs_from_logits(logits, temperature if temperature > 0 else 1.0))
 
 
@@ -85,7 +97,7 @@ def sample(probs: torch.Tensor, u) -> torch.Tensor:
 # ---- verification ---------------------------------------------------------------------------------
 
 def verify_batch(draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None, target_probs: torch.Tensor,
-                 temperature: float, u_accept, u_target, k=None) -> tuple[np.ndarray, np.ndarray]:
+                 temperature, u_accept, u_target, k=None) -> tuple[np.ndarray, np.ndarray]:
     """Verify n requests at once: returns (accepted [n], next_token [n]) as int64 numpy arrays.
 
     draft_tokens [n, K] (long), draft_probs [n, K, V] (the distributions the drafts were sampled
@@ -93,6 +105,8 @@ def verify_batch(draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None, t
     [n, K+1, V], u_accept [n, K], u_target [n, K+1]. `k` [n] (default all K) verifies only the
     first k[i] drafts of request i; entries past k[i] are ignored; k[i] == 0 is a plain decode step
     (a sample of p_0). T == 0 is greedy: accept while x_j == argmax p_j, then emit argmax p_a.
+    A per-row `temperature` tensor takes the sampling path for every row: a greedy row's target
+    and draft distributions are one-hots there, which accept and emit exactly what greedy does.
     """
     n, K = draft_tokens.shape
     dev = target_probs.device
@@ -102,7 +116,7 @@ def verify_batch(draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None, t
     valid = torch.arange(K, device=dev)[None, :] < k[:, None]
     x = draft_tokens.to(device=dev, dtype=torch.int64)
 
-    if temperature <= 0:
+    if not any_positive(temperature):
         best = target_probs.argmax(-1)  # [n, K+1]
         ok = (x == best[:, :K]) & valid
         acc = ok.to(torch.int64).cumprod(1).sum(1)

@@ -126,7 +126,8 @@ def create_app(engine: LiveEngine, codec: TextCodec, served_name: str, temperatu
                                 f"{engine.pages:,}", "max_tokens")
         st = Stream(p, codec, metrics, asyncio.get_running_loop())
         req = LiveRequest(prompt=p.prompt, max_tokens=p.max_tokens, on_tokens=st.on_tokens, min_tokens=p.min_tokens,
-                          ignore_eos=p.ignore_eos, stop_ids=p.stop_ids, key=client_key(request.headers.get("x-request-id")))
+                          ignore_eos=p.ignore_eos, stop_ids=p.stop_ids, key=client_key(request.headers.get("x-request-id")),
+                          temperature=p.temperature)
         try:
             engine.submit(req)
         except ValueError as e:

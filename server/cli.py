@@ -98,8 +98,8 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("cuda", "--device", help="cuda or cpu (small models: tiny, smollm2-135m)."),
         dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16, fp16, fp32 or fp64 (default: bf16 on "
                                             "GPUs, the config's on the CPU)."),
-        temperature: float = typer.Option(0.0, "--temperature", help="Sampling temperature of every request "
-                                          "(0: greedy)."),
+        temperature: float = typer.Option(0.0, "--temperature", help="Sampling temperature of a request that "
+                                          "names none (0: greedy)."),
         host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
         port: int = typer.Option(8000, "--port", help="Port to listen on."),
         served_model_name: Optional[str] = typer.Option(None, "--served-model-name", help="The model name "

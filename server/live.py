@@ -41,6 +41,7 @@ class LiveRequest:
     ignore_eos: bool = False
     stop_ids: frozenset = frozenset()  # token ids that end it (besides the model's end-of-sequence)
     key: int | None = None  # the client's integer request id: keys preset acceptance draws
+    temperature: float | None = None  # its own sampling temperature (None: the server's)
     rid: int = -1  # row in the engine's table, once taken in
     sent: int = 0  # output tokens handed to on_tokens so far
     arrival: float = field(default_factory=time.perf_counter)
@@ -222,6 +223,8 @@ class LiveEngine:
         self._rows += 1
         req.rid = rid
         self.reqs[rid] = req
+        if req.temperature is not None and req.temperature != self.ex.temperature:
+            self.ex.temperatures[rid] = float(req.temperature)
         self.keys.bind(req)
         t.prompt[rid], t.output[rid], t.arrival[rid] = len(req.prompt), req.max_tokens, self.now()
         self.serving.arrived(rid, t)
@@ -245,6 +248,7 @@ class LiveEngine:
         if self.table.phase[req.rid] in (Phase.WAITING, Phase.PREFILL, Phase.DECODE):
             self.b.abort(req.rid, self.now())
         self.reqs.pop(req.rid, None)
+        self.ex.temperatures.pop(req.rid, None)
         self.keys.release(req)
 
     def _deliver(self, plan) -> None:

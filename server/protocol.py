@@ -33,6 +33,7 @@ class Params:
     ignore_eos: bool = False
     min_tokens: int = 0
     seed: int | None = None
+    temperature: float = 0.0  # the server's (`spsim serve --temperature`) unless the request names one
     return_token_ids: bool = False
     ignored: list[str] = field(default_factory=list)  # fields outside the schema (logged)
 
@@ -65,7 +66,7 @@ def _number(body: dict, name: str, default: float) -> float:
     return float(v)
 
 
-def _unsupported(body: dict, temperature: float) -> None:
+def _unsupported(body: dict) -> None:
     """A 400 for what a client asks of spsim that it does not do."""
     if _int(body, "n", 1, 1) != 1:
         raise ApiError(400, "n: only n = 1 is supported", "n")
@@ -93,12 +94,7 @@ def _unsupported(body: dict, temperature: float) -> None:
         if body.get(name) not in (None, [], "none", "auto") and not (name == "response_format"
                                                                      and body[name] == {"type": "text"}):
             raise ApiError(400, f"{name}: not supported by spsim serve", name)
-    t = _number(body, "temperature", temperature)
-    if t < 0:
-        raise ApiError(400, f"temperature: must be >= 0 (got {t:g})", "temperature")
-    if t != temperature:
-        raise ApiError(400, f"temperature: this server samples every request at temperature {temperature:g} "
-                            f"(spsim serve --temperature); got {t:g}", "temperature")
+
 
 
 def _stops(body: dict) -> list[str]:
@@ -117,7 +113,10 @@ def parse(body, kind: str, codec: TextCodec, max_context: int, temperature: floa
     if not isinstance(body, dict):
         raise ApiError(400, "body: a JSON object is expected", "body")
     known = COMPLETIONS if kind == "completions" else CHAT
-    _unsupported(body, temperature)
+    _unsupported(body)
+    t = _number(body, "temperature", temperature)
+    if t < 0:
+        raise ApiError(400, f"temperature: must be >= 0 (got {t:g})", "temperature")
     try:
         prompt = _prompt(body, codec) if kind == "completions" else _messages(body, codec)
     except PromptError as e:
@@ -153,6 +152,7 @@ def parse(body, kind: str, codec: TextCodec, max_context: int, temperature: floa
     return Params(prompt=prompt, max_tokens=max_tokens, stream=stream, include_usage=bool(so.get("include_usage")),
                   stop=_stops(body), stop_ids=frozenset(stop_ids), ignore_eos=ignore_eos,
                   min_tokens=_int(body, "min_tokens", 0, 0, max_tokens), seed=_int(body, "seed", None, -2**63),
+                  temperature=t,
                   return_token_ids=bool(body.get("return_token_ids", False)),
                   ignored=sorted(set(body) - known))
 

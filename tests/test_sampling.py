@@ -298,3 +298,30 @@ def test_greedy_decoding_is_argmax_chain():
     for t in range(L):
         assert np.array_equal(y[:, t], _p(code).argmax(1))
         code = _extend(code, y[:, t], t)
+
+
+def test_per_row_temperature_gives_each_row_what_its_own_temperature_gives():
+    """A pass whose requests ask for different temperatures (a server's clients): a greedy row
+    accepts and emits exactly what greedy verification does, a sampling row what verifying it
+    alone at its temperature does."""
+    from spsim.gpu_runtime.sampling import probs_from_logits
+
+    g = torch.Generator().manual_seed(3)
+    n, K, V = 24, 3, 9
+    logits = torch.randn(n, K + 1, V, generator=g) * 2
+    temps = torch.tensor([0.0, 0.7, 1.3] * (n // 3))
+    x = torch.stack([logits[i, :K].argmax(-1) if i % 2 else torch.randint(0, V, (K,), generator=g)
+                     for i in range(n)])  # half the drafts are the greedy chain, half random
+    ua, ut = cycle_uniforms(5, np.arange(n), 0, K)
+    k = np.arange(n) % (K + 1)
+    tp = probs_from_logits(logits.reshape(-1, V), temps.repeat_interleave(K + 1)).view(n, K + 1, V)
+    acc, nxt = verify_batch(x, None, tp, temps, ua, ut, k=k)
+    for i in range(n):
+        t = float(temps[i])
+        one = probs_from_logits(logits[i:i + 1].reshape(-1, V), t).view(1, K + 1, V) if t > 0 else logits[i:i + 1]
+        a1, n1 = verify_batch(x[i:i + 1], None, one, t, ua[i:i + 1], ut[i:i + 1], k=k[i:i + 1])
+        assert (acc[i], nxt[i]) == (a1[0], n1[0]), (i, t)
+    # the greedy rows really are greedy; the sampling rows do not all follow the argmax chain
+    greedy = [i for i in range(n) if temps[i] == 0]
+    assert all(nxt[i] == logits[i, acc[i]].argmax() for i in greedy)
+    assert any(nxt[i] != logits[i, acc[i]].argmax() for i in range(n) if temps[i] > 0)

@@ -323,3 +323,50 @@ def test_bench_serve_keys_preset_draws_by_request_id_as_spsim_run_does(tiny):
     assert s["mean_ttft_ms"] > 0 and s["mean_tpot_ms"] > 0
     assert s["accepted_drafts"] == run["accepted_drafts"] and s["drafted_tokens"] == run["drafted_tokens"]
     assert s["spec_verifications"] == run["spec_verifications"]
+
+
+def test_each_request_samples_at_its_own_temperature(tiny):
+    """Two requests in flight together, one greedy and one at 0.8: the greedy one gets `spsim run`'s
+    greedy tokens, and both get the same tokens whether the server's own temperature is 0 or 0.8
+    (a request's temperature is its own, in a pass that mixes them, speculation included)."""
+    from spsim.config import ServingConfig
+    from spsim.gpu_runtime.engine import RuntimeOptions, run_trace
+
+    model, _ = tiny
+    cfg = ServingConfig(model="tiny", policy="fixed-k:k=4", offline=True, kv_pages=400, acceptance="real").validate()
+    tr = _trace([60, 130], 120)
+    ref = run_trace(tr, cfg, RuntimeOptions(device="cpu"), model=model).tokens
+    prompts = _prompts(tr, model.cfg.vocab)
+    got = {}
+    for default in (0.0, 0.8):
+        srv = LocalServer(cfg, model=tiny, temperature=default)
+        try:
+            out, first, last, go = [[], []], [None, None], [None, None], threading.Event()
+
+            def one(i, t):
+                for ch in srv.client().completions.create(model="tiny", prompt=prompts[i], max_tokens=120,
+                                                          temperature=t, stream=True,
+                                                          extra_body={"ignore_eos": True, "return_token_ids": True}):
+                    if ch.choices and ch.choices[0].token_ids:
+                        out[i] += ch.choices[0].token_ids
+                        first[i] = first[i] or time.perf_counter()
+                        last[i] = time.perf_counter()
+                        if len(out[i]) >= 8:
+                            go.set()
+
+            th = [threading.Thread(target=one, args=(0, 0.0)), threading.Thread(target=one, args=(1, 0.8))]
+            th[0].start()
+            go.wait(60)  # the greedy request holds row 0 (samples are keyed by row) and is under way
+            th[1].start()
+            for t in th:
+                t.join(120)
+            assert first[1] < last[0]  # in flight together
+            s = srv.idle()
+            assert s["kv_pages_used"] == 0 and srv.engine.ex.temperatures == {}
+            assert s["spec_decode"]["num_draft_tokens"] > 0
+            got[default] = out
+        finally:
+            srv.close()
+    assert got[0.0][0] == ref[0] and len(got[0.0][1]) == 120
+    assert got[0.0][1] != ref[1]  # sampled, not greedy
+    assert got[0.8] == got[0.0]
