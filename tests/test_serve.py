@@ -323,6 +323,17 @@ def test_bench_serve_keys_preset_draws_by_request_id_as_spsim_run_does(tiny):
     assert s["mean_ttft_ms"] > 0 and s["mean_tpot_ms"] > 0
     assert s["accepted_drafts"] == run["accepted_drafts"] and s["drafted_tokens"] == run["drafted_tokens"]
     assert s["spec_verifications"] == run["spec_verifications"]
+    # the client's summary is what `spsim validate --measured` judges the simulator's prediction by
+    from spsim.errors import SpsimError
+    from spsim.validate import validate_measured
+
+    v = validate_measured(tr, cfg.with_(kv_pages=None), s)
+    assert v["kv_pages"] == s["server_kv_pages"] == 400 and v["simulator"]["completed"] == len(tr)
+    m = v["metrics"]["mean_tpot_ms"]
+    assert m["measured"] == s["mean_tpot_ms"] and m["predicted"] > 0 and m["target"] is not None
+    assert v["targets_met"] in (True, False)
+    with pytest.raises(SpsimError, match="same requests"):
+        validate_measured(tr.take(np.arange(3)), cfg, s)
 
 
 def test_each_request_samples_at_its_own_temperature(tiny):
