@@ -46,12 +46,13 @@ class NullModel:
 def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, max_graphs: int = 48,
                  capture_after: int = 2, trace=None, coarse: bool = False, jitter: float = 0.0, seed: int = 0,
                  stall_s: float = 0.0, seen: set | None = None, rule: bool = False, startup: bool = False,
-                 max_batch: int | None = None) -> dict:
+                 max_batch: int | None = None, **settings) -> dict:
     """`workload` B x C offline, or `trace` (a `Trace`) at its own arrival times, the clock advanced
     by each pass's time as the shipped H200 profile prices it (the roofline where none ships).
     `jitter`: each pass's time scaled by a uniform draw in 1 +- jitter (`seed`); `stall_s` added to
     the clock at a pass of a shape not in `seen` (which the run then adds: a capture or an eager
-    pass stalls the loop, so a rehearsal meets other batches than the run it prepares)."""
+    pass stalls the loop, so a rehearsal meets other batches than the run it prepares).
+    `settings`: more ServingConfig fields (draft_kv, draft_budget, max_draft)."""
     from spsim.build import build
     from spsim.config import ServingConfig
     from spsim.gpu_runtime.executor import RuntimeExecutor
@@ -70,8 +71,8 @@ def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, 
     else:
         b_n, prompts, outs, arrivals = len(trace), trace.prompt_tokens, trace.output_tokens, trace.arrival_s
     cfg = ServingConfig(model="llama-3.1-8b", gpu="h200", policy=policy, acceptance="sparsespec-llama8b",
-                        offline=trace is None, kv_pages=kv_pages, cost="roofline" if trace is None else "auto",
-                        **({"max_batch": max_batch} if max_batch else {}))
+                        offline=settings.pop("offline", trace is None), kv_pages=kv_pages, cost="roofline" if trace is None else "auto",
+                        **({"max_batch": max_batch} if max_batch else {}), **settings)
     rule = rule or startup
     serving = build(cfg, prefix_cache=False, block_size=None, capacity=kv_pages, max_context=lc.max_context)
     table = RequestTable(prompts, outs, np.asarray(arrivals, np.float64))

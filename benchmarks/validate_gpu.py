@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))  # a checkout without an install
 
 TARGETS = "mooncake:offline:limit=50,azure-conv:window=45"
 POLICIES = "ar,fixed-k:k=4,aspire"
-PROFILE = ROOT / "benchmarks" / "results" / "calibration" / "h200-llama-3.1-8b.json"
+PROFILE = ROOT / "calibration" / "profiles" / "h200-llama-3.1-8b.json"
 # Measured against simulated time so far (docs/runtime.md): the runtime takes up to ~1.5x the
 # simulated GPU time on drafting policies; plus graph captures (~0.1 s each) and a warm-up.
 SLOWDOWN, FIXED_S = 1.4, 15.0

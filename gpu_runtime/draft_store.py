@@ -30,6 +30,16 @@ class DraftStore:
         self.scores: torch.Tensor | None = None  # [layers, slots * kv_heads, width], grown on demand
         self.scored_pages = np.zeros(slots, np.int64)
         self.version = 0
+        # why the store grew (old slots or width, live requests, the caller): after a start-up
+        # capture a growth strands every graph, so runs report it (graphs.py `stats`)
+        self.growths: list[dict] = []
+
+    def _grew(self, what: str, old: int) -> None:
+        import traceback
+
+        where = [f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} {f.name}" for f in traceback.extract_stack(limit=7)[:-2]]
+        if len(self.growths) < 8:
+            self.growths.append({"what": what, "from": int(old), "live": len(self.slot), "where": where})
 
     @property
     def num_slots(self) -> int:
@@ -69,6 +79,7 @@ class DraftStore:
             sc[:, :old * self.hkv] = self.scores
             self.scores = sc
         self._free = list(range(n - 1, old - 1, -1))
+        self._grew("slots", old)
         self.version += 1
 
     def score_rows(self, slots: np.ndarray) -> np.ndarray:
@@ -85,4 +96,5 @@ class DraftStore:
         if self.scores is not None:
             sc[:, :, :w] = self.scores
         self.scores = sc
+        self._grew("score width", w)
         self.version += 1

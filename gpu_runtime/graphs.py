@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import numpy as np
 import torch
 
 from .attention import pad_plan
@@ -106,7 +107,9 @@ class GraphedPasses:
         # runs eagerly and is counted by reason
         self.frozen = False
         self.startup_stats: dict | None = None
-        self._outs: dict[tuple, torch.Tensor] = {}  # logits buffers shared by graphs (_out)
+        self._outs: dict[torch.dtype, torch.Tensor] = {}  # one flat logits buffer per dtype (_out)
+        self.out_rows_hint = 0  # the most logits rows a graph may ask for (set by `startup`)
+        self.missed: dict = {}  # keys of passes run eagerly off the start-up set (first few: what it lacks)
         # what tells shapes apart: distinct values of each part of the key over the run (stats())
         self._parts: dict[str, set] = {}
 
@@ -129,6 +132,7 @@ class GraphedPasses:
         self._parts.clear()
         self.captures = self.replays = self.eager = 0
         self.eager_by_reason = {}
+        self.missed = {}
         self.capture_after = self._capture_after0
 
     def stats(self) -> dict:
@@ -136,7 +140,8 @@ class GraphedPasses:
         shapes come from (what padding would have to cover)."""
         return {"captures": self.captures, "replays": self.replays, "eager": self.eager,
                 "eager_by_reason": dict(self.eager_by_reason), "startup": self.startup_stats,
-                "distinct_by_part": {k: len(v) for k, v in self._parts.items()}}
+                "distinct_by_part": {k: len(v) for k, v in self._parts.items()},
+                "missed_keys": [[str(k), n] for k, n in self.missed.items()]}
 
     def note_eager(self, reason: str) -> None:
         """A decode-like pass ran eagerly for `reason` (counted in `stats()`)."""
@@ -164,6 +169,7 @@ class GraphedPasses:
         t0 = time.perf_counter()
         specs = list(shape_set.passes())
         self.max_graphs = max(self.max_graphs, len(specs))
+        self.out_rows_hint = max(self.out_rows_hint, shape_set.max_logit_rows())
         phases = dict.fromkeys(("prepare", "key", "warm", "capture"), 0.0)
         made, warmed = 0, set()
         for i, spec in enumerate(specs):
@@ -197,6 +203,7 @@ class GraphedPasses:
                               "bytes": int(torch.cuda.memory_reserved(dev) - res0) if cuda else 0,
                               "allocated_bytes": int(torch.cuda.memory_allocated(dev) - mem0) if cuda else 0,
                               "warm": warm, "warm_ups": len(warmed) if warm == "first" else made,
+                              "store_version": ex.store.version,
                               "phases": {k: round(v, 3) for k, v in phases.items()}}
         self.captures = 0
         self._parts.clear()
@@ -211,12 +218,16 @@ class GraphedPasses:
         return (g[0], g[1], bool(g[2]), g[-1], tuple(p[3:] for p in plans))
 
     def _out(self, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
-        """The shared output buffer for logits of this shape and dtype (replays clone it)."""
-        key = (tuple(shape), dtype)
-        buf = self._outs.get(key)
-        if buf is None:
-            buf = self._outs[key] = torch.empty(key[0], dtype=dtype, device=self.cache.device)
-        return buf
+        """The logits buffer of a graph: a view of one flat buffer shared by every graph (replays
+        run one at a time and clone it), not one per logits shape: at max batch 256 with drafts
+        the shapes reach ~2,048 rows of a 128K vocabulary, 1 GB each. A graph needing more than the
+        flat buffer holds gets a larger one (earlier graphs keep theirs)."""
+        need = int(np.prod(shape))
+        buf = self._outs.get(dtype)
+        if buf is None or buf.numel() < need:
+            rows_hint = self.out_rows_hint * int(shape[-1]) if len(shape) == 2 else 0
+            buf = self._outs[dtype] = torch.empty(max(need, rows_hint), dtype=dtype, device=self.cache.device)
+        return buf[:need].view(shape)
 
     @staticmethod
     def eligible(attn) -> bool:
@@ -252,8 +263,11 @@ class GraphedPasses:
         st = self.graphs.get(key)
         if st is None and self.frozen:  # a start-up set: no capture while serving
             self._note_shape(key)
+            grown = self.startup_stats is not None and key[0][8] != self.startup_stats.get("store_version", key[0][8])
             self.note_eager(f"off the rule: {attn.off_rule}" if getattr(attn, "off_rule", None)
-                            else "shape not in the start-up set")
+                            else "draft store grew after start-up" if grown else "shape not in the start-up set")
+            if len(self.missed) < 16:
+                self.missed[key] = self.missed.get(key, 0) + 1
             return self.model(tokens, attn.positions, attn, logit_rows=logit_rows)
         if st is None:
             self._note_shape(key)

@@ -119,6 +119,13 @@ class ShapeSet:
         self.drafts, self.first = bool(drafts), bool(first_drafts)
         self.chunk_max = min(int(token_budget), self.token_limit - 1)
 
+    def max_logit_rows(self) -> int:
+        """An upper bound of any pass's logits rows: its padded token count less one (padding.py
+        `rule_logits`), at most the largest token class."""
+        from .buckets import rule_size
+
+        return rule_size(self.token_limit + 1)
+
     def contexts(self, rows: int) -> list[int]:
         """Context lengths (tokens) to try for `rows` requests: a ladder inside each width class
         whose contexts the pool holds for that many requests."""
