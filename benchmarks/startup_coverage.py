@@ -52,16 +52,25 @@ def main() -> None:
                "startup": g.get("startup"), "captures": g.get("captures"), "missed": [],
                "store_growths": served[1].store.growths if served else []}
         if graphs is not None:
+            names = list(graphs._PART_NAMES) + ["tokens", "logit rows", "page-id capacity", "work plans"]
+            flat = lambda k: list(k[0]) + [k[1], k[2], k[3], k[4]]  # noqa: E731
             for key, count in graphs.missed.items():
-                near = [k for k in graphs.graphs if k[0] == key[0] and k[1] == key[1] and k[2] == key[2]]
-                near_g = [k for k in graphs.graphs if k[0] == key[0]]
-                row["missed"].append({"count": count, "key": str(key), "same_composition": [str(k) for k in near[:4]],
-                                      "same_graph_key_tokens_rows": sorted({(k[1], k[2]) for k in near_g})[:40]})
+                fk = flat(key)
+                diffs = []
+                for k in graphs.graphs:
+                    fs = flat(k)
+                    d = [i for i, (x, y) in enumerate(zip(fk, fs)) if x != y]
+                    diffs.append((len(d), d, fs))
+                diffs.sort(key=lambda x: x[0])
+                closest = [{"differs": {names[i]: [str(fk[i])[:300], str(fs[i])[:300]] for i in d}}
+                           for _, d, fs in diffs[:3]]
+                row["missed"].append({"count": count, "key": str(key)[:600], "closest": closest})
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "missed"}), flush=True)
-        for m in row["missed"][:4]:
-            print("  missed", m["count"], m["key"][:400], "\n   near", [x[:400] for x in m["same_composition"][:2]],
-                  "\n   (tokens, rows) of its graph key:", m["same_graph_key_tokens_rows"], flush=True)
+        for m in row["missed"][:6]:
+            print("  missed", m["count"], m["key"][:300], flush=True)
+            for c in m["closest"][:2]:
+                print("    closest differs in", json.dumps(c["differs"])[:900], flush=True)
         engine.release_served()
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)

@@ -193,8 +193,9 @@ class RuntimeExecutor:
             logits = self.graphs.forward(attn, tok_t, rows_t)
         else:
             if self.graphs is not None and self.graphs.frozen:  # what a start-up set leaves eager
-                self.graphs.note_eager("over the graph token limit" if attn.n_pre == 0 or graphable
-                                       else "prefill over the graph token limit")
+                over = attn.n_pre == 0 or graphable
+                self.graphs.note_eager("over the graph token limit" if over else "prefill over the graph token limit",
+                                       decode_like=over)
             logits = self.model(tok_t, attn.positions, attn, logit_rows=rows_t)
         if ev is not None:
             ev[1].record()

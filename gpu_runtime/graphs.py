@@ -100,7 +100,8 @@ class GraphedPasses:
         self.pool = torch.cuda.graph_pool_handle() if capture else None
         self.captures = 0
         self.replays = 0
-        self.eager = 0  # graphable passes run eagerly (shape not seen often enough yet)
+        self.eager = 0  # decode-like passes run eagerly (shape not seen often enough yet, off the set)
+        self.eager_prefill = 0  # passes with more prefill than PREFILL_GRAPH_TOKENS: eager by design
         self.eager_by_reason: dict[str, int] = {}
         self._shared: dict[tuple, torch.Tensor] = {}  # large per-pass tensors shared by captured passes (_buffer)
         # a start-up set captured (`startup`): no capture while serving, a pass of another shape
@@ -130,7 +131,7 @@ class GraphedPasses:
         after a rehearsal."""
         self.seen.clear()
         self._parts.clear()
-        self.captures = self.replays = self.eager = 0
+        self.captures = self.replays = self.eager = self.eager_prefill = 0
         self.eager_by_reason = {}
         self.missed = {}
         self.capture_after = self._capture_after0
@@ -139,13 +140,19 @@ class GraphedPasses:
         """Counts, and how many distinct values each part of the shape key took: where a run's
         shapes come from (what padding would have to cover)."""
         return {"captures": self.captures, "replays": self.replays, "eager": self.eager,
+                "eager_prefill": self.eager_prefill,
                 "eager_by_reason": dict(self.eager_by_reason), "startup": self.startup_stats,
                 "distinct_by_part": {k: len(v) for k, v in self._parts.items()},
                 "missed_keys": [[str(k), n] for k, n in self.missed.items()]}
 
-    def note_eager(self, reason: str) -> None:
-        """A decode-like pass ran eagerly for `reason` (counted in `stats()`)."""
-        self.eager += 1
+    def note_eager(self, reason: str, decode_like: bool = True) -> None:
+        """A pass ran eagerly for `reason` (counted by reason in `stats()`). Only decode-like ones
+        count in `eager`: a pass whose prefill is past the graph limit is eager by design (its
+        kernels hide the launches) and counts in `eager_prefill`."""
+        if decode_like:
+            self.eager += 1
+        else:
+            self.eager_prefill += 1
         self.eager_by_reason[reason] = self.eager_by_reason.get(reason, 0) + 1
 
     def startup(self, ex, shape_set, progress=None, warm: str = "first") -> dict:

@@ -298,7 +298,9 @@ def runtime_line(r: dict) -> str:
             f"({rt['mean_host_ms']:.2f} ms per pass)"
             + ("" if not rt.get("rehearsal") else f"; after a rehearsal of {rt['rehearsal']['passes']:,} passes"
                f" ({rt['rehearsal'].get('captures', 0):,} graphs captured)")
-            + ("" if not rt.get("cuda_graphs") else f"; {rt['cuda_graphs']['eager']:,} graphable passes ran eager"))
+            + ("" if not rt.get("cuda_graphs") else f"; {rt['cuda_graphs']['eager']:,} decode-like passes ran eager"
+               + (f" ({rt['cuda_graphs']['eager_prefill']:,} passes past the graph's prefill limit, eager by design)"
+                  if rt["cuda_graphs"].get("eager_prefill") else "")))
 
 
 def text(r: dict) -> str:
