@@ -135,7 +135,9 @@ class PassAttention(PagedAttention):
         self._score_width = self.width_class or bucket(longest, TABLE_COLS)
         self.kp = budget_pages(budget, ps)
         m = self.method
-        keep = m == DraftMethod.VERIFY_ATTN and bool(score_rows)
+        # the shape rule keeps scores in every pass, one row per request (a pass of drafts alone
+        # writes them all to the scratch slot): whether a pass verifies is data, not shape
+        keep = m == DraftMethod.VERIFY_ATTN and (bool(score_rows) or self.rule is not None)
         if states is None or not isinstance(states, DraftStore):
             states = DraftStore(cfg.layers, hkv, self.kp, dev, slots=max(1, n_dr + len(score_rows or [])),
                                 scores=m == DraftMethod.VERIFY_ATTN)

@@ -382,3 +382,27 @@ def test_startup_set_covers_every_pass_of_a_live_run(policy, trace):
     assert r["graphable_passes"] > 50 and r["distinct_shapes"] > 1
     assert r["startup"]["graphs"] >= r["distinct_shapes"]
     assert r["passes_outside_startup"] == 0, r["_missed"]
+
+
+@pytest.mark.parametrize("policy", ["fixed-k:k=4", "entropy", "aspire"])
+def test_startup_set_covers_verify_attn_passes_that_only_draft(policy):
+    """verify-attn keeps the verifications' page scores: a pass where every request drafts and
+    none verifies has no score rows, yet under the shape rule it must key as the start-up set's
+    passes do (scores kept into the scratch slot), else it runs eager (49 of 95 passes of this
+    case did on the H100 before). Small offline case, as benchmarks/startup_coverage.py runs it."""
+    import importlib.util
+    from pathlib import Path
+
+    from spsim.traces.trace import Trace
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "graph_shapes.py"
+    spec = importlib.util.spec_from_file_location("graph_shapes", path)
+    gs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gs)
+    rng = np.random.default_rng(1)
+    n = 6
+    tr = Trace(np.array([f"g{i}" for i in range(n)], object), np.zeros(n), rng.integers(1500, 6000, n), np.full(n, 48))
+    r = gs.count_shapes("x", policy, 48, 8000, trace=tr, startup=True, max_batch=4, draft_kv="verify-attn",
+                        draft_budget=256, max_draft=6, offline=True)
+    assert r["graphable_passes"] > 50
+    assert r["passes_outside_startup"] == 0, r["_missed"]
