@@ -36,8 +36,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # a checkout without an install
 
-TARGETS = "mooncake:offline:limit=50,azure-conv:window=45"
-POLICIES = "ar,fixed-k:k=4,aspire"
+# The standing matrix: short contexts at the trace's own arrival times and at 2x and 4x that rate,
+# long contexts arriving, offline and a closed loop (windows of 100+ requests where a p99 is judged)
+TARGETS = ("azure-conv:window=45,azure-conv:window=45:speed=2,azure-conv:window=45:speed=4,"
+           "mooncake:window=40,mooncake:offline:limit=50,mooncake:concurrency=16:limit=64")
+POLICIES = "ar,sync:k=4,fixed-k:k=4,entropy,aspire"
 PROFILE = ROOT / "calibration" / "profiles" / "h200-llama-3.1-8b.json"
 # Measured against simulated time so far (docs/runtime.md): the runtime takes up to ~1.5x the
 # simulated GPU time on drafting policies; plus graph captures (~0.1 s each) and a warm-up.
@@ -54,17 +57,23 @@ class Skip(Exception):
 
 
 def parse_targets(text: str) -> list[dict]:
-    """`NAME[:offline][:limit=N][:window=S][:qps=X][:concurrency=C]`, comma-separated."""
+    """`NAME[:offline][:limit=N][:window=S][:speed=X][:qps=X][:concurrency=C]`, comma-separated
+    (`speed`: the window's arrivals X times as fast, the same requests)."""
     out = []
     for item in filter(None, (x.strip() for x in text.split(","))):
         name, *parts = item.split(":")
-        t = {"trace": name, "mode": {}, "limit": None, "window": None}
+        t = {"trace": name, "mode": {}, "limit": None, "window": None, "speed": None}
         for p in parts:
             k, _, v = p.partition("=")
             if k == "offline" and not v:
                 t["mode"]["offline"] = True
-            elif k in ("limit", "window") and v:
-                t[k] = int(v) if k == "limit" else float(v)
+            elif k in ("limit", "window", "speed") and v:
+                try:
+                    t[k] = int(v) if k == "limit" else float(v)
+                except ValueError:
+                    raise SystemExit(f"error: --targets {item!r}: {k} must be a number (got {v!r})") from None
+                if not t[k] > 0:
+                    raise SystemExit(f"error: --targets {item!r}: {k} must be > 0 (got {v!r})")
             elif k in ("qps", "concurrency") and v:
                 t["mode"][k] = float(v) if k == "qps" else int(v)
             else:
@@ -82,7 +91,8 @@ def tag(t: dict) -> str:
     m = t["mode"]
     load = ("offline" if m.get("offline") else f"qps{m['qps']:g}" if m.get("qps")
             else f"c{m['concurrency']}" if m.get("concurrency") else "trace")
-    return load + (f"_w{t['window']:g}" if t["window"] else "") + (f"_n{t['limit']}" if t["limit"] else "")
+    return load + (f"_x{t['speed']:g}" if t.get("speed") else "") + (f"_w{t['window']:g}" if t["window"] else "") \
+        + (f"_n{t['limit']}" if t["limit"] else "")
 
 
 def fail(msg: str):
@@ -92,7 +102,7 @@ def fail(msg: str):
 
 def run_key(r: dict) -> tuple:
     """What makes two index rows the same run of a matrix: trace, window, load and policy."""
-    return (r.get("trace"), r.get("limit"), r.get("window_s"), json.dumps(r.get("mode"), sort_keys=True),
+    return (r.get("trace"), r.get("limit"), r.get("window_s"), r.get("speed"), json.dumps(r.get("mode"), sort_keys=True),
             r.get("policy"))
 
 
@@ -150,16 +160,18 @@ def main() -> int:
                     "measured is their mean, with their range")
     ap.add_argument("--coarse-shapes", action="store_true", help="pad passes to powers of two (spsim validate "
                     "--coarse-shapes): fewer CUDA-graph shapes")
-    ap.add_argument("--shape-rule", action="store_true", help="pad passes by the shape rule (gpu_runtime/shapes.py)")
-    ap.add_argument("--startup-shapes", action="store_true", help="with --shape-rule: capture the settings' start-up "
-                    "shape set once per process, none while serving")
+    ap.add_argument("--shape-rule", default=True, action=argparse.BooleanOptionalAction,
+                    help="pad passes by the shape rule (gpu_runtime/shapes.py; default on)")
+    ap.add_argument("--startup-shapes", default=True, action=argparse.BooleanOptionalAction,
+                    help="with --shape-rule: capture the settings' start-up shape set once per process, none while "
+                    "serving (default on)")
     ap.add_argument("--max-batch", type=int, default=None, help="most requests running (the serving setting)")
     ap.add_argument("--overlap", default=None, action=argparse.BooleanOptionalAction,
                     help="plan each pass while the previous runs (spsim validate --overlap; default: on GPUs)")
     ap.add_argument("--tag", default="", help="added to the result files' names (e.g. _rehearsed)")
     ap.add_argument("--calibrate-first", type=float, default=None, metavar="MINUTES",
                     help="measure and fit a profile on this GPU first (calibrate_gpu, this many minutes of the "
-                    "budget) and validate against it: calibration and validation on one machine and lease")
+                    "budget) and validate against it: calibration and validation on one machine, in one command")
     ap.add_argument("--calibrate-design", default="default", choices=["default", "smoke"])
     ap.add_argument("--append", action="store_true", help="merge into --out's index of earlier calls (one "
                     "matrix over several device calls): runs of the same trace, load and policy are replaced, "
@@ -171,6 +183,7 @@ def main() -> int:
     from spsim.errors import SpsimError
     from spsim.spec import split_specs
     from spsim.traces import read_trace
+    from spsim.traces.transforms import rescale_qps
     from spsim.validate import check, dumps, select, validate, write
     from spsim.validate_report import text
 
@@ -182,9 +195,12 @@ def main() -> int:
         policies = split_specs(a.policies)
         traces = {}
         for t in targets:
-            key = (t["trace"], t["limit"], t["window"])
+            key = (t["trace"], t["limit"], t["window"], t["speed"])
             if key not in traces:
-                traces[key] = select(read_trace(t["trace"]), t["limit"], t["window"])
+                tr = select(read_trace(t["trace"]), t["limit"], t["window"])
+                if t["speed"] and len(tr) > 1:
+                    tr = rescale_qps(tr, t["speed"] * len(tr) / float(tr.arrival_s[-1]))
+                traces[key] = tr
         for p in policies:  # every spec checked before the GPU is touched
             check(ServingConfig(policy=p, acceptance=a.acceptance, model=a.model, profile=profile))
         out.mkdir(parents=True, exist_ok=True)
@@ -238,7 +254,8 @@ def main() -> int:
             prof = out / f"profile-{a.model}{a.tag}.json"
             cmd = [sys.executable, str(ROOT / "benchmarks" / "calibrate_gpu.py"), "--model", a.model, "--minutes",
                    str(a.calibrate_first), "--out", str(prof), "--measurements",
-                   str(prof.with_suffix(".measurements.jsonl")), "--device", a.device, "--design", a.calibrate_design]
+                   str(prof.with_suffix(".measurements.jsonl")), "--device", a.device, "--design", a.calibrate_design] \
+                + (["--shape-rule"] if a.shape_rule else [])  # the profile prices the padding the runs use
             rc = subprocess.run(cmd).returncode
             if rc:
                 print(f"error: the calibration failed (exit code {rc}): {' '.join(cmd)}", file=sys.stderr)
@@ -263,9 +280,10 @@ def main() -> int:
         # interleaved: each policy on every trace before the next policy
         for policy in policies:
             for t in targets:
-                tr = traces[(t["trace"], t["limit"], t["window"])]
+                tr = traces[(t["trace"], t["limit"], t["window"], t["speed"])]
                 name = "_".join([slug(Path(t["trace"]).stem), tag(t), slug(policy)]) + a.tag
-                row = {"trace": t["trace"], "limit": t["limit"], "window_s": t["window"], "requests": len(tr),
+                row = {"trace": t["trace"], "limit": t["limit"], "window_s": t["window"], "speed": t["speed"],
+                       "requests": len(tr),
                        "policy": policy, "mode": t["mode"] or "trace arrivals",
                        "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
                 index["runs"].append(row)
@@ -300,7 +318,7 @@ def main() -> int:
                     save_index()
                     continue
                 v.report["trace"] = t["trace"]
-                v.report["window"] = {"limit": t["limit"], "window_s": t["window"]}
+                v.report["window"] = {"limit": t["limit"], "window_s": t["window"], "speed": t["speed"]}
                 if mon is not None:  # the measured run is the last `runtime` seconds of validate()
                     end = time.monotonic()
                     row["gpu_clocks"] = v.report["gpu_clocks"] = mon.window(end - v.report["wall_s"]["runtime"], end)

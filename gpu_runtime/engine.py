@@ -57,8 +57,9 @@ class RuntimeOptions:
     # its capture fits the start-up budget at default settings: see docs/runtime.md)
     startup_shapes: bool = False
     # device memory set aside from the KV pool for the start-up set's graphs (their pool, inputs
-    # and the graphs themselves; the run reports what they took: runtime.cuda_graphs.startup.bytes)
-    startup_reserve_gib: float = 8.0
+    # and the graphs themselves; the run reports what they took: runtime.cuda_graphs.startup.bytes).
+    # None: estimated from the settings' shape set (`startup_reserve_bytes`)
+    startup_reserve_gib: float | None = None
     say: object = None  # one-line messages (start-up capture) to the user, e.g. print
     startup_progress: object = None  # progress(done, total, graphs) during the start-up capture
     # warm-up forwards before start-up captures: "first" of each kernel set, or "always" (graphs.py)
@@ -127,10 +128,36 @@ def kv_pages_for(lc: LlamaConfig, cfg: ServingConfig, opts: RuntimeOptions, dtyp
         if _SERVED:  # the same settings' server, kept: its pool is the one to serve on
             return next(iter(_SERVED))[1]
         free, _ = torch.cuda.mem_get_info(dev)
-        if opts.shape_rule and opts.startup_shapes and opts.cuda_graphs:
-            free -= int(opts.startup_reserve_gib * 2**30)  # the start-up set's graphs, counted against the pool
-        return max(0, int(free * opts.mem_frac)) // PagedKVCache.bytes_per_page(lc, cfg.page_size, dtype)
+        per_page = PagedKVCache.bytes_per_page(lc, cfg.page_size, dtype)
+        if opts.shape_rule and opts.startup_shapes and opts.cuda_graphs:  # the graphs count against the pool
+            free -= (int(opts.startup_reserve_gib * 2**30) if opts.startup_reserve_gib is not None
+                     else startup_reserve_bytes(lc, cfg, int(free * opts.mem_frac) // per_page))
+        return max(0, int(free * opts.mem_frac)) // per_page
     return opts.cpu_kv_pages
+
+
+# Start-up graph memory per made-up pass of the shape set (graphs.py `startup` keys them: about one
+# in seven is a graph of its own), with a margin: measured on an H100 with Llama-3.1-8B at max batch
+# 256 (ar 1.22, fixed-k:k=4 1.48, aspire 1.49 MiB a pass; ~10.4 MiB a graph) and with a 4-layer 1B
+# shape (1.24): the graphs' nodes and kept buffers, not the model's size, set it.
+STARTUP_BYTES_PER_PASS = int(1.6 * 2**20)
+STARTUP_BYTES_BASE = 2**30
+
+
+def startup_reserve_bytes(lc: LlamaConfig, cfg: ServingConfig, pool_pages: int) -> int:
+    """Device memory to set aside for the start-up set of these settings (`RuntimeOptions.
+    startup_reserve_gib` None): a base plus a share per made-up pass (`shapes.ShapeSet.passes`,
+    counted on the host in well under a second)."""
+    from spsim.build import build
+
+    from .shapes import rule_for, shape_set_for
+
+    serving = build(cfg, prefix_cache=False, capacity=max(1, pool_pages), max_context=lc.max_context)
+    bc = serving.batcher_config
+    rule = rule_for(bc, cfg.draft_budget, serving.policy.make().longest_run(bc.max_draft))
+    n = sum(1 for _ in shape_set_for(rule, bc, lc, serving.method, max(1, pool_pages)).passes())
+    return STARTUP_BYTES_BASE + n * STARTUP_BYTES_PER_PASS
+
 
 
 def load(cfg: ServingConfig, opts: RuntimeOptions):
@@ -217,8 +244,14 @@ def new_server(model, cfg: ServingConfig, opts: RuntimeOptions, serving, b, tabl
             say = opts.say or (lambda msg: None)
             say("capturing the start-up shape set (CUDA graphs of every pass shape these settings allow)")
             st = graphs.startup(ex, shapes, progress=opts.startup_progress, warm=opts.startup_warm)
+            st["reserve_bytes"] = (int(opts.startup_reserve_gib * 2**30) if opts.startup_reserve_gib is not None
+                                   else startup_reserve_bytes(lc, cfg, pages))
             say(f"start-up capture: {st['graphs']:,} graphs in {st['seconds']:.1f} s, "
-                f"{st['bytes'] / 2**20:,.0f} MiB of graph memory")
+                f"{st['bytes'] / 2**20:,.0f} MiB of graph memory (set aside from the KV pool: "
+                f"{st['reserve_bytes'] / 2**20:,.0f} MiB)")
+            if cfg.kv_pages is None and st["bytes"] > st["reserve_bytes"]:
+                say("warning: the start-up graphs took more memory than was set aside for them: "
+                    "--kv-pages or a lower memory fraction leaves the allocator more room")
     return cache, ex, graphs
 
 

@@ -406,3 +406,22 @@ def test_startup_set_covers_verify_attn_passes_that_only_draft(policy):
                         draft_budget=256, max_draft=6, offline=True)
     assert r["graphable_passes"] > 50
     assert r["passes_outside_startup"] == 0, r["_missed"]
+
+
+def test_startup_reserve_follows_the_settings_shape_set():
+    """The KV pool sets aside memory for the start-up graphs by the settings' shape set (not one
+    fixed figure): more for a drafting policy's larger set than for `ar`'s, more at a larger max
+    batch, and at least what the graphs took on an H100 at max batch 256 (ar 4.4, aspire 11.3 GiB)."""
+    from spsim.config import ServingConfig
+    from spsim.gpu_runtime.engine import startup_reserve_bytes
+    from spsim.gpu_runtime.model_config import get_config
+
+    lc = get_config("llama-3.1-8b")
+
+    def gib(policy, **kw):
+        cfg = ServingConfig(model="llama-3.1-8b", gpu="h200", policy=policy, acceptance="sparsespec-llama8b", **kw)
+        return startup_reserve_bytes(lc, cfg, 57248) / 2**30
+
+    ar, aspire, small = gib("ar"), gib("aspire"), gib("aspire", max_batch=16)
+    assert 4.4 <= ar < aspire and aspire >= 11.3
+    assert small < aspire / 2

@@ -313,3 +313,21 @@ def test_gpu_script_appends_calls_into_one_index(tmp_path):
     (out / "validate_index.json").write_text(json.dumps(index))
     p = subprocess.run(base + ["--policies", "ar"], capture_output=True, text=True)
     assert p.returncode == 2 and "kernel version" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_gpu_script_targets_take_a_speed():
+    """`validate_gpu.py --targets NAME:window=S:speed=X`: the same window's requests X times as
+    fast (the matrix's 2x and 4x rates), named apart in files and in the index's run key; a speed
+    that is no positive number is refused with one line."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from validate_gpu import parse_targets, run_key, tag
+
+    t = parse_targets("azure-conv:window=45:speed=2,azure-conv:window=45")
+    assert t[0]["speed"] == 2.0 and t[1]["speed"] is None
+    assert tag(t[0]) == "trace_x2_w45" and tag(t[1]) == "trace_w45"
+    rows = [{"trace": x["trace"], "limit": x["limit"], "window_s": x["window"], "speed": x["speed"],
+             "mode": x["mode"], "policy": "ar"} for x in t]
+    assert run_key(rows[0]) != run_key(rows[1])
+    for bad in ("azure-conv:speed=0", "azure-conv:speed=fast"):
+        with pytest.raises(SystemExit, match="speed must be"):
+            parse_targets(bad)
