@@ -47,6 +47,7 @@ SINK, RECENT = 1, 1  # pages always kept at the start and at the end of the cont
 # took 25.5 ms where the decodes alone took 10.7), as serving engines run prefill and decode
 # attention as separate kernels. The cost models price the same split (spsim/cost/calibrated.py).
 SPLIT_PREFILL = True
+SPLIT_ROOM = 4  # prefill chunks a padded pass's prefill launch has room for (`_set_caps`)
 TABLE_COLS = 128  # page-table and page-score widths: at least this, rounded up by `buckets.bucket` (fewer graph shapes)
 COARSE_TABLE_COLS = 512  # coarse shapes: drafting rows' page-table width at least this (8K tokens of 16-token pages)
 
@@ -370,7 +371,10 @@ class PassAttention(PagedAttention):
         self._merge_caps = [n * self.hkv]
         if self.split is not None:
             self.block_m_split = bm_t = 128  # the prefill tile, whatever the chunks' lengths
-            units = self.hkv * (-(-int(self.positions.shape[0]) // (bm_t // g)) + len(self.split))
+            # each chunk adds at most one part-filled query block: room for SPLIT_ROOM chunks
+            # (a pass of short prompts arriving together carries several), more in powers of two
+            room = max(SPLIT_ROOM, pow2(len(self.split)))
+            units = self.hkv * (-(-int(self.positions.shape[0]) // (bm_t // g)) + room)
             self.max_items_split = work_cap(units, kv_max, max(self.ps, PREFILL_TILE[0]))
             self._merge_caps.append(units)
 
