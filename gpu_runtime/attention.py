@@ -18,6 +18,7 @@ the constexprs are the model/cache shape and the tile height.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -305,6 +306,7 @@ def split_blocks_for(u_blocks: np.ndarray, num_sms: int = 132, waves: float = 8.
     return max(1, floor_blocks, -(-total // target))
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of the settings' few compositions: start-up asks it thousands of times
 def work_cap(units: int, max_tokens: int, bn: int, num_sms: int = 132) -> int:
     """The most work items `units` units of up to `max_tokens` keys each get from the split rule,
     over a ladder of uniform lengths up to it: a padded plan's room, fixed by the settings (the
