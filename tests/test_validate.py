@@ -331,3 +331,17 @@ def test_gpu_script_targets_take_a_speed():
     for bad in ("azure-conv:speed=0", "azure-conv:speed=fast"):
         with pytest.raises(SystemExit, match="speed must be"):
             parse_targets(bad)
+
+
+def test_a_prediction_inside_the_repeats_range_meets_its_target():
+    """With several measured runs, a metric whose prediction lies between the runs' lowest and
+    highest counts as met even past its bound (the GPU does not repeat itself closer than that),
+    and says so; one outside the range and past the bound is not met."""
+    from spsim.validate_report import metrics
+
+    sim = {"mean_tpot_ms": 11.9, "p99_tpot_ms": 30.0}
+    reps = [{"mean_tpot_ms": 10.0, "p99_tpot_ms": 20.0}, {"mean_tpot_ms": 12.0, "p99_tpot_ms": 21.0}]
+    m = metrics({"mean_tpot_ms": 11.0, "p99_tpot_ms": 20.5}, sim, reps)
+    assert abs(m["mean_tpot_ms"]["rel_error"]) > 0.03  # past the 3 % bound ...
+    assert m["mean_tpot_ms"]["within"] is True and m["mean_tpot_ms"]["met_by"] == "measured range"
+    assert m["p99_tpot_ms"]["within"] is False and "met_by" not in m["p99_tpot_ms"]
