@@ -13,10 +13,11 @@ from spsim.calibration.records import read_measurements
 from spsim.plan import DraftMethod
 
 ROOT = Path(__file__).resolve().parent.parent
-MEAS = ROOT / "benchmarks/results/calibration/sweep3_unpadded/h200-llama-3.1-8b.measurements.jsonl"
-PADDED = ROOT / "benchmarks/results/calibration/sweep9_s18_serial/h200-llama-3.1-8b.measurements.jsonl"  # padded, serial
-SHIPPED = ROOT / "benchmarks/results/calibration/h200-llama-3.1-8b.measurements.jsonl"  # today's design, overlapped
-SHIPPED_3B = ROOT / "benchmarks/results/calibration/h200-llama-3.2-3b.measurements.jsonl"
+FIX = ROOT / "tests/fixtures/calibration"
+MEAS = FIX / "unpadded-8b.measurements.jsonl"  # the fourth sweep (unpadded passes) and its extension
+PADDED = FIX / "serial-8b.measurements.jsonl"  # padded, timed serially
+SHIPPED = FIX / "shipped-8b.measurements.jsonl"  # the shipped profiles' sweeps: today's design, overlapped
+SHIPPED_3B = FIX / "shipped-3b.measurements.jsonl"
 
 
 def _design_of(path):
