@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
+from harness import header
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout without an install
 
@@ -36,8 +35,6 @@ def main() -> int:
     a = ap.parse_args()
 
     import torch
-
-    import triton
 
     from spsim.calibration.clocks import ClockMonitor
     from spsim.calibration.design import Point
@@ -66,9 +63,7 @@ def main() -> int:
     now = lambda: time.monotonic() - start  # noqa: E731  (times in the file: seconds since start)
     smi = lambda a, b: (mon.window(start + a, start + b) if mon else None) or {}  # noqa: E731
     time.sleep(1.0)
-    out = {"benchmark": "sustained_load", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "device": torch.cuda.get_device_name(dev), "torch": torch.__version__, "triton": triton.__version__,
-           "python": platform.python_version(), "model": cfg.name, "seconds": a.seconds, "idle": smi(0, now()),
+    out = {**header("sustained_load"), "model": cfg.name, "seconds": a.seconds, "idle": smi(0, now()),
            "passes": []}
     for name, p in points.items():
         t0 = now()

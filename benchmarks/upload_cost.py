@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+from harness import header
 
 
 def main() -> int:
@@ -106,9 +105,7 @@ def main() -> int:
                          "host_us_per_array": round(med / a.arrays, 2), "waited": med > 1500})
             print(f"{name:10s} {el:6d} x {a.arrays}: {med:9.1f} us a pass ({med / a.arrays:7.2f} us an array)",
                   flush=True)
-    out = {"benchmark": "upload_cost", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "device": torch.cuda.get_device_name(dev), "versions": {"torch": torch.__version__,
-                                                                   "python": platform.python_version()},
+    out = {**header("upload_cost"),
            "gpu_busy_ms_per_pass": 2.0, "passes": a.passes, "rows": rows}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
