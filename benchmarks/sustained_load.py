@@ -3,7 +3,7 @@
 The calibration sweep times each point alone: a few repeats, then seconds of setup with the GPU
 idle. A serving run keeps the GPU busy: Mooncake's first 50 requests run 8K-token prefill chunks
 back to back for ~27 s, and the runtime's prefill passes there came out 5.6 % slower than the
-profile fitted on isolated points predicts (validate_mooncake_offline_n50_ar_s15.json), where the
+profile fitted on isolated points predicted (an earlier validation run), where the
 sweep's own 8K chunks at 16K-116K are 2-8 % faster than predicted. A GPU holding its power limit
 lowers its clocks under sustained tensor-core load; this measures whether it does here.
 

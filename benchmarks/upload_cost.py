@@ -6,7 +6,7 @@ A pass uploads about 25 small arrays (page lists, positions, selection inputs, t
 
 - `as_tensor`: `torch.as_tensor(array, device="cuda")`: a pageable copy, then a stream sync;
 - `pinned`: `torch.from_numpy(array).pin_memory().to("cuda", non_blocking=True)` (the runtime's
-  `pages.to_device` since session 19);
+  `pages.to_device`);
 - `ring`: the bytes copied into a preallocated pinned ring, one non-blocking copy per array into a
   fresh device tensor (no pinned allocation per array);
 - `packed`: all arrays of a pass packed into one pinned buffer, one copy, device views per array.
