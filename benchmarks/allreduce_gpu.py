@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
+from harness import header
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout without an install
 
 
 def main() -> None:
-    import torch
-
     from spsim.calibration.allreduce import fit, measure
     from spsim.hardware import get_gpu
 
@@ -34,9 +31,7 @@ def main() -> None:
     m = measure(world=a.world, hidden=a.hidden)
     g = get_gpu(a.gpu)
     f = fit(m["points"], a.world, g.nvlink_bw)
-    out = {"benchmark": "allreduce", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "machine": {"device": m["device"], "gpus": torch.cuda.device_count(), "torch": torch.__version__,
-                       "python": platform.python_version()},
+    out = {**header("allreduce"),
            "assumed_before": {"allreduce_latency_s": g.allreduce_latency_s, "nvlink_eff": g.nvlink_eff},
            "measurement": m, "fit": f}
     print(json.dumps({k: v for k, v in f.items() if k != "per_point"}, indent=1))

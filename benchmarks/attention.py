@@ -12,8 +12,8 @@ overhead is out. Bandwidth = bytes the kernel must read (K and V of the listed t
 Arms dropped with the kernel variants they timed (removed 2026-11-30 in commit 4fdc60a;
 gpu_runtime/NOTES.md): the `--sweep` "v3" arm (page ids loaded in-iteration, v3 merge and split
 policy) and the v5 register-loop arms r1, r1ev, r2ev, r2ev-bn64 (K/V of the next blocks in
-registers, L2 evict_first hint). Their rows in benchmarks/results (attention_v4_sweep*.json,
-attention_v5_draft.json) were measured with the code before that commit.
+registers, L2 evict_first hint). Their results (in git history) were measured with the code before
+that commit.
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ def bench_tune(batch, ctx, ps, rows):
     c.free()
 
 
-# v4 sweep 1 (attention_v4_sweep.json) tried (128, 8, 4), (64, 4, 4) short and (64, 4, 4), (32, 4, 5),
+# v4 sweep 1 (in git history) tried (128, 8, 4), (64, 4, 4) short and (64, 4, 4), (32, 4, 5),
 # (64, 8, 3) tall too: never best.
 SWEEP_TILES = {"short": [(128, 8, 3), (64, 4, 3), (64, 8, 4)], "tall": [(64, 4, 3), (32, 4, 4)]}
 

@@ -4,7 +4,7 @@
 
 - `flush`: `triton.testing.do_bench` over a CUDA-graph replay (the v1-v5 method of
   `benchmarks/attention.py`). Its L2 flush is a `zero_()` of 256 MiB, which leaves L2 full of dirty
-  lines; their write-back lands inside the timed kernel (~9 us of a 50 us draft; NOTES.md, v5).
+  lines; their write-back lands inside the timed kernel (~9 us of a 50 us draft; gpu_runtime/NOTES.md, "How it is timed").
 - `layers`: as a forward pass runs attention. R layers, each with its own KV cache (its own
   allocation, page table and selection), are launched back to back in one CUDA graph; time per
   layer = replay time / R. R is chosen so the layers together read at least 4x the L2 before any

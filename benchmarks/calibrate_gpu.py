@@ -2,9 +2,9 @@
 simpy, maybe no typer or rich): measure the sweep, then fit the profile.
 
     python3 benchmarks/calibrate_gpu.py --model llama-3.1-8b --minutes 8 \\
-        --out benchmarks/results/h200-llama-3.1-8b.json
-    python3 benchmarks/calibrate_gpu.py --from benchmarks/results/h200-llama-3.1-8b.measurements.jsonl \\
-        --out benchmarks/results/h200-llama-3.1-8b.json          # refit only
+        --out benchmarks/results/calibration/h200-llama-3.1-8b.json
+    python3 benchmarks/calibrate_gpu.py --from benchmarks/results/calibration/h200-llama-3.1-8b.measurements.jsonl \\
+        --out h200-llama-3.1-8b.json          # refit only
 
 The measurements file (default: beside --out, `.measurements.jsonl`) is appended to as points are
 timed; running the same command again resumes where it stopped. Exit code 2 with one line on bad

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -65,13 +64,14 @@ def main() -> None:
     except (SpsimError, OSError) as e:  # a bad or missing file: one line, exit code 2
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    res = {"benchmark": "calibration_drift", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "measurements": a.measurements, "controls": controls}
+    from harness import header
+
+    res = {**header("calibration_drift"), "measurements": a.measurements, "controls": controls}
     sessions = [json.loads(line)["session"] for line in Path(a.measurements).read_text().splitlines()
                 if line.startswith('{"spsim_calibration"')]
     if sessions:
         s = sessions[-1]
-        res["machine"] = {k: s.get(k) for k in ("device_name", "date", "versions", "git")}
+        res["measured_on"] = {k: s.get(k) for k in ("device_name", "date", "versions", "git")}  # the sweep's GPU
     text = json.dumps(res, indent=1)
     print(text)
     if a.out:

@@ -2,7 +2,8 @@
 
 1. Refits the linear-part constants (layer_fixed_s, gemm_eff, smooth_p) to the per-pass
    times for an 8B shape on H200 and checks the committed defaults (RooflineParams) are that fit.
-2. Compares with our own probe of an 8B linear stack (benchmarks/results/h200_probe.json).
+2. Compares with our own probe of an 8B linear stack (benchmarks/results/h200_probe.json: measured once on an
+   H200 by a probe script that git history keeps).
 3. Attention: KV read bandwidth the model implies for full-attention decode at batch 1 and 8,
    32K and 128K context, beside the torch SDPA figures in docs/anchors.md; verify/decode ratios.
 4. Speed: microseconds per time(plan), per pass of segment_times, per marginal() call.
@@ -13,8 +14,6 @@ Run: python3 benchmarks/cost_model_check.py  (writes benchmarks/results/cost_mod
 from __future__ import annotations
 
 import json
-import os
-import platform
 import sys
 import timeit
 from dataclasses import asdict, replace
@@ -135,10 +134,9 @@ def speed() -> dict:
 
 
 def main() -> None:
-    load = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
-    res = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, load {load}, Python {platform.python_version()}, "
-                      f"numpy {np.__version__}",
-           "linear_fit": refit(), "probe": probe_compare(), "attention": attention_check(), "speed_us": speed(),
+    from harness import header
+
+    res = {**header("cost_model_check"), "linear_fit": refit(), "probe": probe_compare(), "attention": attention_check(), "speed_us": speed(),
            "params": asdict(RooflineParams())}
     RESULTS.write_text(json.dumps(res, indent=1) + "\n")
     print(json.dumps(res, indent=1))

@@ -9,24 +9,22 @@ the gaps between them are a visible share of the pass. Each variant (`--variants
 captured as its own CUDA graph over the same model and cache and timed over `--rounds` rounds of
 10 replays (median of the rounds' medians), with a check that the variants' logits agree bit for
 bit. Random weights, bf16. Run one variant per process (`--variants 0`, then `--variants 1`): with
-both in one process, the H200 run of 2026-12-02 stopped on an illegal memory access in the replays
-(not seen with one variant per process, nor in the GPU tests, which switch PDL within a process;
-not understood). benchmarks/results/pdl_ab_h200.json: one process per variant, commit 221e620
-(whose `FUSED_MAX_STEPS` 1 is today's merge rule).
+both in one process an H200 run stopped on an illegal memory access in the replays (not seen with
+one variant per process, nor in the GPU tests, which switch PDL within a process; not understood).
+Result of record: benchmarks/results/decode_launch_h200.json (the default variant).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import torch
+from harness import header
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -91,9 +89,7 @@ def main() -> None:
             print(rows[-1], flush=True)
         del replays
         torch.cuda.empty_cache()
-    out = {"benchmark": "decode_launch", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "machine": {"gpu": torch.cuda.get_device_name(dev), "torch": torch.__version__,
-                       "triton": __import__("triton").__version__, "python": platform.python_version()},
+    out = {**header("decode_launch"),
            "model": args.model, "copy_tb_s": round(bw, 3), "weights_gib": round(wbytes / 2**30, 2),
            "method": "CUDA-graph replay of one decode pass per variant, median of 10 replays per round, "
                      f"{args.rounds} interleaved rounds; floor = (weights + KV) / copy bandwidth",

@@ -8,7 +8,7 @@ offline under `ar`, as the simulator plans them (the runtime plans the same ones
 with the profile the validation run used, written by `--plan` (CPU, needs simpy):
 
     python3 benchmarks/engine_passes.py --plan benchmarks/data/mooncake50_ar_prefill_passes.json \\
-        --profile benchmarks/results/calibration/sweep8_s15_const_tokens/h200-llama-3.1-8b.json
+        --profile calibration/profiles/h200-llama-3.1-8b.json
     python3 benchmarks/engine_passes.py benchmarks/data/mooncake50_ar_prefill_passes.json --tokens both \\
         --out benchmarks/results/engine_passes_tokens_h200.json          # on the GPU
 
@@ -25,6 +25,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from harness import header
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout without an install
 
@@ -160,14 +161,8 @@ def main() -> int:
         out.append(r)
         print(f"pass {r['pass_index']}: " + ", ".join(f"{k} {r[k]['ms']:.1f} ms" for k in modes)
               + f", predicted {r['predicted_ms']:.1f} ms ({time.monotonic() - t0:.0f} s)", flush=True)
-    import platform
-    from datetime import datetime, timezone
 
-    import triton
-
-    meta = {"benchmark": "engine_passes", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "device": torch.cuda.get_device_name(dev), "torch": torch.__version__, "triton": triton.__version__,
-            "python": platform.python_version(), "command": " ".join(sys.argv), "tokens": a.tokens}
+    meta = {**header("engine_passes"), "tokens": a.tokens}
     Path(a.out).write_text(json.dumps(dict(meta, passes=out), indent=1) + "\n")
     return 0
 

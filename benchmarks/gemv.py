@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-from datetime import datetime, timezone
 
 import torch
 import triton
 import triton.language as tl
+from harness import header
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
           "lm_head": (128256, 4096)}
@@ -156,9 +155,7 @@ def main() -> None:
                              "max_rel_err": round(err, 5)})
                 print(rows[-1], flush=True)
         del w, ws, wts
-    res = {"benchmark": "gemv", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-           "python": platform.python_version(), "copy_tb_s": round(bw / 1e12, 3), "rows": rows}
+    res = {**header("gemv"), "copy_tb_s": round(bw / 1e12, 3), "rows": rows}
     best = {}
     for r in rows:
         if "us" in r:

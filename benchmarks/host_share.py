@@ -24,12 +24,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import platform
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+from harness import header
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # a checkout without an install
@@ -115,9 +114,8 @@ def main(argv=None) -> int:
     coef, *_ = np.linalg.lstsq(X[~held], (wall - gpu)[~held], rcond=None)
     two = np.array([pred_dev[m.point.key] for m in ok]) + X @ coef
     out = {
-        "benchmark": "host_share", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": "python3 benchmarks/host_share.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        **header("host_share"),
+        "command": "host_share.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "measurements": {"file": Path(a.measurements).name, "device": s.get("device_name"), "model": model,
                          "date": s.get("date"), "points": len(ok)},
         "host_share_median": round(float(np.median(1 - gpu / wall)), 4),

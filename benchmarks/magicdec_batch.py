@@ -40,14 +40,13 @@ probe, not a sourced constant (docs/policies.md says which value it was run with
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import platform
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from harness import header
 
 from spsim.cost.roofline import RooflineCostModel
 from spsim.simulator.engine import SimConfig, simulate
@@ -193,10 +192,7 @@ def main() -> None:
         "max_abs_error": round(max(abs(e) for e in errs), 4),
         "trend": trend,
         "points": points,
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "processor": platform.processor() or platform.machine()},
-        "versions": {"numpy": np.__version__, "spsim": _version()},
-        "date": datetime.date.today().isoformat(),
+        **header("magicdec_batch"),
         "wall_s": round(time.time() - t0, 1),
         "requests_per_point": f"{mult} x concurrency",
         "impl": args.impl,
@@ -210,15 +206,6 @@ def main() -> None:
         print(f"{q['gpu']:10s} batch {q['batch']:4d} ctx {q['prompt_tokens']:6d}: best {q['best_policy']:9s} "
               f"{q['best_speedup']:.3f}x  published {pub}  error {q['error']}")
     print("trend", json.dumps(trend), "within 15 %:", out["within_tolerance"])
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("spsim")
-    except Exception:
-        return "unknown"
 
 
 if __name__ == "__main__":

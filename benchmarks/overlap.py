@@ -15,8 +15,8 @@ import argparse
 import json
 import statistics
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
+from harness import header
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -85,9 +85,8 @@ def main() -> None:
         print(f"{name:52s} serial {r['serial']['median_ms']:8.3f} ms  overlapped {r['overlapped']['median_ms']:8.3f} ms"
               f"  gpu {r['serial']['gpu_ms']:8.3f} ms  ratio {r['overlapped_over_serial']:.3f}", flush=True)
     info = machine_info(model, cache, dev, cache.num_pages, None)
-    out = {"benchmark": "overlap", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "model": a.model, "reps": a.reps, "machine": {k: info[k] for k in ("device_name", "versions", "cuda",
-                                                                              "kernel_version") if k in info},
+    out = {**header("overlap"), "model": a.model, "reps": a.reps,
+           "runtime": {k: info[k] for k in ("device_name", "versions", "cuda", "kernel_version") if k in info},
            "passes": rows}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1) + "\n")

@@ -34,10 +34,7 @@ Settings (greedy decoding, temperature 0, unless the paper says otherwise; outpu
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import platform
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -287,10 +284,9 @@ def hot_loop_us(spec: str, r: int = 8, k: int = 8, calls: int = 20000) -> dict:
 def evaluate() -> dict:
     t0 = time.time()
     gd, c0 = smooth_cost()
-    out = {"machine": f"{platform.node()} {platform.machine()} {platform.processor() or ''}".strip(),
-           "python": sys.version.split()[0], "numpy": np.__version__,
-           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "requests_per_point": N_REQ, "output_tokens": OUT, "seed": 0}
+    from harness import header
+
+    out = {**header("paper_shapes"), "requests_per_point": N_REQ, "output_tokens": OUT, "seed": 0}
 
     p = LatentParams(**load_preset("sparsespec-llama8b")["params"])
     a = acc_fractions(p, KS, context=SS_CTX, budget=SS_BUD)

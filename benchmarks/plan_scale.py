@@ -12,38 +12,14 @@ time and the results to JSON.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import sys
 import tempfile
 import threading
 import time
 from collections import defaultdict
 from pathlib import Path
-
-
-def versions() -> dict:
-    import importlib.metadata as md
-
-    out = {"python": platform.python_version()}
-    for pkg in ("spsim", "numpy", "simpy", "pandas", "plotly", "ray"):
-        try:
-            out[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            out[pkg] = None
-    import subprocess
-
-    root = Path(__file__).resolve().parents[1]
-    try:  # the tree measured: the commit, and files other work had changed in it at the time
-        out["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                                           check=True).stdout.strip()
-        out["git_modified"] = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                                             capture_output=True, text=True, check=True).stdout.split("\n")[:-1]
-    except (OSError, subprocess.CalledProcessError):
-        out["git_commit"] = None
-    return out
 
 
 def run(args, ray: bool, out_dir: Path) -> tuple[dict, float]:
@@ -113,10 +89,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     load0 = os.getloadavg()
-    doc = {"benchmark": "plan_scale (issue 16)", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-           "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                       "cpus_usable": len(os.sched_getaffinity(0)), "loadavg_before": load0},
-           "versions": versions(), "note": args.note,
+    from harness import header
+
+    doc = {**header("plan_scale", libs=("pandas", "plotly", "ray")), "note": args.note,
            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "note")},
            "search": ("highest rate at 1 replica: a window phase on the trace's first max(1000, n/8) requests "
                       "(bracketing from the trace's native rate x2; neighbours from the first policy's window answer "
@@ -127,6 +102,7 @@ def main() -> None:
                       "longer be met (exact); fewest replicas: the same on the window from ceil(target / rate per "
                       "replica), then on the whole trace from the window's answer, within 1..8; every probe "
                       "simulated from an empty cache; sampler/monitor load recorded every 10 s")}
+    doc["machine"].update(cpus_usable=len(os.sched_getaffinity(0)), loadavg_before=load0)
     stop = threading.Event()
     loads: list = []
 

@@ -24,12 +24,8 @@ Writes benchmarks/results/policies_mooncake.json with machine, versions and date
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import time
 from dataclasses import replace
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -130,18 +126,15 @@ def main() -> None:
             results[name]["ablation_vs_ar"] = {n: res[n]["output_throughput"] / res["ar"]["output_throughput"]
                                                for n in res if n not in SYNC + FIXED}
         print("  ", results[name]["verdict"], flush=True)
-    import numpy
-    import simpy
+    from harness import header, write
 
-    doc = {"benchmark": "policies_mooncake", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                       "python": platform.python_version(), "numpy": numpy.__version__, "simpy": simpy.__version__},
+    doc = {**header("policies_mooncake"),
            "setting": {"trace": "mooncake", "requests": len(tr), "model": "llama-3.1-8b", "gpu": "h200",
                        "cost_model": "roofline (analytic)", "acceptance": DEFAULT_ACCEPTANCE,
                        "note": "simulated, not measured on a GPU"},
            "published": {"aspire_gain_over_best_prior_self_spec": 0.27, "aspire_speedup_vs_ar": [1.7, 4.58]},
            "results": results}
-    Path(a.out).write_text(json.dumps(doc, indent=2) + "\n")
+    write(a.out, doc)
 
 
 if __name__ == "__main__":

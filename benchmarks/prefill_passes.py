@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
+from harness import header
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout without an install
 
@@ -145,11 +144,7 @@ def main() -> None:
             ks = "" if kern is None else f"kernels {kern * 1e3:7.2f}"
             print(f"{name:42s} {vname:15s} wall {row['wall_ms']:8.2f} gpu {row['gpu_ms']:8.2f} {ks} "
                   f"graphed {r['graphed']}", flush=True)
-    out = {"benchmark": "prefill_passes", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "machine": {"gpu": torch.cuda.get_device_name(dev), "host": platform.node(),
-                       "cpu": platform.processor() or platform.machine()},
-           "versions": {"torch": torch.__version__, "triton": __import__("triton").__version__,
-                        "python": platform.python_version()},
+    out = {**header("prefill_passes"),
            "model": cfg.name, "rows": rows}
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=1))

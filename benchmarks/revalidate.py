@@ -5,7 +5,7 @@ simulation, cheap and deterministic given the trace window, policy, load, seed, 
 pages, which the JSON records. So a change to the cost model or the fit can be checked against
 every real run we have, in seconds, without a GPU:
 
-    python3 benchmarks/revalidate.py benchmarks/results/validate_*_s18*.json \
+    python3 benchmarks/revalidate.py benchmarks/results/validate_mooncake_*.json \
         --profile calibration/profiles/h200-llama-3.1-8b.json
 
 prints, per run, the errors the JSON holds (as measured then) and the errors the given profile

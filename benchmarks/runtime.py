@@ -20,15 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import torch
+from harness import header
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout without an install (the GPU machine)
 
@@ -136,9 +135,7 @@ def main() -> None:
     cache.k.normal_()
     cache.v.normal_()
     kv_tok = PagedKVCache.bytes_per_page(lc, ps, torch.bfloat16) / ps
-    out = {"benchmark": "runtime", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "machine": {"gpu": torch.cuda.get_device_name(dev), "torch": torch.__version__,
-                       "triton": __import__("triton").__version__, "python": platform.python_version()},
+    out = {**header("runtime"),
            "model": args.model, "dtype": "bf16", "copy_tb_s": round(bw, 3), "weights_gib": round(wbytes / 2**30, 2),
            "method": "the model's forward as the runtime runs it today (eager PyTorch + Triton attention: `ms`) "
                      "and the same forward captured in one CUDA graph (`ms_graph`: as the runtime replays passes without "

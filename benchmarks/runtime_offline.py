@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+from harness import header
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout without an install (the GPU machine)
 
@@ -82,9 +81,7 @@ def main() -> None:
     dev = torch.device("cuda")
     lc = get_config(a.model)
     model = Transformer.random(lc, seed=0, device=dev, dtype=torch.bfloat16)
-    out = {"benchmark": "runtime_offline", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "machine": {"gpu": torch.cuda.get_device_name(dev), "torch": torch.__version__,
-                       "triton": __import__("triton").__version__, "python": platform.python_version()},
+    out = {**header("runtime_offline"),
            "model": a.model, "dtype": "bf16", "acceptance": ACCEPTANCE, "output_tokens": a.output_tokens,
            "method": "spsim run --offline --synthetic-prefill --acceptance " + ACCEPTANCE + ", CUDA graphs on; "
                      "decode phase = passes without a prefill chunk; one run per policy in one process "

@@ -23,8 +23,8 @@ import socket
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
+from harness import header
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # a checkout without an install
@@ -74,11 +74,9 @@ def main() -> None:
     wheels = os.pathsep.join(str(p) for p in sorted((ROOT / "vendor" / "wheels").glob("*.whl")))
 
     def write():
-        res = {"benchmark": "serve_gpu", "model": a.model, "weights": "random bf16", "acceptance": a.acceptance,
+        res = {**header("serve_gpu"), "model": a.model, "weights": "random bf16", "acceptance": a.acceptance,
                "trace": f"azure-conv, first {a.window:g} s ({len(tr)} requests, {native:.2f} req/s)",
-               "kv_pages": a.kv_pages, "machine": name, "torch": torch.__version__,
-               "python": platform.python_version(), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-               "rows": rows}
+               "kv_pages": a.kv_pages, "rows": rows}
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / f"serve_gpu_{gpu}.json").write_text(json.dumps(res, indent=1, default=float) + "\n")

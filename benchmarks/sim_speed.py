@@ -24,12 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 
@@ -111,20 +109,15 @@ def main() -> None:
             if trace == "azure-conv" and not a.limit:
                 r["vidur_ar_sim_s_per_wall_s"] = round(r["sim_s"] / VIDUR_AZURE_AR_S, 1)
             runs.append(r)
-    import numpy, simpy
+    from harness import header, write
 
-    from spsim import __version__
-
-    doc = {"benchmark": "sim_speed", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                       "python": platform.python_version(), "numpy": numpy.__version__, "simpy": simpy.__version__,
-                       "spsim": __version__,
-                       "note": "; ".join(filter(None, ["pinned to one core with taskset", a.note]))},
+    doc = {**header("sim_speed"),
            "targets": {"azure-conv_every_policy_s": 20, "azure-conv_ar_s": 4, "mooncake_every_policy_s": 60,
                        "peak_rss_mib": 1024},
            "vidur": {"azure-conv_ar_wall_s": VIDUR_AZURE_AR_S,
                      "source": "quoted in the issue (one core of this machine), not measured by us"},
            "runs": runs}
+    doc["machine"]["note"] = "; ".join(filter(None, ["pinned to one core with taskset", a.note]))
     if a.merge and Path(a.out).exists():  # the other runs as they were (each records its own date)
         old = json.loads(Path(a.out).read_text())
         new = {(r["policy"], r["trace"]): r for r in runs}
@@ -135,8 +128,7 @@ def main() -> None:
         doc["machine"]["note"] = "; ".join(filter(None, [old["machine"].get("note", ""), a.note]))
         for k, v in old.items():  # the file's other top-level keys (history: previous, before, A/B notes) kept
             doc.setdefault(k, v)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(doc, indent=2) + "\n")
+    write(a.out, doc)
     print(f"{'trace':<11} {'policy':<20} {'wall s':>8} {'sim s/wall s':>13} {'Vidur sim s/wall s':>19} {'peak MiB':>9}")
     for r in runs:
         vidur = f"{r['vidur_ar_sim_s_per_wall_s']:.1f}" if "vidur_ar_sim_s_per_wall_s" in r else "-"

@@ -3,7 +3,7 @@
 The calibration sweep times each point alone: a few repeats, then seconds of setup with the GPU
 idle. A serving run keeps the GPU busy: Mooncake's first 50 requests run 8K-token prefill chunks
 back to back for ~27 s, and the runtime's prefill passes there came out 5.6 % slower than the
-profile fitted on isolated points predicts (validate_mooncake_offline_n50_ar_s15.json), where the
+profile fitted on isolated points predicted (an earlier validation run), where the
 sweep's own 8K chunks at 16K-116K are 2-8 % faster than predicted. A GPU holding its power limit
 lowers its clocks under sustained tensor-core load; this measures whether it does here.
 
@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
+from harness import header
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout without an install
 
@@ -36,8 +35,6 @@ def main() -> int:
     a = ap.parse_args()
 
     import torch
-
-    import triton
 
     from spsim.calibration.clocks import ClockMonitor
     from spsim.calibration.design import Point
@@ -66,9 +63,7 @@ def main() -> int:
     now = lambda: time.monotonic() - start  # noqa: E731  (times in the file: seconds since start)
     smi = lambda a, b: (mon.window(start + a, start + b) if mon else None) or {}  # noqa: E731
     time.sleep(1.0)
-    out = {"benchmark": "sustained_load", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "device": torch.cuda.get_device_name(dev), "torch": torch.__version__, "triton": triton.__version__,
-           "python": platform.python_version(), "model": cfg.name, "seconds": a.seconds, "idle": smi(0, now()),
+    out = {**header("sustained_load"), "model": cfg.name, "seconds": a.seconds, "idle": smi(0, now()),
            "passes": []}
     for name, p in points.items():
         t0 = now()

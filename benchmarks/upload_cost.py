@@ -6,7 +6,7 @@ A pass uploads about 25 small arrays (page lists, positions, selection inputs, t
 
 - `as_tensor`: `torch.as_tensor(array, device="cuda")`: a pageable copy, then a stream sync;
 - `pinned`: `torch.from_numpy(array).pin_memory().to("cuda", non_blocking=True)` (the runtime's
-  `pages.to_device` since session 19);
+  `pages.to_device`);
 - `ring`: the bytes copied into a preallocated pinned ring, one non-blocking copy per array into a
   fresh device tensor (no pinned allocation per array);
 - `packed`: all arrays of a pass packed into one pinned buffer, one copy, device views per array.
@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+from harness import header
 
 
 def main() -> int:
@@ -106,9 +105,7 @@ def main() -> int:
                          "host_us_per_array": round(med / a.arrays, 2), "waited": med > 1500})
             print(f"{name:10s} {el:6d} x {a.arrays}: {med:9.1f} us a pass ({med / a.arrays:7.2f} us an array)",
                   flush=True)
-    out = {"benchmark": "upload_cost", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "device": torch.cuda.get_device_name(dev), "versions": {"torch": torch.__version__,
-                                                                   "python": platform.python_version()},
+    out = {**header("upload_cost"),
            "gpu_busy_ms_per_pass": 2.0, "passes": a.passes, "rows": rows}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1) + "\n")

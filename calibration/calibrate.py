@@ -216,8 +216,8 @@ def gpu_of(session: dict) -> GPU:
 
 
 def runtime_of(sessions: list[dict]) -> dict:
-    """The measured runtime's facts the cost model prices (`measure.runtime_facts`); sessions from
-    before they were recorded ran every prefill pass eagerly in one attention launch. Sessions
+    """The measured runtime's facts the cost model prices (`measure.runtime_facts`); measuring runs
+    from before they were recorded ran every prefill pass eagerly in one attention launch. Runs
     that disagree cannot be fitted as one runtime."""
     facts = {(int(x.get("prefill_graph_tokens", 0)), bool(x.get("prefill_split", False)), bool(x.get("overlap", False)),
               "rule" if x.get("shape_rule") else "bucket" if x.get("padded") else "none") for x in sessions}
@@ -229,7 +229,7 @@ def runtime_of(sessions: list[dict]) -> dict:
 
 
 def profile_info(path: Path, sessions: list[dict]) -> dict:
-    """What the profile records about the measurement (the last session's machine)."""
+    """What the profile records about the measurement (the last measuring run's machine)."""
     s = sessions[-1]
     g = gpu_of(s)
     return {

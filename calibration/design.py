@@ -225,8 +225,8 @@ def default_design(window: int, kv_tokens: int) -> list[Point]:
     add(Point("prefill", int(P.STEP_LAYER), prefill=((mid, 4096),), drafts=((mid, 2),) * 12,
               verifies=((mid, 5),) * 3, note="beside aspire"))
     _more_points(add, C, short, mid, top, kv_tokens)  # added for the fourth sweep (the points above keep their keys)
-    _edge_mixed(add, top, kv_tokens)  # added in session 21
-    _first_drafts_mixed(add, top, kv_tokens)  # added in session 23
+    _edge_mixed(add, top, kv_tokens)  # added later (the points above keep their keys)
+    _first_drafts_mixed(add, top, kv_tokens)  # added last
     return _unique(pts)
 
 
@@ -235,8 +235,7 @@ FIRST_MIXED = "first drafts, mixed lengths"
 
 def _first_drafts_mixed(add, top: int, kv_tokens: int) -> None:
     """A batch's first drafts at mixed lengths: n - 1 requests of 1-16K and one long one, all
-    selecting pages in one pass (as `sync` drafts: a whole batch at once). Added 2026-12-03
-    (session 23): every other first-draft point has one context for all its requests, so the
+    selecting pages in one pass (as `sync` drafts: a whole batch at once). Why: every other first-draft point has one context for all its requests, so the
     pages a selection scores and the columns of its top-k (as wide as the longest request) rise
     together and the fit cannot tell them apart; Mooncake under `sync:k=4` ran such passes 16 %
     faster than the profile predicted. Two sizes per selecting method."""
@@ -252,7 +251,7 @@ def _first_drafts_mixed(add, top: int, kv_tokens: int) -> None:
 
 def _edge_mixed(add, top: int, kv_tokens: int) -> None:
     """Fixed-k passes at the memory edge, mixed lengths: as many requests of log-uniform contexts
-    (1K to 64K, or the window) as 85 % of the cache holds, a fifth verifying. Added 2026-12-02 (session 21):
+    (1K to 64K, or the window) as 85 % of the cache holds, a fifth verifying. Why:
     Mooncake under fixed-k:k=4 runs passes of 30-38 drafts up to ~90K tokens, whose drafts' page
     tables are as wide as the longest; the mixed points above stop at ~390K tokens of KV (`room`),
     and the profile predicted those passes 17-28 % short. One point per method, k = 4."""

@@ -223,7 +223,7 @@ def fit(measurements: list[Measurement], model, gpu="h200", tp: int = 1, weight_
     # their device time (the pass interval runs on the GPU's clock): fit that. The sweep's wall time
     # also holds the host's serial part of a back-to-back loop (~1 % of a pass, ~65 us at batch 1 on
     # the H200), which the serving loop hides: fitted to wall time, the 8B profile predicted Azure
-    # batch-1..4 decodes' mean TPOT 3.3 % high (session 21), to device time 2.0 %.
+    # batch-1..4 decodes' mean TPOT 3.3 % high, to device time 2.0 %.
     on_device = gpu is not None and bool(rt.get("overlap"))
     meas = gpu if on_device else wall
     sol, params = solve(meas[:n_tr])

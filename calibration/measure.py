@@ -305,7 +305,7 @@ class Bench:
 # ---------------------------------------------------------------------------- the sweep
 
 def runtime_facts(graphs: bool, overlap: bool = False) -> dict:
-    """What the runtime does that its cost model must price alike (recorded per session, read by
+    """What the runtime does that its cost model must price alike (recorded in each measuring run's header, read by
     the fit: `CalibratedParams.prefill_graph_tokens`, `prefill_split`)."""
     from spsim.gpu_runtime.graphs import PREFILL_GRAPH_TOKENS
     from spsim.gpu_runtime.pass_attention import SPLIT_PREFILL
@@ -408,7 +408,7 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
             pad: bool | None = None, anchor: bool = True, extra_points: list | None = None,
             retime_spread: float | None = None, shape_rule: bool = False) -> dict:
     """Measure the design's points missing from `out` (appending each as it is taken) until done,
-    `deadline` (time.monotonic()) or `max_points` this session; returns counts. `design`: default
+    `deadline` (time.monotonic()) or `max_points` in this run; returns counts. `design`: default
     or smoke. `pad`: passes padded with dummy requests as `spsim run` pads them (None: with CUDA
     graphs); a measurements file holds padded or unpadded passes, not both. `anchor`: re-measure
     the drift controls (`design.anchor_points`) every `ANCHOR_EVERY` points and at the end.
@@ -476,7 +476,7 @@ def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cu
     todo = sweep_order([p for p in points if p.key not in done_keys])
     if retime_spread is None:
         retime_spread = RETIME_SPREAD if dev.type == "cuda" else math.inf
-    # noisy points of earlier sessions are timed again after the new ones (this session's after it)
+    # noisy points of earlier runs are timed again after the new ones (this run's after it)
     again = {p.key: sp for p, sp in noisy(done, points, retime_spread)}
     todo += sweep_order([p for p in points if p.key in again])
     if not todo:

@@ -1,6 +1,6 @@
 """The measurements file: JSON lines, written one at a time as the sweep measures them.
 
-    {"spsim_calibration": 1, "session": {...}}           one per measuring session (machine, versions)
+    {"spsim_calibration": 1, "session": {...}}           one per measuring run (machine, versions)
     {"id": KEY, "point": {...}, "ok": true, "seconds": s, "samples": [...], ...}   a measured pass
     {"id": KEY, "point": {...}, "ok": false, "error": "OutOfMemoryError: ..."}    a point that failed
     {"anchor": KEY, "point": {...}, "ok": true, "seconds": s, "t_s": ..., ...}  a drift control
@@ -36,7 +36,8 @@ class Measurement:
 
 
 def read_measurements(path: str | Path) -> tuple[list[dict], list[Measurement]]:
-    """(sessions, measurements) of a measurements file; a missing file is empty."""
+    """(header records, measurements) of a measurements file (a header per measuring run, its
+    `session` field); a missing file is empty."""
     path = Path(path)
     if not path.exists():
         return [], []
@@ -72,8 +73,8 @@ def read_measurements(path: str | Path) -> tuple[list[dict], list[Measurement]]:
 
 
 def read_anchors(path: str | Path) -> list[dict]:
-    """The drift-control records of a measurements file, in the order measured (each with its
-    session's index under `session`)."""
+    """The drift-control records of a measurements file, in the order measured (each with the index of
+    its measuring run under `session`)."""
     path = Path(path)
     if not path.exists():
         return []

@@ -1,7 +1,7 @@
 """The pass compositions a simulated run asks for, as calibration points.
 
 The default sweep (design.py) covers a grid; a trace and a policy ask for their own passes, and a
-profile extrapolates where the grid is thin: the H200 8B profile of session 21 predicted Mooncake
+profile extrapolates where the grid is thin: an H200 8B profile predicted Mooncake
 `fixed-k:k=4`'s passes of 24-36 drafting + 6-9 verifying requests 17-28 % short, where its largest
 verify-quest mixed point held 24 drafts and 3 verifications. So:
 

@@ -247,10 +247,10 @@ class AttentionPlan:
 
 
 # Units of at most this many splits merge in the main kernel (the last split to finish merges);
-# more go to the merge launch, which reads 32 partials per step. H200, v6 (NOTES.md): draft b=4
-# (4 splits) 24.0 vs 26.3 us fused; b=1 (16 splits) 20.8 vs 17.3 us. Tried 2026-12-02: a fused merge
+# more go to the merge launch, which reads 32 partials per step. H200 (NOTES.md, "Merge"): draft b=4
+# (4 splits) 24.0 vs 26.3 us fused; b=1 (16 splits) 20.8 vs 17.3 us. Tried and not kept: a fused merge
 # reading 64/BLOCK_M partials per step after a global max made the main loop itself slower at every
-# size (its registers): decode b=1 32K 43.2 -> 62.6 us, b=16 32K 504 -> 610 (fused_merge_ab_h200.json).
+# size (its registers): decode b=1 32K 43.2 -> 62.6 us, b=16 32K 504 -> 610 (NOTES.md).
 FUSED_MAX_SPLITS = 4
 
 # (BLOCK_N, num_warps, num_stages) by tile height: short tiles (decode, draft: <= 32 rows),

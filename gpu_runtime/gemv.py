@@ -5,17 +5,17 @@ Why: a batch-1 decode step of an 8B model is mostly reading weights, four matric
 runs the two small ones (QKV 50 MB, output 34 MB) at ~3.1-3.2 TB/s of a 4.2 TB/s copy bandwidth,
 follows the output and down projections with a split-K reduce kernel each, and launches none of
 them with programmatic dependent launch (`pdl.py`), so each waits for its predecessor to drain
-(`benchmarks/results/runtime_profile_h200_b1_s24.json`). Weights never change within a pass, so
+(`benchmarks/results/runtime_profile_h200_b1x32k.json`). Weights never change within a pass, so
 here each program loads its first tile of W, then waits on the previous kernel, then reads x:
 the weight reads overlap the predecessor's tail and the launch.
 
 Each program owns BLOCK_N output rows and walks K in BLOCK_K-wide tiles (the next tile's load
 issued before the current one is reduced), accumulating in fp32. Used for one-token passes on
 GPUs where the Triton kernels run (`SPSIM_GEMV=0` turns it off). On the H200 it took the 8B's
-batch-1 x 32K decode step from 5.570 to 5.262 ms (1.131x to 1.079x its floor, A/B in one lease,
-`benchmarks/results/decode_launch_s24_g*.json`; 5.223 ms, 1.064x, on the next machine); passes of
-more tokens keep cuBLAS (its 8-16-token GEMMs timed 9-10 % faster than its 1-token ones on
-2026-12-01, in a run that let weights sit in L2; not re-timed from HBM).
+batch-1 x 32K decode step from 5.570 to 5.262 ms (1.131x to 1.079x its floor, A/B on one machine;
+5.223 ms, 1.064x, on another: `benchmarks/results/decode_launch_h200.json`); passes of more tokens
+keep cuBLAS (its 8-16-token GEMMs timed 9-10 % faster than its 1-token ones in a run that let
+weights sit in L2; not re-timed from HBM).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def _gemv(X, W, B, Y, N, K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.con
 
 def default_config(n: int, k: int) -> tuple[int, int, int]:
     """`(BLOCK_N, BLOCK_K, num_warps)`: K tiles of up to 2048 (a power of two dividing K), rows
-    enough for 4K weights a tile, 4 warps. On the H200 (`benchmarks/results/gemv_h200_s24.json`,
+    enough for 4K weights a tile, 4 warps. On the H200 (`benchmarks/results/gemv_h200.json`,
     the 8B's five one-token shapes, 20 tiles each) this tile, 2 x 2048, was within 2 % of each
     shape's best (e.g. down 27.7 us, best 27.7, cuBLAS 31.7; QKV 13.4, best 13.1, cuBLAS 16.9)."""
     bk = 1

@@ -97,7 +97,7 @@ def write_kv(kc: torch.Tensor, vc: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 # RoPE and the K/V write in one kernel (`SPSIM_ROPE_WRITE=0`: two launches, for A/B timing). Why:
 # at batch 1 a decode layer is ~12 kernels of a few microseconds; RoPE (`fused.rope_qk`) and this
 # write are two of them, and each costs a launch gap and a drain however small its work. On the
-# H200 the 8B's 1 x 32K decode step went from 5.829 to 5.645 ms (`decode_launch_s24_rope*.json`).
+# H200 the 8B's 1 x 32K decode step went from 5.829 to 5.645 ms (A/B with `benchmarks/decode_launch.py`).
 ROPE_WRITE = os.environ.get("SPSIM_ROPE_WRITE", "1") != "0"
 
 

@@ -58,13 +58,11 @@ def test_step_constant_is_the_fit(tmp_path):
     fit = json.loads(out.read_text())
     assert fit["step_us"] * 1e-6 == pytest.approx(ALLREDUCE_STEP_S, rel=2e-3)
     assert fit["check_tp4_in_graph"]["max_abs_rel"] < 0.1
-    committed = json.loads((ROOT / "benchmarks" / "results" / "allreduce_tp_fit.json").read_text())
-    assert committed["step_us"] == fit["step_us"]
 
 
 def test_a100_constants_are_the_fit(tmp_path):
     """The A100's all-reduce constants are what benchmarks/allreduce_a100_fit.py fits from its cited
-    figures (2 and 8 x A100 NCCL latencies, 8 x A100 bus bandwidth), and the committed results match."""
+    figures (2 and 8 x A100 NCCL latencies, 8 x A100 bus bandwidth)."""
     out = tmp_path / "a100.json"
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "allreduce_a100_fit.py"), "--out", str(out)],
                    check=True, capture_output=True)
@@ -75,5 +73,3 @@ def test_a100_constants_are_the_fit(tmp_path):
     assert a100.allreduce_step_s * 1e6 == pytest.approx(fit["step_us"], rel=2e-3)
     assert a100.nvlink_eff == pytest.approx(fit["nvlink_eff"], rel=2e-3)
     assert a100.allreduce_latency(8) * 1e6 == pytest.approx(fit["latency_8gpu"]["us"], rel=2e-3)
-    committed = json.loads((ROOT / "benchmarks" / "results" / "allreduce_a100_fit.json").read_text())
-    assert committed["step_us"] == fit["step_us"] and committed["nvlink_eff"] == fit["nvlink_eff"]

@@ -13,10 +13,11 @@ from spsim.calibration.records import read_measurements
 from spsim.plan import DraftMethod
 
 ROOT = Path(__file__).resolve().parent.parent
-MEAS = ROOT / "benchmarks/results/calibration/sweep3_unpadded/h200-llama-3.1-8b.measurements.jsonl"
-PADDED = ROOT / "benchmarks/results/calibration/sweep9_s18_serial/h200-llama-3.1-8b.measurements.jsonl"  # padded, serial
-SHIPPED = ROOT / "benchmarks/results/calibration/h200-llama-3.1-8b.measurements.jsonl"  # today's design, overlapped
-SHIPPED_3B = ROOT / "benchmarks/results/calibration/h200-llama-3.2-3b.measurements.jsonl"
+FIX = ROOT / "tests/fixtures/calibration"
+MEAS = FIX / "unpadded-8b.measurements.jsonl"  # the fourth sweep (unpadded passes) and its extension
+PADDED = FIX / "serial-8b.measurements.jsonl"  # padded, timed serially
+SHIPPED = FIX / "shipped-8b.measurements.jsonl"  # the shipped profiles' sweeps: today's design, overlapped
+SHIPPED_3B = FIX / "shipped-3b.measurements.jsonl"
 
 
 def _design_of(path):
@@ -45,7 +46,7 @@ def test_measured_points_keep_their_ids():
     assert len(gone) <= 60
     later = {m.point.key for m in recs if m.line > starts[1]}  # the fourth sweep's new points
     assert len(later & keys) >= 0.95 * len(later)
-    assert len([p for p in design if p.key not in third]) <= 118  # what the design added (8 in session 23)
+    assert len([p for p in design if p.key not in third]) <= 118  # what the design added (8 of them the first drafts at mixed lengths)
 
 
 def test_new_points_cover_mixed_passes_and_short_chunks():
@@ -87,8 +88,8 @@ def test_the_padded_sweep_measured_the_whole_design():
     """The shipped measurements (one padded session) hold every point of the design it was built
     from, each once, none failed; today's design differs from it in exactly two ways: no point
     whose drafts had to share KV pages (more KV than the sweep's cache), and the drafting
-    batches at the memory edge that replace them (and, since session 21, fixed-k passes of mixed
-    lengths at the memory edge; since session 23, first drafts at mixed lengths)."""
+    batches at the memory edge that replace them (and, added later, fixed-k passes of mixed
+    lengths at the memory edge and first drafts at mixed lengths)."""
     design, recs = _design_of(PADDED)
     sessions, _ = read_measurements(PADDED)
     assert len(sessions) == 1 and sessions[0]["padded"] is True
@@ -109,7 +110,7 @@ def test_the_padded_sweep_measured_the_whole_design():
 
 
 def test_the_shipped_sweep_measured_todays_design():
-    """The shipped measurements (session 23: a sweep and its resumption, both overlapped and padded)
+    """The shipped measurements (a sweep and its resumption, both overlapped and padded)
     hold every point of today's design but the first drafts at mixed lengths added after them, and
     of the Mooncake fixed-k points file they were taken with, each once but the noisy ones timed
     again (`retime`), none failed and none whose drafts shared pages."""

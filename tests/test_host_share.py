@@ -14,7 +14,7 @@ SCRIPT = ROOT / "benchmarks/host_share.py"
 
 def test_host_share_of_the_3b_sweep(tmp_path):
     out = tmp_path / "h.json"
-    meas = ROOT / "benchmarks/results/calibration/sweep9_s18_serial/h200-llama-3.2-3b.measurements.jsonl"  # timed serially
+    meas = ROOT / "tests/fixtures/calibration/serial-3b.measurements.jsonl"  # timed serially
     res = subprocess.run([sys.executable, str(SCRIPT), str(meas), "--out", str(out)], capture_output=True, text=True,
                          timeout=600)
     assert res.returncode == 0, res.stderr
@@ -32,7 +32,7 @@ def test_host_share_of_the_3b_sweep(tmp_path):
 
 
 def test_a_sweep_without_device_times_is_one_line(tmp_path):
-    meas = ROOT / "benchmarks/results/calibration/sweep1/h200-llama-3.1-8b.measurements.jsonl"
+    meas = ROOT / "tests/fixtures/calibration/wall-only-8b.measurements.jsonl"  # first lines of a sweep without device times
     res = subprocess.run([sys.executable, str(SCRIPT), str(meas)], capture_output=True, text=True, timeout=300)
     assert res.returncode == 2 and "needs a GPU sweep's points with gpu_s" in res.stderr
     assert "Traceback" not in res.stderr

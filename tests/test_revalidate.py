@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ROOT / "benchmarks/results/validate_mooncake_offline_n50_ar_s23.json"
-# the profile that run was predicted with: session 23's sweep, the shipped one
-PROFILE = ROOT / "benchmarks/results/calibration/h200-llama-3.1-8b.json"
-SHIPPED = ROOT / "calibration/profiles/h200-llama-3.1-8b.json"
+RUNS = ROOT / "tests/fixtures/validate"  # copies of the committed GPU validation runs
+RUN = RUNS / "validate_mooncake_offline_n50_ar.json"
+# the profile that run was predicted with: the shipped one
+PROFILE = ROOT / "calibration/profiles/h200-llama-3.1-8b.json"
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -34,16 +34,15 @@ def test_the_committed_run_is_predicted_again_exactly():
 
 
 def test_the_shipped_profiles_predictions_are_the_committed_ones():
-    """docs/validation.md quotes the session 23 runs, predicted on the GPU machine with the profile
-    shipped now (`revalidate_s23_shipped_8b.json`): every one comes out again, error for error."""
+    """docs/validation.md quotes the runs predicted on the GPU machine with the profile shipped now
+    (`revalidate_shipped_8b.json`): every one comes out again, error for error."""
     from revalidate import repredict
 
-    assert SHIPPED.read_bytes() == PROFILE.read_bytes()
-    table = json.loads((ROOT / "benchmarks/results/revalidate_s23_shipped_8b.json").read_text())
+    table = json.loads((RUNS / "revalidate_shipped_8b.json").read_text())
     assert len(table["runs"]) == 7
     for row in table["runs"]:
-        r = json.loads((ROOT / "benchmarks/results" / row["file"]).read_text())
-        now = repredict(r, str(SHIPPED))
+        r = json.loads((RUNS / row["file"]).read_text())
+        now = repredict(r, str(PROFILE))
         for k, err in row["now"].items():
             assert now[k]["rel_error"] == pytest.approx(err, rel=1e-9, abs=1e-12), (row["file"], k)
             assert err == pytest.approx(r["metrics"][k]["rel_error"], rel=1e-9, abs=1e-12), (row["file"], k)
@@ -51,7 +50,7 @@ def test_the_shipped_profiles_predictions_are_the_committed_ones():
 
 def test_cli_table_and_skips(tmp_path):
     out = tmp_path / "t.json"
-    three_b = ROOT / "benchmarks/results/validate_mooncake_offline_n50_ar_s18_3b.json"
+    three_b = RUNS / "validate_mooncake_offline_n50_ar_3b.json"
     res = subprocess.run([sys.executable, str(ROOT / "benchmarks/revalidate.py"), str(RUN), str(three_b),
                           "--profile", str(PROFILE), "--json", str(out)], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr

@@ -97,8 +97,8 @@ def test_the_overlap_lag_keeps_fast_and_step_paths_alike(policy):
     ttft = run(tr, cost=serial, policy=policy, fast=True).requests["first_token_s"].to_numpy()
     lagged = fast.requests["first_token_s"].to_numpy()
     # later on average; a few requests may come out a little earlier where the lag reshuffled the
-    # batches around them, by less than a pass (fixed-k: session 20's profile one of 40 by 0.07 ms,
-    # session 21's two by 1.0 and 1.2 ms, against ~5-10 ms passes)
+    # batches around them, by less than a pass (fixed-k: one earlier profile one of 40 by 0.07 ms,
+    # another two by 1.0 and 1.2 ms, against ~5-10 ms passes)
     assert ttft.mean() < lagged.mean() and (ttft < lagged).any()
     assert (ttft <= lagged + 5e-3).all() and (ttft > lagged).mean() <= 0.1
 

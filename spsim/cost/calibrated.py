@@ -112,7 +112,7 @@ class CalibratedParams(RooflineParams):
     #                               per-block page max and atomic store in the kernel's loop)
     attn_sms: int = 0  # SMs the attention's work items are scheduled on (see work_ratio); 0: no tail term
     attn_item_tokens: float = 128.0  # an item's fixed cost (prologue, partial store), in KV tokens of streaming
-    # What the measured runtime did (set from the measurement session, not fitted):
+    # What the measured runtime did (set from the measurements' header records, not fitted):
     prefill_graph_tokens: int = 0  # passes with prefill of at most this many tokens replay a CUDA graph
     #                                (no eager terms); 0: every pass holding a prefill chunk ran eagerly
     prefill_split: bool = False  # prefill chunks of 128-row tiles ran in an attention launch of their own
