@@ -160,7 +160,8 @@ class GraphedPasses:
         made-up passes (`RuntimeExecutor.synthetic`), then freeze: serving captures nothing more.
         Returns `{graphs, passes, seconds, bytes}` (bytes: the device memory the graphs' pool and
         inputs took, as the allocator counts it) and where the seconds went (`phases`: preparing
-        the made-up passes, keying them, warm-up forwards, capturing).
+        the made-up passes, keying them, warm-up forwards, capturing, and running once each made-up
+        pass past the graph limit, `ShapeSet.eager_passes`).
         `warm`: "always" runs each pass eagerly before its capture (what `forward` does); "first"
         only before the first capture of each kernel set (`_kernels`) and captures the rest in
         relaxed mode, so a kernel compiled late loads inside the capture: a warm-up forward costs
@@ -177,7 +178,7 @@ class GraphedPasses:
         specs = list(shape_set.passes())
         self.max_graphs = max(self.max_graphs, len(specs))
         self.out_rows_hint = max(self.out_rows_hint, shape_set.max_logit_rows())
-        phases = dict.fromkeys(("prepare", "key", "warm", "capture"), 0.0)
+        phases = dict.fromkeys(("prepare", "key", "warm", "capture", "eager"), 0.0)
         made, warmed = 0, set()
         for i, spec in enumerate(specs):
             t = time.perf_counter()
@@ -201,6 +202,16 @@ class GraphedPasses:
             made += 1
             if progress is not None:
                 progress(i + 1, len(specs), made)
+        t = time.perf_counter()
+        eager = 0
+        with torch.no_grad():  # the passes past the graph limit run once: their kernels compile now, not mid-serving
+            for spec in shape_set.eager_passes():
+                attn, tok, rows, _, _ = ex.synthetic(**spec)
+                if attn is not None:
+                    if self.capture:  # (without a GPU only prepared: nothing compiles)
+                        self.model(tok, attn.positions, attn, logit_rows=rows)
+                    eager += 1
+        phases["eager"] = time.perf_counter() - t
         if cuda:
             torch.cuda.synchronize(dev)
         if ex.padding is not None:
@@ -210,6 +221,7 @@ class GraphedPasses:
                               "bytes": int(torch.cuda.memory_reserved(dev) - res0) if cuda else 0,
                               "allocated_bytes": int(torch.cuda.memory_allocated(dev) - mem0) if cuda else 0,
                               "warm": warm, "warm_ups": len(warmed) if warm == "first" else made,
+                              "eager_warm_ups": eager,
                               "store_version": ex.store.version,
                               "phases": {k: round(v, 3) for k, v in phases.items()}}
         self.captures = 0

@@ -117,7 +117,8 @@ class ShapeSet:
         self.rule, self.max_batch, self.token_limit = rule, int(max_batch), int(token_limit)
         self.group, self.pool_pages = int(group), int(pool_pages)
         self.drafts, self.first = bool(drafts), bool(first_drafts)
-        self.chunk_max = min(int(token_budget), self.token_limit - 1)
+        self.token_budget = int(token_budget)
+        self.chunk_max = min(self.token_budget, self.token_limit - 1)
 
     def max_logit_rows(self) -> int:
         """An upper bound of any pass's logits rows: its padded token count less one (padding.py
@@ -227,6 +228,24 @@ class ShapeSet:
             extra -= add
         assert extra == 0 and sum(q) == S, (V, qm, S)
         return q
+
+    def eager_passes(self):
+        """Made-up passes past the graph's token limit, run eagerly once at start-up so their kernels
+        compile before the first request (a first large prefill chunk once stalled a measured run
+        by 0.5 s on an H100): a chunk just past the limit and the budget's largest, each from an
+        empty context and behind one, alone and beside a decoding request of each drafting state.
+        Triton specialises integer arguments by divisibility by 16, hence an odd and an even size."""
+        top = self.token_budget
+        if top <= self.token_limit:
+            return
+        states = [0] + ([1] + ([2] if self.first else []) if self.drafts else [])
+        ctx = min(4 * self.rule.page_size, self.rule.max_context // 2)
+        for chunk in sorted({self.token_limit + 1, top}):
+            for before in (0, ctx):
+                yield dict(prefill=[(chunk, before)])
+                for state in states:
+                    drafts = [(ctx, 0 if state == 2 else 1)] if state else []
+                    yield dict(prefill=[(chunk, before)], drafts=drafts, verifies=[] if state else [(1, ctx)])
 
     def passes(self):
         """Every made-up pass, as `RuntimeExecutor.synthetic`'s arguments: each composition over
