@@ -427,3 +427,37 @@ def test_startup_reserve_follows_the_settings_shape_set():
     ar, aspire, small = gib("ar"), gib("aspire"), gib("aspire", max_batch=16)
     assert 4.4 <= ar < aspire and aspire >= 11.3
     assert small < aspire
+
+
+@pytest.mark.parametrize("policy", ["ar", "aspire"])
+def test_startup_eager_passes_run_on_the_padded_path(policy):
+    """`ShapeSet.eager_passes` (run once at start-up so the kernels of passes past the graph limit
+    compile before the first request) assemble and run on the rule's padded path: chunks past the
+    limit beside each drafting state, on the scratch pages, finite logits (tiny model, CPU)."""
+    from spsim.build import build
+    from spsim.config import ServingConfig
+    from spsim.gpu_runtime.dispatch import reference_only
+    from spsim.gpu_runtime.engine import RuntimeOptions, load, new_server, prompt_source
+    from spsim.gpu_runtime.shapes import shape_set_for
+    from spsim.policies.kv import PagedKVPool
+    from spsim.policies.request import RequestTable
+    from spsim.traces.trace import Trace
+
+    cfg = ServingConfig(model="tiny", policy=policy, acceptance="sparsespec-llama8b", kv_pages=600, token_budget=1024)
+    opts = RuntimeOptions(device="cpu", pad_passes=True, shape_rule=True)
+    model, tok = load(cfg, opts)
+    tr = Trace(np.array(["a"], object), np.zeros(1), np.array([100]), np.array([4]))
+    serving = build(cfg, prefix_cache=False, capacity=600, max_context=model.cfg.max_context)
+    table = RequestTable(tr.prompt_tokens, tr.output_tokens, np.zeros(1))
+    b = serving.new_batcher(table, None, None, PagedKVPool)
+    with reference_only():
+        _, ex, _ = new_server(model, cfg, opts, serving, b, table, prompt_source(tr, model, tok, cfg, opts), 600,
+                              False, False, store_slots=4)
+        ss = shape_set_for(ex.padding.rule, serving.batcher_config, model.cfg, serving.method, 600, token_limit=256)
+        specs = list(ss.eager_passes())
+        assert len(specs) == (8 if policy == "ar" else 12)
+        assert all(n > 256 for s in specs for n, _ in s["prefill"])
+        for spec in specs:
+            attn, t, rows, _, _ = ex.synthetic(**spec)
+            assert int(t.shape[0]) > 256
+            assert torch.isfinite(model(t, attn.positions, attn, logit_rows=rows)).all(), spec
