@@ -429,8 +429,7 @@ def test_startup_reserve_follows_the_settings_shape_set():
     assert small < aspire
 
 
-@pytest.mark.parametrize("policy", ["ar", "aspire"])
-def test_startup_eager_passes_run_on_the_padded_path(policy):
+def test_startup_eager_passes_run_on_the_padded_path(policy="aspire"):
     """`ShapeSet.eager_passes` (run once at start-up so the kernels of passes past the graph limit
     compile before the first request) assemble and run on the rule's padded path: chunks past the
     limit beside each drafting state, on the scratch pages, finite logits (tiny model, CPU)."""
