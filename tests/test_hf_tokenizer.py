@@ -142,3 +142,23 @@ def test_a_template_refusal_is_a_prompt_error_naming_messages(gguf_tok):
     with pytest.raises(ApiError) as e:
         parse({"messages": [{"role": "user", "content": "x"}]}, "chat", bad, 8192, 0.0)
     assert e.value.status == 400 and e.value.param == "messages"
+
+
+def test_bench_tokenizer_exports_and_counts_exact_matches(gguf_tok, tmp_path):
+    from typer.testing import CliRunner
+
+    from spsim.cli import app
+
+    text = tmp_path / "t.txt"
+    text.write_text("\n".join(t for t in TEXTS if t.strip()) + "\n\n", encoding="utf-8")
+    res = CliRunner().invoke(app, ["bench", "tokenizer", "--weights", "smollm2-135m", "--out", str(tmp_path / "tok"),
+                                   "--text", str(text), "--json"])
+    assert res.exit_code == 0, res.output
+    r = json.loads(res.output)
+    n = len([x for x in text.read_text(encoding="utf-8").splitlines() if x.strip()])
+    assert n >= 8 and r["prompts"] == n and r["text_equal"] == n and r["chat_equal"] == n
+    assert r["server_tokens_per_s"] > 0 and r["transformers_tokens_per_s"] > 0
+    hf = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
+    assert hf.encode("Hello world!") == gguf_tok["tokenizer"].encode("Hello world!").ids
+    bad = CliRunner().invoke(app, ["bench", "tokenizer", "--weights", str(tmp_path / "none.gguf")])
+    assert bad.exit_code != 0 and "no such file" in str(bad.exception)
