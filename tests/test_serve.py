@@ -427,3 +427,62 @@ def test_each_request_samples_at_its_own_temperature(tiny):
     assert got[0.0][0] == ref[0] and len(got[0.0][1]) == 120
     assert got[0.0][1] != ref[1]  # sampled, not greedy
     assert got[0.8] == got[0.0]
+
+
+def test_sigterm_drains_requests_in_flight_then_refuses_new_ones():
+    """With time to drain, requests in flight finish whole ("length", every token) after SIGTERM,
+    a request arriving meanwhile gets 503, and the server exits 0 with nothing aborted."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    p = subprocess.Popen([sys.executable, "-m", "spsim.cli", "serve", "--model", "tiny", "--device", "cpu",
+                          "--port", str(port), "--kv-pages", "400", "--drain-s", "60", "--policy", "fixed-k:k=4"],
+                         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    url = f"http://127.0.0.1:{port}"
+    out = {}
+    try:
+        t0 = time.time()
+        while True:
+            try:
+                if httpx.get(url + "/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert p.poll() is None and time.time() - t0 < 60, "the server did not start"
+            time.sleep(0.1)
+
+        def stream(i):
+            n, finish = 0, None
+            with httpx.stream("POST", url + "/v1/completions", timeout=120, json={
+                    "model": "tiny", "prompt": list(range(20, 120)), "max_tokens": 800, "stream": True,
+                    "ignore_eos": True, "return_token_ids": True}) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: {"):
+                        c = json.loads(line[6:])["choices"][0]
+                        n += len(c["token_ids"])
+                        finish = c["finish_reason"] or finish
+            out[i] = (n, finish)
+
+        th = [threading.Thread(target=stream, args=(i,)) for i in range(2)]
+        for t in th:
+            t.start()
+        while httpx.get(url + "/spsim/summary").json()["running"] < 2 and time.time() - t0 < 60:
+            time.sleep(0.02)
+        p.send_signal(signal.SIGTERM)
+        late = None
+        while late is None and time.time() - t0 < 60:
+            r = httpx.post(url + "/v1/completions", json={"model": "tiny", "prompt": [20, 21], "max_tokens": 2})
+            if r.status_code != 200:  # the signal is seen within half a second
+                late = r
+        for t in th:
+            t.join(120)
+        rc = p.wait(60)
+        err = p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert late is not None and late.status_code == 503 and "shutting down" in late.json()["error"]["message"]
+    assert out == {0: (800, "length"), 1: (800, "length")}
+    assert rc == 0, err
+    assert "0 requests aborted, 0 KV pages in use" in err.splitlines()[-1], err
