@@ -336,9 +336,16 @@ def test_smollm2_served_tokens_text_and_chat(smollm2):
         # chat: the template from the GGUF; streamed and whole give the same text
         msgs = [{"role": "user", "content": "Name one colour."}]
         whole = client.chat.completions.create(model="smollm2-135m", messages=msgs, max_tokens=12)
-        parts = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
-            model="smollm2-135m", messages=msgs, max_tokens=12, stream=True) if c.choices]
+        chunks = list(client.chat.completions.create(model="smollm2-135m", messages=msgs, max_tokens=12, stream=True,
+                                                     stream_options={"include_usage": True},
+                                                     extra_body={"stream_options": {"include_usage": True,
+                                                                                    "continuous_usage_stats": True}}))
+        parts = [c.choices[0].delta.content or "" for c in chunks if c.choices]
         assert whole.choices[0].message.content and "".join(parts) == whole.choices[0].message.content
+        # usage as whole; with continuous stats every chunk counts (the first, the role, none yet)
+        assert chunks[-1].choices == [] and chunks[-1].usage.model_dump() == whole.usage.model_dump()
+        assert chunks[0].usage.completion_tokens == 0 and all(c.usage is not None for c in chunks)
+        assert [c.usage.completion_tokens for c in chunks] == sorted(c.usage.completion_tokens for c in chunks)
         assert whole.choices[0].finish_reason in ("stop", "length")
         assert srv.idle()["kv_pages_used"] == 0
     finally:
