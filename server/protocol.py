@@ -2,7 +2,8 @@
 
 Fields spsim does not implement get a 400 when they ask for something (`n` > 1, `logprobs`, `echo`,
 a penalty); fields outside the schema are ignored and reported back to the caller for the log, as
-vLLM does, so load generators that send extras (`stream_options`, `user`) work.
+vLLM does, so load generators that send extras work. `stream_options` (usage counts in streams,
+vLLM's continuous ones included) is honoured.
 """
 
 from __future__ import annotations
