@@ -156,9 +156,9 @@ def create_app(engine: LiveEngine, codec: TextCodec, served_name: str, temperatu
     return app
 
 
-def _usage(p: Params, st: Stream) -> dict:
-    return {"prompt_tokens": len(p.prompt), "completion_tokens": st.tokens,
-            "total_tokens": len(p.prompt) + st.tokens}
+def _usage(p: Params, completion_tokens: int) -> dict:
+    return {"prompt_tokens": len(p.prompt), "completion_tokens": completion_tokens,
+            "total_tokens": len(p.prompt) + completion_tokens}
 
 
 def _choice(kind: str, text: str, finish, ids, p: Params, delta: bool) -> dict:
@@ -192,7 +192,7 @@ async def _whole(request, engine, req, st: Stream, p: Params, kind, rid, name, c
     obj = "text_completion" if kind == "completions" else "chat.completion"
     return JSONResponse({"id": rid, "object": obj, "created": created, "model": name,
                          "choices": [_choice(kind, "".join(text), finish, ids, p, delta=False)],
-                         "usage": _usage(p, st)})
+                         "usage": _usage(p, st.tokens)})
 
 
 async def _sse(engine, req, st: Stream, p: Params, kind, rid, name, created):
@@ -200,21 +200,23 @@ async def _sse(engine, req, st: Stream, p: Params, kind, rid, name, created):
 
     def chunk(choices, usage=None) -> str:
         d = {"id": rid, "object": obj, "created": created, "model": name, "choices": choices}
-        if p.include_usage:
-            d["usage"] = usage
+        if p.include_usage:  # OpenAI: null on every chunk but the last; vLLM's continuous stats: the counts so far
+            d["usage"] = usage if usage is not None or not p.continuous_usage else _usage(p, sent)
         return f"data: {json.dumps(d)}\n\n"
 
     finish = None
+    sent = 0  # output tokens in the chunks so far (counted here: the engine thread may be ahead)
     try:
         if kind == "chat":
             first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
             yield chunk([first])
         while finish is None:
             text, ids, finish = await st.q.get()
+            sent += len(ids)
             if text or ids or finish is not None:
                 yield chunk([_choice(kind, text, finish, ids, p, delta=True)])
         if p.include_usage:
-            yield chunk([], _usage(p, st))
+            yield chunk([], _usage(p, sent))
         yield "data: [DONE]\n\n"
     finally:
         if finish is None:  # the client went away mid-stream: abort, pages back to the pool

