@@ -78,6 +78,7 @@ import numpy as np
 from spsim.hardware import GPU
 from spsim.models import ModelConfig
 from spsim.plan import DraftMethod, PassPlan
+from spsim.worklist import MIN_SPLIT_TOKENS, WAVES
 
 from .padding import MODES as PADDING_MODES
 from .padding import SCRATCH_PAGES, padded, padded_vec
@@ -296,8 +297,8 @@ class CalibratedCostModel(RooflineCostModel):
             self.req_tbl[method, np.minimum(pos, 1)]
 
     # ---- the attention's work items (tail term) ----
-    ATTN_WAVES = 8.0  # plan_attention's defaults: work items per SM aimed at, and the split floor
-    ATTN_MIN_SPLIT = 4096
+    ATTN_WAVES = WAVES  # the split rule's: work items per SM aimed at, and the split floor
+    ATTN_MIN_SPLIT = MIN_SPLIT_TOKENS
     WORK_CACHE_MAX = 1 << 18  # makespans kept (per model) of passes of more items than SMs
 
     def work_ratio(self, q, kv, qmax: int | None = None) -> float:
