@@ -837,10 +837,10 @@ class CalibratedCostModel(RooflineCostModel):
 
     def decode_times(self, context: list[int], n: int) -> np.ndarray:
         if self.p.attn_sms or self.p.padding != "none":  # the tail and padding are per pass: priced as a segment
-            from spsim.simulator.segment import DecodeSegment
+            from .segments import DecodeSegment
 
             return self.segment_times(DecodeSegment.plain(context, n))
-        from spsim.simulator.segment_cost import RooflineSegments
+        from .segments import RooflineSegments
 
         return RooflineSegments(self).decode_times(context, n)  # q = 1: the smallest tile, no pass terms
 
