@@ -260,7 +260,7 @@ def test_profile_capacity_is_the_measured_kv_pages(cm, tmp_path):
 
 @pytest.fixture
 def shipped(cm, tmp_path, monkeypatch):
-    import spsim.calibration.shipped as sh
+    import spsim.cost.shipped as sh
 
     monkeypatch.setattr(sh, "PROFILES", tmp_path)
     path = tmp_path / "h200-llama-3.1-8b.json"
@@ -269,7 +269,7 @@ def shipped(cm, tmp_path, monkeypatch):
 
 
 def test_shipped_profiles_are_measured_calibrated_profiles_named_for_their_setting():
-    import spsim.calibration.shipped as sh
+    import spsim.cost.shipped as sh
     from spsim.cost import read_profile
 
     shipped = sorted(sh.PROFILES.glob("*.json"))
