@@ -2,7 +2,8 @@
 
 Both worlds need it: the runtime cuts each pass's attention into work items with it
 (gpu_runtime/attention.py `plan_attention`) and the calibrated cost model prices the tail of that
-list (spsim/cost/calibrated.py `work_ratio`: a scalar twin of this search, on these constants).
+list (spsim/cost/calibrated.py `work_ratio`) through `split_of_units`, the same rule on Python ints
+(tests/test_worklist.py holds the two equal).
 Pure numpy: no GPU stack.
 """
 
@@ -34,6 +35,41 @@ def split_blocks_for(u_blocks: np.ndarray, num_sms: int = NUM_SMS, waves: float 
             lo_b = mid + 1
     floor_blocks = min(-(-min_split_tokens // bn), lo_b)
     return max(1, floor_blocks, -(-total // target))
+
+
+def split_of_units(units: list[int], heads: int, bn: int, num_sms: int = NUM_SMS, waves: float = WAVES,
+                   min_split_tokens: int = MIN_SPLIT_TOKENS) -> tuple[int, int]:
+    """(`split_blocks_for` of `heads` copies of `units`, the work items it makes): `units` the KV
+    blocks of each unit of one head (every head has the same). On Python ints, starting from the
+    closed form and searching only where it gives more items than SMs: the cost model calls it for
+    every distinct pass it prices."""
+    nu = len(units)
+    total = heads * sum(units)
+    umax = max(units)
+    ub1 = [u if u > 1 else 1 for u in units]  # a unit of no blocks is still an item
+
+    def count(s):  # items of the plan at split s (blocks)
+        return heads * sum([-(-u // s) for u in ub1])
+
+    split = max(1, -(-total // max(1, int(num_sms * waves))))
+    items = count(split) if umax > split else heads * nu
+    hi = min(-(-min_split_tokens // bn), max(1, umax))
+    if items > num_sms and split < hi:
+        room = num_sms - heads * nu
+        if room > 0:
+            hi = min(hi, -(-total // room))
+            lo = min(max(split + 1, -(-total // num_sms)), hi)
+        else:
+            lo = hi
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if count(mid) <= num_sms:
+                hi = mid
+            else:
+                lo = mid + 1
+        split = lo
+        items = count(split)
+    return split, items
 
 
 def work_cap(units: int, max_tokens: int, bn: int, num_sms: int = NUM_SMS) -> int:
