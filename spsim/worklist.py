@@ -9,6 +9,8 @@ Pure numpy: no GPU stack.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 NUM_SMS = 132  # SMs the list is planned for (the H100/H200's)
@@ -72,6 +74,7 @@ def split_of_units(units: list[int], heads: int, bn: int, num_sms: int = NUM_SMS
     return split, items
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of the settings' few compositions: start-up asks it thousands of times
 def work_cap(units: int, max_tokens: int, bn: int, num_sms: int = NUM_SMS) -> int:
     """The most work items `units` units of up to `max_tokens` keys each get from the split rule,
     over a ladder of uniform lengths up to it: a padded plan's room, fixed by the settings (the
