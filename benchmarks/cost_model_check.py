@@ -23,8 +23,8 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from spsim.plan import DraftMethod, PassPlan
-from spsim.simulator.segment import DecodeSegment
-from spsim.simulator.segment_cost import RooflineSegments
+from spsim.cost.segments import DecodeSegment
+from spsim.cost.segments import RooflineSegments
 from spsim.cost import RooflineCostModel, RooflineParams, fit_error, make_cost_model
 from spsim.cost.roofline import H200_8B_PASS_S
 

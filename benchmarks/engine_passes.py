@@ -40,7 +40,8 @@ def plan_passes(out: str, profile: str = "calibration/profiles/h200-llama-3.1-8b
     from spsim.cost.calibrated import CalibratedCostModel
     from spsim.simulator.engine import SimConfig, simulate
     from spsim.traces import read_trace
-    from spsim.validate import RecordingCost, check, select
+    from spsim.cost.recording import RecordingCost
+    from spsim.validate import check, select
 
     cost = CalibratedCostModel.from_profile(json.loads(Path(profile).read_text()))
     trace = select(read_trace("mooncake"), limit, None)

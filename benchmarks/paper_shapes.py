@@ -44,8 +44,8 @@ from scipy.optimize import least_squares, minimize
 
 from spsim.plan import DraftMethod
 from spsim.policies import entropy_rule as er
-from spsim.simulator.acceptance import LatentAcceptance, LatentParams, load_preset
-from spsim.simulator.acceptance.curves import fixed_k_runs
+from spsim.acceptance import LatentAcceptance, LatentParams, load_preset
+from spsim.acceptance.curves import fixed_k_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ROOT / "simulator" / "acceptance" / "presets"
@@ -229,7 +229,7 @@ def refit_static() -> None:
 def static_cliff(p: LatentParams, contexts=(3072, 8192, 32768, 65536, 100000), budget=512, n=N_REQ) -> dict:
     """Where the static window collapses: per context, conditional acceptance at draft positions
     1-4 and the best k under a cycle cost of k g + 1 (g = 0.1, 0.3: MagicDec-like large batches)."""
-    from spsim.simulator.acceptance.curves import position_curve
+    from spsim.acceptance.curves import position_curve
 
     out = {"budget": budget, "contexts": list(contexts), "conditional_pos1_4": [], "best_k_g0.1": [], "best_k_g0.3": [],
            "acceptance_fraction_k1_8": []}
@@ -262,7 +262,7 @@ def state_curves(n: int = 1000) -> None:
 
 def hot_loop_us(spec: str, r: int = 8, k: int = 8, calls: int = 20000) -> dict:
     """Median-of-5 microseconds per verify() and draft_entropy() call over r requests."""
-    from spsim.simulator.acceptance import make_acceptance
+    from spsim.acceptance import make_acceptance
 
     m = make_acceptance(spec, 0)
     rid = np.arange(r)

@@ -98,7 +98,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "policies_mooncake.json"))
     a = ap.parse_args()
 
-    from spsim.simulator.acceptance import DEFAULT_ACCEPTANCE
+    from spsim.acceptance import DEFAULT_ACCEPTANCE
     from spsim.simulator.engine import SimConfig
     from spsim.traces import read_trace
 

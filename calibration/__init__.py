@@ -1,1 +1,1 @@
-"""Calibration: sweeps of pass compositions on the GPU, fitted into cost models (not built yet)."""
+"""Calibration: sweeps of pass compositions on the GPU, fitted into cost models (`spsim calibrate`)."""

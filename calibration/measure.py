@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import importlib.util
 import math
 import platform
 import statistics
@@ -38,9 +39,11 @@ from .design import Point, _unique, anchor_points, default_design, smoke_design,
 from .records import Writer, read_measurements
 
 ROOT = Path(__file__).resolve().parent.parent
-KERNEL_FILES = ("attention.py", "quest.py", "fused.py", "selection.py", "pages.py", "pass_attention.py", "graphs.py",
-                "executor.py", "sampling.py", "model.py", "kv_cache.py", "kv_write.py", "padding.py", "buckets.py",
-                "draft_store.py", "gemv.py", "shapes.py")
+# the runtime's files (spsim.gpu_runtime) and the shared rules they follow (spsim.buckets, spsim.worklist)
+KERNEL_FILES = tuple(f"gpu_runtime/{n}" for n in (
+    "attention.py", "quest.py", "fused.py", "selection.py", "pages.py", "pass_attention.py", "graphs.py",
+    "executor.py", "sampling.py", "model.py", "kv_cache.py", "kv_write.py", "padding.py")) + ("buckets.py",) + tuple(
+    f"gpu_runtime/{n}" for n in ("draft_store.py", "gemv.py", "shapes.py")) + ("worklist.py",)
 MEM_FRAC = 0.9  # of free memory for KV, as `spsim run` sizes its pool (engine.RuntimeOptions.mem_frac)
 SWEEP_FRAC = 0.75  # of free memory the sweep's cache may take (Quest bounds, graphs, logits beside it)
 ANCHOR_EVERY = 12  # design points between two measurements of the drift controls (design.anchor_points)
@@ -316,11 +319,20 @@ def runtime_facts(graphs: bool, overlap: bool = False) -> dict:
             "overlap": bool(overlap)}
 
 
+def _package_file(name: str) -> Path:
+    """A file of the spsim package ("gpu_runtime/attention.py", "buckets.py") where it is: in a
+    source checkout spsim.gpu_runtime is the top-level gpu_runtime/ folder, installed it is
+    spsim/gpu_runtime/ (found without importing the sub-package)."""
+    pkg, _, file = name.rpartition("/")
+    spec = importlib.util.find_spec(f"spsim.{pkg}" if pkg else "spsim")
+    return Path(next(iter(spec.submodule_search_locations))) / file
+
+
 def kernel_version() -> str:
     """Hash of the runtime's source files that decide a pass's time."""
     h = hashlib.sha1()
     for name in KERNEL_FILES:
-        p = ROOT / "gpu_runtime" / name
+        p = _package_file(name)
         h.update(p.read_bytes() if p.exists() else b"")
     return h.hexdigest()[:12]
 

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
+from spsim.cost.recording import RecordingCost
 from spsim.errors import InputError, SpsimError
 from spsim.plan import DraftMethod
-from spsim.validate import RecordingCost
 
 from .design import GROUPS, Point
 

@@ -18,7 +18,6 @@ the constexprs are the model/cache shape and the tile height.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -27,7 +26,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .buckets import pow2
+from spsim.buckets import pow2
+from spsim.worklist import MIN_SPLIT_TOKENS, NUM_SMS, WAVES, split_blocks_for
+
 from .interpret import INTERPRET as _INTERPRET  # under it, half-precision dots are unreliable: fp32
 from . import pdl
 from .pages import PageLists, upload
@@ -247,10 +248,10 @@ class AttentionPlan:
 
 
 # Units of at most this many splits merge in the main kernel (the last split to finish merges);
-# more go to the merge launch, which reads 32 partials per step. H200 (NOTES.md, "Merge"): draft b=4
-# (4 splits) 24.0 vs 26.3 us fused; b=1 (16 splits) 20.8 vs 17.3 us. Tried and not kept: a fused merge
+# more go to the merge launch, which reads 32 partials per step. H200, v6 (NOTES.md): draft b=4
+# (4 splits) 24.0 vs 26.3 us fused; b=1 (16 splits) 20.8 vs 17.3 us. Tried 2026-12-02: a fused merge
 # reading 64/BLOCK_M partials per step after a global max made the main loop itself slower at every
-# size (its registers): decode b=1 32K 43.2 -> 62.6 us, b=16 32K 504 -> 610 (NOTES.md).
+# size (its registers): decode b=1 32K 43.2 -> 62.6 us, b=16 32K 504 -> 610 (fused_merge_ab_h200.json).
 FUSED_MAX_SPLITS = 4
 
 # (BLOCK_N, num_warps, num_stages) by tile height: short tiles (decode, draft: <= 32 rows),
@@ -285,44 +286,8 @@ def _units(nqb: np.ndarray, hkv: int, qb_size: int) -> tuple[np.ndarray, np.ndar
     return u_req, j // np.maximum(k, 1), (j % np.maximum(k, 1)) * qb_size
 
 
-def split_blocks_for(u_blocks: np.ndarray, num_sms: int = 132, waves: float = 8.0, min_split_tokens: int = 4096,
-                     bn: int = 128) -> int:
-    """KV blocks per split for units of `u_blocks` blocks (see `plan_attention`)."""
-    u_blocks = np.asarray(u_blocks, np.int64)
-    target = max(1, int(num_sms * waves))
-    total = int(u_blocks.sum())
-    # Small passes: the shortest splits that still fit one wave (items <= SMs, counted per unit:
-    # 4032-token splits of 32K rows made 144 items, a second wave for 12 of them, 1.5x slower).
-    lo_b, hi_b = 1, max(1, int(u_blocks.max(initial=1)))
-    if len(u_blocks) > num_sms:  # a unit is at least one item: no split fits one wave, the search ends at hi_b
-        lo_b = hi_b
-    while lo_b < hi_b:
-        mid = (lo_b + hi_b) // 2
-        if int(np.maximum(1, -(-u_blocks // mid)).sum()) <= num_sms:
-            hi_b = mid
-        else:
-            lo_b = mid + 1
-    floor_blocks = min(-(-min_split_tokens // bn), lo_b)
-    return max(1, floor_blocks, -(-total // target))
-
-
-@functools.lru_cache(maxsize=4096)  # a pure function of the settings' few compositions: start-up asks it thousands of times
-def work_cap(units: int, max_tokens: int, bn: int, num_sms: int = 132) -> int:
-    """The most work items `units` units of up to `max_tokens` keys each get from the split rule,
-    over a ladder of uniform lengths up to it: a padded plan's room, fixed by the settings (the
-    shape rule, shapes.py). Plans over mixed lengths that would exceed it take longer splits."""
-    best, t = 1, max(1, int(max_tokens))
-    while True:
-        blocks = np.full(max(1, int(units)), -(-t // bn), np.int64)
-        split = split_blocks_for(blocks, num_sms=num_sms, bn=bn)
-        best = max(best, int(np.maximum(1, -(-blocks // split)).sum()))
-        if t <= bn:
-            return best
-        t = (t + 1) // 2
-
-
-def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 132,
-                   waves: float = 8.0, min_split_tokens: int = 4096, block_m: int | None = None,
+def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = NUM_SMS,
+                   waves: float = WAVES, min_split_tokens: int = MIN_SPLIT_TOKENS, block_m: int | None = None,
                    block_n: int | None = None, tokens_per_split: int | None = None,
                    num_warps: int | None = None, num_stages: int | None = None,
                    fused_merge: bool | None = None, split=None, requests=None, skip=None,

@@ -34,9 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .buckets import bucket, pad_count, pow2, rule_size
+from spsim.buckets import SCRATCH_PAGES, bucket, pad_count, pow2, rule_size
 
-SCRATCH_PAGES = 16  # pages kept outside the pool for dummy requests (the filler's query fits in them)
 DUMMY_RID = -1  # dummy request ids count down from here (real ids are >= 0)
 
 

@@ -34,7 +34,7 @@ import torch
 from spsim.plan import DraftMethod
 
 from . import dispatch, selection
-from .buckets import bucket, pow2
+from spsim.buckets import bucket, pow2
 from .draft_store import DraftStore
 from .kv_cache import PagedAttention, PagedKVCache
 from .pages import PageLists, concat_page_arrays, full_page_arrays, last_page_len, pages_for, to_device, upload
@@ -354,10 +354,12 @@ class PassAttention(PagedAttention):
         return super()._plan(lists, num_q_heads)
 
     def _set_caps(self, num_q_heads: int) -> None:
-        """The shape rule's room for this pass's attention work lists (`attention.work_cap`): fixed
+        """The shape rule's room for this pass's attention work lists (`spsim.worklist.work_cap`): fixed
         by its request and token counts and its width class, not by its contexts, so passes of
         one composition share one graph whatever their lengths (and their tile, short or long)."""
-        from .attention import PREFILL_TILE, SHORT_TILE, TALL_TILE, choose_block_m, work_cap
+        from spsim.worklist import work_cap
+
+        from .attention import PREFILL_TILE, SHORT_TILE, TALL_TILE, choose_block_m
 
         g = num_q_heads // self.hkv
         kv_max = self.width_class * self.ps

@@ -20,7 +20,7 @@ What the rule fixes, per class `w` (pages):
 The rest of the rule lives where it acts: request, token and logits counts and drafting as data
 (padding.py, executor.py `_prepare`'s `ruled` branch, pass_attention.py `DraftRows.entries`),
 attention work lists padded to a room fixed by the composition and class (attention.py
-`work_cap`, pass_attention.py `_set_caps`), the in-place merge chosen per unit (attention.py).
+`spsim.worklist.work_cap`, pass_attention.py `_set_caps`), the in-place merge chosen per unit (attention.py).
 Opt-in: `RuntimeOptions.shape_rule` and `startup_shapes` (`--startup-shapes`).
 """
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .buckets import pow2
+from spsim.buckets import pow2
 
 # Width classes in pages below the settings' longest context: 4K and 32K tokens of 16-token
 # pages. A pass takes the smallest that holds its longest request.
@@ -123,7 +123,7 @@ class ShapeSet:
     def max_logit_rows(self) -> int:
         """An upper bound of any pass's logits rows: its padded token count less one (padding.py
         `rule_logits`), at most the largest token class."""
-        from .buckets import rule_size
+        from spsim.buckets import rule_size
 
         return rule_size(self.token_limit + 1)
 
@@ -145,7 +145,7 @@ class ShapeSet:
         (tokens, tile) combination: the part of a key that does not follow contexts.
         Passes carrying a prefill chunk take a fixed tile under the rule
         (executor.py), so for them only the token class varies."""
-        from .buckets import pow2, rule_size
+        from spsim.buckets import pow2, rule_size
 
         qmax = self.rule.max_draft + 1 if self.drafts else 1
         states = [0] + ([1] + ([2] if self.first else []) if self.drafts else [])
@@ -190,7 +190,7 @@ class ShapeSet:
         """Verify-token totals S in [lo, hi] that reach every token class: the token count is
         `base + S`, padded (n + 1) by buckets.rule_size (the logits count follows the padded
         counts: padding.py `rule_logits`)."""
-        from .buckets import rule_size
+        from spsim.buckets import rule_size
 
         if hi <= 0:
             return [0]

@@ -53,10 +53,10 @@ class PlanInputs:
         from spsim.hardware import get_gpu
         from spsim.models import get_model
         from spsim.plan import DraftMethod
-        from spsim.simulator.cli import _specs
+        from spsim.cli_options import policy_specs
 
         slo_obj = SLO.parse(slo)
-        specs = _specs(policies)
+        specs = policy_specs(policies)
         gpu_l = [get_gpu(g).name for g in split_list(gpus, "--gpus")]
         model_l = [get_model(m).name for m in split_list(models, "--models")]
         kv_l = split_list(draft_kv, "--draft-kv")
@@ -97,7 +97,7 @@ def _one_kind_of_cost(configs, base) -> tuple[object, str]:
     roofline an ideal engine: where spsim ships profiles for some of the configurations' GPUs and
     models but not all (`--cost auto`), all of them use the roofline, so GPUs are compared like
     for like. Returns the base settings and a sentence saying which costs priced the plan."""
-    from spsim.calibration.shipped import shipped_profile
+    from spsim.cost.shipped import shipped_profile
 
     if base.profile:
         return base, f"costs: the profile {base.profile} for every configuration"

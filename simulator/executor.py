@@ -11,11 +11,10 @@ from typing import Callable
 
 import numpy as np
 
+from spsim.cost.segments import DecodeSegment, segment_cost
 from spsim.plan import Outcome, PassPlan
 from spsim.policies.request import RequestTable
 
-from .segment import DecodeSegment
-from .segment_cost import segment_cost
 
 
 class SimExecutor:

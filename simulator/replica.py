@@ -18,10 +18,11 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
+from spsim.cost.segments import DecodeSegment
 from spsim.policies.batcher import Batcher
 
 from .executor import SimExecutor
-from .segment import DecodeSegment, FastPath
+from .segment import FastPath
 
 from spsim.metrics import CATEGORIES
 

@@ -1,9 +1,11 @@
 """spsim: scheduling self-speculative decoding for long-context LLM serving.
 
-The top-level package holds what both worlds (simulator and GPU runtime) share: the pass plan and
-its outcome (`spsim.plan`), the spec grammar (`spsim.spec`), user-facing errors (`spsim.errors`)
-and the CLI (`spsim.cli`). The parts live in `spsim.traces`, `spsim.policies`, `spsim.simulator`,
-`spsim.calibration` and `spsim.gpu_runtime`.
+Its modules and packages form layers, each importing only from its own and the ones below
+(docs/architecture.md; tests/test_layers.py checks it): the contracts both worlds share (the pass
+plan `spsim.plan`, settings `spsim.config`, the spec grammar, errors, traces), the cost and
+acceptance models, the scheduling brain (`spsim.policies`), the builder, the two worlds
+(`spsim.simulator`, `spsim.gpu_runtime`), the tools (calibration, validation, reports), planning
+and the server, and the CLI (`spsim.cli`) on top.
 """
 
 __version__ = "0.1.0"

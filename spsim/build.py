@@ -29,7 +29,7 @@ def build_cost_model(cfg: ServingConfig):
     if cfg.profile:  # measured for another model than the run's: an error, not a silent mix
         return load_cost_model(cfg.profile, expect={"tp": cfg.tp, "model_name": _model_name(cfg.model)})
     if cfg.cost == "auto":  # a profile measured on this GPU for this model, where spsim ships one
-        from .calibration.shipped import shipped_cost_model
+        from .cost.shipped import shipped_cost_model
 
         cm = shipped_cost_model(cfg)
         if cm is not None:
@@ -50,7 +50,7 @@ def _model_name(name: str) -> str:
 
 
 def build_acceptance(cfg: ServingConfig):
-    from .simulator.acceptance import DEFAULT_ACCEPTANCE, make_acceptance
+    from .acceptance import DEFAULT_ACCEPTANCE, make_acceptance
 
     return make_acceptance(cfg.acceptance or DEFAULT_ACCEPTANCE, cfg.seed)
 

@@ -114,3 +114,26 @@ def check_out_dir(out: Path | None, files: tuple[str, ...] = (), option: str = "
 
         warn([f"{where} holds {', '.join(stale)} from an earlier run, which this command does not write: they will "
               "not match the new results (remove them or choose another folder)"])
+
+
+def policy_specs(policies: str) -> list[str]:
+    """--policies, each spec checked before the trace is read; a policy given twice (the same spec
+    after defaults, e.g. `ar,ar`) runs once, with a warning."""
+    from .cli_report import warn
+    from .policies.registry import parse_policy
+    from .spec import split_specs
+
+    specs = split_specs(policies)
+    if not specs:
+        raise SpsimError("--policies is empty")
+    seen: dict[str, str] = {}
+    out = []
+    for spec in specs:
+        canon = parse_policy(spec).make().spec
+        if canon in seen:
+            same = "is given twice" if spec == seen[canon] else f"is the same policy as {seen[canon]!r}"
+            warn([f"--policies: {spec!r} {same}; running it once"])
+            continue
+        seen[canon] = spec
+        out.append(spec)
+    return out

@@ -1,5 +1,5 @@
 """The figures a comparison of policies reports, with which way is better and whether a ratio
-against the reference policy means something; the terminal table (simulator/compare.py) and the
+against the reference policy means something; the terminal table (spsim/compare.py) and the
 HTML report (spsim/compare_report.py) mark the same winners from this one list."""
 
 from __future__ import annotations

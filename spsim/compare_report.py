@@ -150,7 +150,7 @@ def _figures(go, rows, details, trace, base) -> list:
 
 def _positions(go, names, trace, base, colours, details: dict):
     """Acceptance by draft position: seed 0's own where it ran on the step path over the whole
-    trace (simulator/compare.py), else a step-path rerun over the first POSITION_REQUESTS."""
+    trace (spsim/compare.py), else a step-path rerun over the first POSITION_REQUESTS."""
     from spsim.policies.registry import parse_policy
     from spsim.simulator.positions import simulate_with_positions
 

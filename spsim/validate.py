@@ -24,18 +24,11 @@ from pathlib import Path
 import numpy as np
 
 from .config import ServingConfig
+from .cost.recording import RecordingCost
 from .errors import SpsimError
+from .validate_report import pass_clocked
 
 DEFAULT_ACCEPTANCE = "sparsespec-llama8b"
-CATEGORIES = ("prefill", "mixed", "draft", "verify")
-REQUEST_COLUMNS = ["drafts", "verifies", "spec_verifies", "accepted", "preemptions", "recomputes", "prefix_hit_tokens"]
-PASS_FIELDS = ("category", "prefill_tokens", "drafts", "verifies", "verify_tokens")
-LATENCY = ("ttft_ms", "tpot_ms", "e2el_ms")
-STATS = ("mean", "median", "p90", "p99")  # `median` is p50 in the summary's keys
-# The issue's targets, as |relative error| bounds (see docs/validation.md).
-TARGETS = {"output_throughput": 0.03, "request_throughput": 0.03, "mean_tpot_ms": 0.03,
-           "p99_tpot_ms": 0.08, "mean_e2el_ms": 0.08, "p99_e2el_ms": 0.08, "mean_ttft_ms": 0.08}
-PASS_TARGETS = {"median_abs_rel": 0.03, "p95_abs_rel": 0.08}
 
 
 def ensure_simpy() -> None:
@@ -76,45 +69,12 @@ def check(cfg: ServingConfig) -> ServingConfig:
         raise SpsimError("validate serves one replica (--replicas 1)")
     try:
         parse_policy(cfg.policy)
-        from .simulator.acceptance import make_acceptance
+        from .acceptance import make_acceptance
 
         make_acceptance(cfg.acceptance, cfg.seed)
     except SpecError as e:
         raise SpsimError(str(e)) from None
     return cfg.validate()
-
-
-def pass_clocked(cfg: ServingConfig) -> bool:
-    """Offline or closed loop: no decision reads the clock, so both worlds plan alike."""
-    return bool(cfg.offline or cfg.concurrency)
-
-
-class RecordingCost:
-    """The run's cost model, recording each pass the simulator prices. With the step path
-    (`fast=False`) the simulator prices every pass with one `time()` call, in order: no segment
-    pricing is offered (those attributes are hidden), so the generic per-pass adapter is used.
-    Subclasses keep something else per pass by overriding `record`."""
-
-    _HIDDEN = ("segment_times", "decode_times", "times")
-
-    def __init__(self, cost):
-        self.inner = cost
-        self.passes: list = []
-
-    def time(self, plan) -> float:
-        t = float(self.inner.time(plan))
-        self.record(plan, t)
-        return t
-
-    def record(self, plan, seconds: float) -> None:
-        self.passes.append({"category": plan.category, "prefill_tokens": int(plan.prefill_tokens.sum()),
-                            "drafts": len(plan.draft_ids), "verifies": len(plan.verify_ids),
-                            "verify_tokens": int(plan.verify_query.sum()), "predicted_ms": seconds * 1e3})
-
-    def __getattr__(self, name):
-        if name in RecordingCost._HIDDEN:
-            raise AttributeError(name)
-        return getattr(self.inner, name)
 
 
 @dataclass

@@ -48,7 +48,7 @@ def make_trace(n, seed=0, span=5.0, prompt=(100, 20000), output=(1, 200), prefix
 
 def acc(p=0.8, seed=0, position=False):
     """A simple acceptance model: fixed rate p, or decaying with draft position."""
-    from spsim.simulator.acceptance.simple import FixedAcceptance, PositionAcceptance
+    from spsim.acceptance.simple import FixedAcceptance, PositionAcceptance
 
     a = PositionAcceptance(p0=p, decay=0.03) if position else FixedAcceptance(p=p)
     a._setup(seed)

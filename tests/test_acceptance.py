@@ -8,15 +8,15 @@ import pytest
 
 from spsim.errors import SpecError
 from spsim.policies import entropy_rule as er
-from spsim.simulator.acceptance import (DEFAULT_ACCEPTANCE, AcceptanceModel, LatentParams, list_presets,
+from spsim.acceptance import (DEFAULT_ACCEPTANCE, AcceptanceModel, LatentParams, list_presets,
                                         load_preset, make_acceptance)
-from spsim.simulator.acceptance import fit as F
-from spsim.simulator.acceptance import entropy as ent
-from spsim.simulator.acceptance import keyed
-from spsim.simulator.acceptance.curves import fixed_k_runs
-from spsim.simulator.acceptance.entropy import empirical_auc
+from spsim.acceptance import fit as F
+from spsim.acceptance import entropy as ent
+from spsim.acceptance import keyed
+from spsim.acceptance.curves import fixed_k_runs
+from spsim.acceptance.entropy import empirical_auc
 from spsim.events import FIELDS, Events, read_events, write_events
-from spsim.simulator.acceptance.curves import sample_events
+from spsim.acceptance.curves import sample_events
 
 
 def _args(n, ctx=32768, bud=3277, method=1):
@@ -125,7 +125,7 @@ def test_keyed_independent_of_shape():
 @pytest.mark.slow
 def test_fit_recovers_parameters(tmp_path):
     true = LatentParams(mu=3.0, stale=0.1, sigma_req=0.7, sigma_span=1.2, rho=0.9, auc=0.7)
-    from spsim.simulator.acceptance import LatentAcceptance
+    from spsim.acceptance import LatentAcceptance
     m = LatentAcceptance(true, seed=5)
     cols = [sample_events(m, k, 120, 96, rid0=r0) for k, r0 in ((4, 0), (12, 1000))]
     ev = {f: np.concatenate([c[f] for c in cols]) for f in FIELDS}
@@ -207,7 +207,7 @@ def test_ar1_is_lfilter_bit_for_bit():
     # replaced lfilter to spare every run the import); 1-D and 2-D, short and long, any rho
     from scipy.signal import lfilter
 
-    from spsim.simulator.acceptance.latent import ar1
+    from spsim.acceptance.latent import ar1
 
     rng = np.random.default_rng(7)
     for shape in [(1,), (2,), (37,), (5000,), (3, 400)]:

@@ -7,8 +7,8 @@ import pytest
 from typer.testing import CliRunner
 
 from spsim.errors import InputError
-from spsim.simulator.acceptance import make_acceptance
-from spsim.simulator.acceptance.cli import app
+from spsim.acceptance import make_acceptance
+from spsim.cli.acceptance import app
 
 runner = CliRunner()
 

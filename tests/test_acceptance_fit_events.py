@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from spsim.errors import InputError, SpsimError
 from spsim.events import FIELDS, read_events, write_events
-from spsim.simulator.acceptance import LatentAcceptance, LatentParams, make_acceptance
-from spsim.simulator.acceptance import fit as F
-from spsim.simulator.acceptance.cli import app
-from spsim.simulator.acceptance.curves import sample_events
+from spsim.acceptance import LatentAcceptance, LatentParams, make_acceptance
+from spsim.acceptance import fit as F
+from spsim.cli.acceptance import app
+from spsim.acceptance.curves import sample_events
 
 runner = CliRunner()
 

@@ -14,12 +14,12 @@ from typer.testing import CliRunner
 
 from spsim.errors import SpecError
 from spsim.events import read_events, write_events
-from spsim.simulator.acceptance import make_acceptance
-from spsim.simulator.acceptance import bootstrap as B
-from spsim.simulator.acceptance.cli import app
-from spsim.simulator.acceptance.curves import sample_events
-from spsim.simulator.acceptance.rates import RateAcceptance, fit_rates
-from spsim.simulator.acceptance.select import candidates, expected_rates, predict_runs, run_table, select
+from spsim.acceptance import make_acceptance
+from spsim.acceptance import bootstrap as B
+from spsim.cli.acceptance import app
+from spsim.acceptance.curves import sample_events
+from spsim.acceptance.rates import RateAcceptance, fit_rates
+from spsim.acceptance.select import candidates, expected_rates, predict_runs, run_table, select
 
 runner = CliRunner()
 
@@ -76,7 +76,7 @@ def test_a_latent_fit_at_its_bounds_falls_back(tmp_path):
     ev = read_events(_events(tmp_path, "fixed:p=0.8", 60))
     test = ev.request >= 45
     tr, te = ev.take(~test), ev.take(test)
-    from spsim.simulator.acceptance.presets import preset_params
+    from spsim.acceptance.presets import preset_params
 
     cands = candidates(tr, preset_params("sparsespec-llama8b"), {})
     cands["latent"]["report"].update(converged=False, at_bounds=["sigma_req"])

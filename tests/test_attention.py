@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from spsim.gpu_runtime import interpret
-from spsim.gpu_runtime.buckets import bucket, pow2
+from spsim.buckets import bucket, pow2
 
 # TRITON_INTERPRET=1 must be set before triton is first imported. If something in this pytest
 # process imported triton compiled already, these tests are run in a fresh process instead (below).

@@ -179,8 +179,8 @@ def test_every_path_prices_a_pass_alike(cm):
 
 
 def test_simulator_segments_equal_per_pass_time(cm):
-    from spsim.simulator.segment import DecodeSegment
-    from spsim.simulator.segment_cost import segment_cost
+    from spsim.cost.segments import DecodeSegment
+    from spsim.cost.segments import segment_cost
 
     sc = segment_cost(cm)
     assert sc is cm  # its own segment pricing (the roofline's tables plus the per-pass terms)
@@ -260,7 +260,7 @@ def test_profile_capacity_is_the_measured_kv_pages(cm, tmp_path):
 
 @pytest.fixture
 def shipped(cm, tmp_path, monkeypatch):
-    import spsim.calibration.shipped as sh
+    import spsim.cost.shipped as sh
 
     monkeypatch.setattr(sh, "PROFILES", tmp_path)
     path = tmp_path / "h200-llama-3.1-8b.json"
@@ -269,7 +269,7 @@ def shipped(cm, tmp_path, monkeypatch):
 
 
 def test_shipped_profiles_are_measured_calibrated_profiles_named_for_their_setting():
-    import spsim.calibration.shipped as sh
+    import spsim.cost.shipped as sh
     from spsim.cost import read_profile
 
     shipped = sorted(sh.PROFILES.glob("*.json"))
@@ -439,7 +439,7 @@ def test_a_verify_attn_run_pays_for_its_page_scores_in_every_pass_that_verifies(
     verifications of 5 and 9 tokens. The plan, batch and segment prices agree, and a run of
     another method pays nothing."""
     from spsim.cost.calibrated import PlanBatch
-    from spsim.simulator.segment import DecodeSegment
+    from spsim.cost.segments import DecodeSegment
 
     def plan(keep, drafts=0):
         return PassPlan(draft_ids=np.arange(drafts), draft_context=np.full(drafts, 32768),

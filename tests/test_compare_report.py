@@ -86,7 +86,7 @@ def test_duplicate_policies_run_once(trace_file, policies, kept):
 
 
 def test_bad_policy_fails_before_any_run(trace_file, monkeypatch):
-    import spsim.simulator.compare as compare
+    import spsim.compare as compare
     from spsim.errors import SpsimError
 
     monkeypatch.setattr(compare, "simulate", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
@@ -95,7 +95,7 @@ def test_bad_policy_fails_before_any_run(trace_file, monkeypatch):
 
 
 def test_spread_below_rounding_is_not_shown():
-    from spsim.simulator.compare import _fmt
+    from spsim.compare import _fmt
 
     assert "±" not in _fmt(25.4, 5.7e-14, None)
     assert "±" not in _fmt(2196.0, 0.3, None)

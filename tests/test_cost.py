@@ -17,8 +17,8 @@ from spsim.memory import kv_capacity_pages, page_bytes
 from spsim.models import MODELS, get_model
 from spsim.cost.constant import ConstantCostModel
 from spsim.plan import DraftMethod, PassPlan
-from spsim.simulator.segment import DecodeSegment
-from spsim.simulator.segment_cost import PerPass, RooflineSegments
+from spsim.cost.segments import DecodeSegment
+from spsim.cost.segments import PerPass, RooflineSegments
 from spsim.cost import RooflineCostModel, fit_error, load_cost_model, make_cost_model, save_profile
 
 I = np.int64

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from spsim.cost import CalibratedCostModel, CalibratedParams
 from spsim.cost.calibrated import PlanBatch
 from spsim.cost.padding import SCRATCH_PAGES, bucket_vec, pad_count_vec, padded, padded_vec, pow2_vec
-from spsim.gpu_runtime.buckets import bucket, pad_count, pow2
+from spsim.buckets import bucket, pad_count, pow2
 from spsim.gpu_runtime.padding import SCRATCH_PAGES as RUNTIME_SCRATCH
 from spsim.gpu_runtime.padding import PassPadding
 from spsim.plan import PassPlan

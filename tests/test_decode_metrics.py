@@ -3,7 +3,7 @@ of decode-only passes, and the share of GPU time in prefill (spsim/metrics.py)."
 
 import numpy as np
 
-from spsim.simulator.compare import FIGURES, compare_policies
+from spsim.compare import FIGURES, compare_policies
 from spsim.simulator.engine import SimConfig, simulate
 from spsim.traces import read_trace
 

@@ -63,7 +63,7 @@ def test_a_large_model_on_the_cpu_is_one_line(cmd):
 
 
 def test_no_cuda_hint_suggests_the_cpu_only_for_small_models(monkeypatch):
-    from spsim.gpu_runtime.cli import check_device
+    from spsim.cli.gpu_runtime import check_device
 
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: False)))
     with pytest.raises(SpsimError, match="no CUDA device here; --device cpu serves small models"):

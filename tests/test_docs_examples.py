@@ -74,7 +74,7 @@ def _commands():
 
 
 COMMANDS = _commands()
-# traces/cli.py is another part's file: its subcommands' examples are asked of its owner
+# spsim/cli/traces.py is another part's file: its subcommands' examples are asked of its owner
 TRACE_SUBCOMMANDS = {"trace stats", "trace convert", "trace gen", "trace head"}
 
 

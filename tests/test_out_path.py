@@ -32,7 +32,7 @@ def no_simulation(monkeypatch):
         raise AssertionError("simulated before checking --out")
 
     monkeypatch.setattr(engine, "simulate", boom)
-    import spsim.simulator.compare as compare
+    import spsim.compare as compare
 
     monkeypatch.setattr(compare, "simulate", boom)
 

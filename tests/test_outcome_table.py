@@ -37,7 +37,7 @@ def test_table_rows_any_size_fast_equals_step(monkeypatch, policy, rows, seed, n
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000), K=st.integers(1, 10), md=st.integers(1, 16), rows=st.integers(1, 40))
 def test_table_entries_are_the_models_answers(seed, K, md, rows):
-    from spsim.simulator.acceptance.latent import LatentAcceptance, LatentParams
+    from spsim.acceptance.latent import LatentAcceptance, LatentParams
     from spsim.simulator.outcomes import OutcomeTable
 
     rng = np.random.default_rng(seed)

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from spsim.gpu_runtime.buckets import bucket, pow2
+from spsim.buckets import bucket, pow2
 from spsim.gpu_runtime.padding import PassPadding, pad_count
 
 

@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-import spsim.simulator.cli as sim_cli
+import spsim.cli.simulator as sim_cli
 from spsim.cli import app
 
 runner = CliRunner()

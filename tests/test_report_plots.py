@@ -145,7 +145,7 @@ def test_a_limiting_reason_is_stated_once(plan_out, tmp_path):
 def test_plan_table_marks_winners_with_ratios_at_80_columns(plan_out):
     from rich.console import Console
 
-    from spsim.planning.cli import results_table
+    from spsim.cli.planning import results_table
 
     con = Console(width=80, record=True, color_system=None)
     con.print(results_table(plan_out))
@@ -218,7 +218,7 @@ def test_plan_table_keeps_its_numbers_at_80_columns_with_long_labels():
     numeric columns no width at all at 80 columns: the table showed labels and empty cells."""
     from rich.console import Console
 
-    from spsim.planning.cli import results_table
+    from spsim.cli.planning import results_table
 
     rows = [{"config": f"{p} h200 llama-3.2-3b draft-budget=1024 max-batch=128", "policy": p.split(":")[0],
              "clairvoyant": False, "status": "ok", "max_rate": 1234.5, "rate_per_gpu": 617.25,

@@ -113,7 +113,7 @@ def test_preset_acceptance_follows_the_keyed_draws(tiny):
     """With a preset, accepted counts come from the acceptance model's keyed draws: a fixed-k run
     accepts what a replay of the same requests would, and the clairvoyant oracle drafts only what
     will be accepted."""
-    from spsim.simulator.acceptance import make_acceptance
+    from spsim.acceptance import make_acceptance
 
     run = serve(tiny, "fixed-k:k=4", acceptance="fixed:p=0.7", kv_pages=400)
     s = run.result.summary

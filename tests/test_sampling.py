@@ -46,7 +46,7 @@ def test_keyed_uniform_reproducible_and_order_free():
 
 
 def test_keyed_hash_is_the_simulators():
-    keyed = pytest.importorskip("spsim.simulator.acceptance.keyed")
+    keyed = pytest.importorskip("spsim.acceptance.keyed")
     rid, pos = np.arange(50)[:, None], np.arange(30)
     assert np.array_equal(keyed_hash(3, ACCEPT, rid, pos), keyed.key(3, ACCEPT, rid, pos))
     assert np.allclose(keyed_uniform(3, rid, pos, ACCEPT), keyed.uniform(3, ACCEPT, rid, pos), atol=2**-53)

@@ -12,8 +12,8 @@ import pytest
 
 from spsim.cost.constant import ConstantCostModel
 from spsim.cost.roofline import RooflineCostModel
-from spsim.simulator.segment import DecodeSegment, FastPath
-from spsim.simulator.segment_cost import RooflineSegments, segment_cost
+from spsim.cost.segments import DecodeSegment, RooflineSegments, segment_cost
+from spsim.simulator.segment import FastPath
 
 from conftest import make_trace, run, strip
 

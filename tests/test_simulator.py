@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spsim.simulator.acceptance.simple import FixedAcceptance, PositionAcceptance
+from spsim.acceptance.simple import FixedAcceptance, PositionAcceptance
 from spsim.cost.constant import ConstantCostModel
 from spsim.cost.roofline import RooflineCostModel
 from spsim.simulator.engine import SimConfig, simulate

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spsim.calibration.shipped import PROFILES
+from spsim.cost.shipped import PROFILES
 from spsim.cost import RooflineCostModel, read_profile
 from spsim.cost.calibrated import CalibratedCostModel
 from spsim.plan import DraftMethod, PassPlan

@@ -20,7 +20,7 @@ def _cost(kind: str):
         if kind == "roofline":
             _COSTS[kind] = RooflineCostModel()
         else:
-            from spsim.calibration.shipped import PROFILES
+            from spsim.cost.shipped import PROFILES
             from spsim.cost import read_profile
             from spsim.cost.calibrated import CalibratedCostModel
 

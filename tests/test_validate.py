@@ -191,9 +191,10 @@ def test_a_profile_of_other_kernels_gets_a_warning():
     a run on the same kernels (or a CPU smoke test, warned of otherwise) is not."""
     import json
 
-    from spsim.calibration.measure import kernel_version
+    from spsim.calibration.measure import KERNEL_FILES, _package_file, kernel_version
     from spsim.validate_report import other_kernels
 
+    assert all(_package_file(n).is_file() for n in KERNEL_FILES)  # every file hashed is where it is looked for
     now = kernel_version()
     assert len(now) == 12 and now == kernel_version()
     shipped = json.loads((Path(__file__).resolve().parent.parent / "calibration" / "profiles"

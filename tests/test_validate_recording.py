@@ -1,5 +1,5 @@
 """`spsim validate`'s simulator side prices every pass through a recording proxy of the cost model
-(spsim.validate.RecordingCost). The proxy must be invisible to the policies: a policy that looks
+(spsim.cost.recording.RecordingCost). The proxy must be invisible to the policies: a policy that looks
 at its cost model's class for a fast path (aspire, entropy) crashed on it once (2026-12-01, on the
 H200, `aspire` under `validate_gpu.py`). Every built-in policy, proxied or not, gives the same run."""
 
@@ -11,7 +11,7 @@ import pytest
 from spsim.config import ServingConfig
 from spsim.policies.registry import list_policies
 from spsim.traces import Trace
-from spsim.validate import RecordingCost
+from spsim.cost.recording import RecordingCost
 
 
 @pytest.mark.parametrize("name", sorted(list_policies()))

@@ -3,7 +3,7 @@
 Implementations register a profile kind (`spsim.cost.profile`): the analytic roofline (the
 embedded default) and, from calibration, models fitted to GPU measurements. Policies receive one
 to price their choices; the simulator uses it as its clock. Pricing many passes at once is a
-simulator-only speed-up and lives there (`spsim.simulator.segment_cost`), not in this protocol.
+simulator-only speed-up and lives beside it (`spsim.cost.segments`), not in this protocol.
 """
 
 from __future__ import annotations

@@ -78,6 +78,7 @@ import numpy as np
 from spsim.hardware import GPU
 from spsim.models import ModelConfig
 from spsim.plan import DraftMethod, PassPlan
+from spsim.worklist import MIN_SPLIT_TOKENS, WAVES, split_of_units
 
 from .padding import MODES as PADDING_MODES
 from .padding import SCRATCH_PAGES, padded, padded_vec
@@ -296,8 +297,8 @@ class CalibratedCostModel(RooflineCostModel):
             self.req_tbl[method, np.minimum(pos, 1)]
 
     # ---- the attention's work items (tail term) ----
-    ATTN_WAVES = 8.0  # plan_attention's defaults: work items per SM aimed at, and the split floor
-    ATTN_MIN_SPLIT = 4096
+    ATTN_WAVES = WAVES  # the split rule's: work items per SM aimed at, and the split floor
+    ATTN_MIN_SPLIT = MIN_SPLIT_TOKENS
     WORK_CACHE_MAX = 1 << 18  # makespans kept (per model) of passes of more items than SMs
 
     def work_ratio(self, q, kv, qmax: int | None = None) -> float:
@@ -374,38 +375,15 @@ class CalibratedCostModel(RooflineCostModel):
 
     def _units_ratio(self, units: np.ndarray, bn: int, hkv: int, S: int) -> float:
         """One pass's ratio from its plan's units (KV blocks of each unit, one head, in plan order;
-        int64) and KV block size `bn`, on Python ints and floats: plan_attention's split search,
-        the closed form in one round, the makespan where it runs more than one."""
+        int64) and KV block size `bn`, on Python ints and floats: the split rule
+        (`worklist.split_of_units`), the closed form in one round, the makespan where it runs more
+        than one."""
         ul = units.tolist()
         if not ul:
             return 1.0
-        nu = len(ul)
-        tot = sum(ul)
-        total = hkv * tot
+        total = hkv * sum(ul)
         umax = max(ul)
-        ub1 = [u if u > 1 else 1 for u in ul]  # a unit of no blocks is still an item
-
-        def count(s):  # items of the plan at split s (blocks): every head has the same units
-            return hkv * sum([-(-u // s) for u in ub1])
-
-        split = max(1, -(-total // max(1, int(S * self.ATTN_WAVES))))
-        items = count(split) if umax > split else hkv * nu
-        hi = min(-(-self.ATTN_MIN_SPLIT // bn), max(1, umax))
-        if items > S and split < hi:
-            room = S - hkv * nu
-            if room > 0:
-                hi = min(hi, -(-total // room))
-                lo = min(max(split + 1, -(-total // S)), hi)
-            else:
-                lo = hi
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if count(mid) <= S:
-                    hi = mid
-                else:
-                    lo = mid + 1
-            split = lo
-            items = count(split)
+        split, items = split_of_units(ul, hkv, bn, S, self.ATTN_WAVES, self.ATTN_MIN_SPLIT)
         c = float(self.p.attn_item_tokens)
         ideal = (float(total * bn) + c * items) / S
         if items > S:  # more than one round
@@ -836,10 +814,10 @@ class CalibratedCostModel(RooflineCostModel):
 
     def decode_times(self, context: list[int], n: int) -> np.ndarray:
         if self.p.attn_sms or self.p.padding != "none":  # the tail and padding are per pass: priced as a segment
-            from spsim.simulator.segment import DecodeSegment
+            from .segments import DecodeSegment
 
             return self.segment_times(DecodeSegment.plain(context, n))
-        from spsim.simulator.segment_cost import RooflineSegments
+        from .segments import RooflineSegments
 
         return RooflineSegments(self).decode_times(context, n)  # q = 1: the smallest tile, no pass terms
 

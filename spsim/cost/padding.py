@@ -14,15 +14,14 @@ Modes: "none" (nothing added), "bucket" (request counts by `pad_count`, tokens a
 `bucket`), "pow2" (`--coarse-shapes`: powers of two), "rule" (the shape rule, the runtime's
 default: prefill, drafting and verifying requests padded together to a power of two, tokens and
 logits by `rule_size`, the filler always fitting). The rules are the
-runtime's own (`gpu_runtime/buckets.py`, pure Python), vectorised here; tests hold the two equal.
+runtime's own (`spsim/buckets.py`, pure Python), vectorised here; tests hold the two equal.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from spsim.gpu_runtime.buckets import RULE_FINE, bucket, pad_count, pow2, rule_size
-from spsim.gpu_runtime.padding import SCRATCH_PAGES  # pages outside the pool the filler's query must fit in
+from spsim.buckets import RULE_FINE, SCRATCH_PAGES, bucket, pad_count, pow2, rule_size
 
 MODES = ("none", "bucket", "pow2", "rule")
 LEAST = 8  # padded token and logits counts are at least this (PassPadding._size(..., 8))

@@ -78,7 +78,7 @@ def register(app: typer.Typer) -> None:
         """Find, per configuration, the highest request rate meeting an SLO, the fewest replicas
         for a target rate, goodput per GPU and per dollar, and what limits it; recommend a winner
         per objective."""
-        from .run import PlanInputs, run_plan
+        from spsim.planning.run import PlanInputs, run_plan
 
         inputs = PlanInputs.from_options(
             trace=trace, trace_format=trace_format, limit=limit, skip_invalid=skip_invalid, slo=slo,
@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
                 console.print(f"wrote {out}/results.csv, probes.csv, recommendation.json, recommendation.md "
                               f"(probe cache: {out}/cache)")
         if report is not None:
-            from .report import write_report
+            from spsim.planning.report import write_report
 
             write_report(report, plan_out)
             if not as_json:
@@ -114,7 +114,7 @@ def register(app: typer.Typer) -> None:
 def results_table(p) -> Table:
     """The configurations, each objective's winner starred (green) in its column, rate per GPU
     against the reference policy's below it; fits 80 columns (tests/test_plan_report.py)."""
-    from .marks import marked
+    from spsim.planning.marks import marked
 
     t = Table(title=f"spsim plan: {p.meta['trace']} ({p.meta['requests']:,} requests), SLO {p.meta['slo']}",
               header_style="bold", show_lines=True)
@@ -145,7 +145,7 @@ def results_table(p) -> Table:
 
 def print_limits(rows: list[dict]) -> None:
     """What limits the configurations, each reason once (planning/limits.py: stated_once)."""
-    from .limits import stated_once
+    from spsim.planning.limits import stated_once
 
     for g in stated_once(rows):
         if g["code"] == "none":

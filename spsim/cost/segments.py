@@ -1,5 +1,5 @@
-"""Pricing many decode passes in one call: the simulator's fast path, not part of the shared
-`CostModel` protocol (the runtime never needs it).
+"""Pricing many decode passes in one call (`DecodeSegment`): the simulator's fast path, not part of
+the shared `CostModel` protocol (the runtime never needs it).
 
 `segment_cost(cost)` gives a `SegmentCost` for any cost model: the model itself if it prices
 segments, a registered adapter for its type (the roofline's lookup tables), else `PerPass`, which
@@ -10,14 +10,62 @@ same pass, which prices one-pass segments through the same object.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
 import numpy as np
 
-from spsim.cost import RooflineCostModel
-from spsim.plan import PassPlan
+from spsim.plan import DraftMethod, PassPlan
 
-from .segment import DecodeSegment
+from .roofline import RooflineCostModel
+
+I64 = np.int64
+
+
+@dataclass
+class DecodeSegment:
+    """`n` consecutive pure-decode passes over the same `r` requests (no prefill, no admissions).
+
+    Per pass i and request j: `kind[i, j]` is 1 (draft), 2 (verify) or 0 (not in the pass: a
+    synchronous batch's request waiting for the batch's verification), `query[i, j]` the query
+    tokens (1 for a draft), `context[i, j]` the KV tokens before that pass, `draft_pos[i, j]` the
+    provisional drafted tokens held before that pass (PassPlan.draft_pos for drafts; for a verify,
+    query - 1). `budget`, `method` are per request. A segment cost returns the n pass times from
+    this in one call; entry i must equal what the step path pays for the same pass.
+    """
+
+    kind: np.ndarray  # (n, r) int8
+    query: np.ndarray  # (n, r) int64
+    context: np.ndarray  # (n, r) int64
+    draft_pos: np.ndarray  # (n, r) int64
+    budget: np.ndarray  # (r,) int64
+    method: np.ndarray  # (r,) int64
+
+    DRAFT = 1
+    VERIFY = 2
+    IDLE = 0  # in no pass: a synchronous batch's request that drafted all its output can use
+
+    @classmethod
+    def plain(cls, context: list[int], n: int) -> "DecodeSegment":
+        """n plain decode passes (every request verifies one token) from `context`."""
+        r = len(context)
+        ctx = np.asarray(context, I64) + np.arange(n, dtype=I64)[:, None]
+        one, zero = np.ones((n, r), I64), np.zeros(r, I64)
+        return cls(np.full((n, r), cls.VERIFY, np.int8), one, ctx, one - 1, zero, zero)
+
+    @classmethod
+    def from_plan(cls, plan: PassPlan) -> "DecodeSegment":
+        """A one-pass segment from a plan without prefill, drafts first (tests use it)."""
+        assert not len(plan.prefill_ids)
+        nd, nv = len(plan.draft_ids), len(plan.verify_ids)
+        kind = np.concatenate([np.full(nd, 1, np.int8), np.full(nv, 2, np.int8)])[None, :]
+        query = np.concatenate([np.ones(nd, I64), plan.verify_query])[None, :]
+        ctx = np.concatenate([plan.draft_context, plan.verify_context])[None, :]
+        dpos = np.concatenate([plan.draft_pos, plan.verify_query - 1])[None, :]
+        budget = np.concatenate([plan.draft_budget, np.zeros(nv, I64)])
+        vm = int(DraftMethod.VERIFY_ATTN) if plan.keep_scores else 0  # the run's method, where it shows
+        method = np.concatenate([plan.draft_method, np.full(nv, vm, I64)])
+        return cls(kind, query, ctx, dpos, budget, method)
 
 
 class SegmentCost(Protocol):

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .cli_options import LIMIT, SKIP_INVALID, TRACE_FORMAT, check_out_dir, serving_options
+from spsim.cli_options import LIMIT, SKIP_INVALID, TRACE_FORMAT, check_out_dir, serving_options
 
 console = Console()
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -24,7 +24,7 @@ EXAMPLES = (
 
 
 def register(app: typer.Typer) -> None:
-    from .validate import DEFAULT_ACCEPTANCE
+    from spsim.validate import DEFAULT_ACCEPTANCE
 
     @app.command(epilog=EXAMPLES)
     @serving_options(exclude=("replicas", "router"), defaults={"acceptance": DEFAULT_ACCEPTANCE})
@@ -74,21 +74,21 @@ def register(app: typer.Typer) -> None:
         if measured is not None:
             return _against_measured(trace, measured, serving, limit, window, trace_format, skip_invalid, device,
                                      cuda_graphs, startup_shapes, as_json)
-        from .gpu_runtime.cli import check_device
+        from spsim.cli.gpu_runtime import check_device
 
         check_device(device, serving.model)
 
-        from .cli_report import load_trace, setting_notes, warn
-        from .validate import OUT_FILES, check, dumps, select, write
-        from .validate import validate as run_both
-        from .validate_report import notes
+        from spsim.cli_report import load_trace, setting_notes, warn
+        from spsim.validate import OUT_FILES, check, dumps, select, write
+        from spsim.validate import validate as run_both
+        from spsim.validate_report import notes
 
         cfg = check(serving)
         check_out_dir(out, OUT_FILES)
         tr = select(load_trace(trace, trace_format, None, skip_invalid), limit, window)
         warn(setting_notes(cfg, len(tr)))
 
-        from .gpu_runtime.engine import RuntimeOptions
+        from spsim.gpu_runtime.engine import RuntimeOptions
 
         opts = RuntimeOptions(device=device, dtype=dtype, cuda_graphs=cuda_graphs, rehearse=rehearse, repeats=repeat,
                               coarse_shapes=coarse_shapes, overlap=overlap, shape_rule=startup_shapes,
@@ -108,9 +108,9 @@ def _against_measured(trace, measured, serving, limit, window, trace_format, ski
                       startup_shapes, as_json) -> None:
     import json
 
-    from .cli_report import load_trace
-    from .errors import SpsimError
-    from .validate import dumps, select, validate_measured
+    from spsim.cli_report import load_trace
+    from spsim.errors import SpsimError
+    from spsim.validate import dumps, select, validate_measured
 
     try:
         summary = json.loads(measured.read_text())
@@ -140,7 +140,7 @@ def _against_measured(trace, measured, serving, limit, window, trace_format, ski
 
 
 def show(r: dict) -> None:
-    from .validate_report import plans_line, rows, runtime_line
+    from spsim.validate_report import plans_line, rows, runtime_line
 
     console.print(f"[bold]{r['policy']}[/] on {r['trace']} ({r['requests']:,} requests, {r['load']}): "
                   f"{r['model']} on {r['device']}, cost model {r['cost_model']}, {r['kv_pages']:,} KV pages")

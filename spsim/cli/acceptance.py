@@ -16,13 +16,13 @@ from spsim.errors import SpsimError
 from spsim.events import read_events, write_events
 from spsim.plan import DraftMethod
 
-from . import curves
-from .curves import sample_events
+from spsim.acceptance import curves
+from spsim.acceptance.curves import sample_events
 
 
 def _presets():
     """The presets module, imported when a command runs (it brings scipy)."""
-    from . import presets
+    from spsim.acceptance import presets
 
     return presets
 
@@ -199,13 +199,13 @@ def fit(events: Path = typer.Argument(..., help="Accept-events JSONL (from `spsi
     interleaved reuse is rejected naming the line. Tokens after a run's first rejection are censored
     by the fit (write them or not). The report sets the fit against baselines on held-out groups, for
     every method and budget present."""
-    from .fit import Baselines, fit as do_fit, fit_entropy, kfold
-    from .select import candidates, select
+    from spsim.acceptance.fit import Baselines, fit as do_fit, fit_entropy, kfold
+    from spsim.acceptance.select import candidates, select
 
     if not 0 <= holdout < 1:  # also rejects NaN
         raise SpsimError(f"--holdout must be in [0, 1) (got {holdout})")
     _at_least(0, folds=folds, bootstrap=bootstrap)
-    from .select import CANDIDATES
+    from spsim.acceptance.select import CANDIDATES
 
     if model != "auto" and model not in CANDIDATES:
         raise SpsimError(f"--model {model!r}: expected auto, {', '.join(CANDIDATES)}")
@@ -276,8 +276,8 @@ def fit(events: Path = typer.Argument(..., help="Accept-events JSONL (from `spsi
 def _final_model(chosen, ev, train, test, params, base_p, do_fit):
     """(latent params, rate table or None, the latent refit's status or None) of the chosen model,
     refitted on every event (the hold-out served the choice; the preset gets all the evidence)."""
-    from .fit import fit_entropy
-    from .rates import fit_rates
+    from spsim.acceptance.fit import fit_entropy
+    from spsim.acceptance.rates import fit_rates
 
     from dataclasses import replace
 
@@ -303,10 +303,10 @@ def _interval(ev, labels, chosen, params, rates, replicates: int) -> dict | None
     """The bootstrap interval of the chosen model's mean accepted length per k (or None)."""
     if not replicates:
         return None
-    from . import bootstrap as B
+    from spsim.acceptance import bootstrap as B
 
     if rates is not None:
-        from .rates import RateAcceptance
+        from spsim.acceptance.rates import RateAcceptance
 
         m = RateAcceptance(rates)
 
@@ -315,7 +315,7 @@ def _interval(ev, labels, chosen, params, rates, replicates: int) -> dict | None
             p = np.concatenate([p, np.full(max(ks) - len(p), p[-1])]) if len(p) < max(ks) else p
             return np.cumsum(np.cumprod(p))[[k - 1 for k in ks]]
     else:
-        from .latent import LatentAcceptance
+        from spsim.acceptance.latent import LatentAcceptance
 
         def model_curve(method, budget, context, ks):
             return curves.expected_accepted(LatentAcceptance(params, seed=0), ks, n_requests=300, output_tokens=64,
@@ -368,7 +368,7 @@ def _groups(path: Path, ev, holdout_by: str | None):
 def _held_out_groups(labels, share: float) -> np.ndarray:
     """Events of round(share x groups) groups (at least one when share > 0 and there are two or
     more), chosen by a hash of the group label: the same split whatever the file order."""
-    from .fit import group_folds
+    from spsim.acceptance.fit import group_folds
 
     if share <= 0:
         return np.zeros(len(labels), bool)
@@ -381,8 +381,8 @@ def _held_out_groups(labels, share: float) -> np.ndarray:
 def _heldout_report(params, base_p, baselines, ev, te, field, value) -> dict:
     """Held-out log-likelihood per token (fitted, base preset, baselines) overall and for every
     (method, budget) in the file, with the accepted-length check per recorded draft length."""
-    from .entropy import empirical_auc
-    from .fit import heldout_loglik
+    from spsim.acceptance.entropy import empirical_auc
+    from spsim.acceptance.fit import heldout_loglik
 
     inf = te.informative() & np.isfinite(te.entropy)
     out = {"by": field or "request window", **({"value": value} if value is not None else {}),
@@ -419,7 +419,7 @@ def _heldout_report(params, base_p, baselines, ev, te, field, value) -> dict:
 
 def _length_report(params, te, drafted, accepted, method: int, budget: int) -> list[dict]:
     """Observed vs fitted accepted-length distribution for each recorded draft length (>= 20 runs)."""
-    from .latent import LatentAcceptance
+    from spsim.acceptance.latent import LatentAcceptance
 
     rows = []
     for k in np.unique(drafted):

@@ -64,7 +64,7 @@ def bench_serve_cmd(
         raise SpsimError(f"--vocab: {url} does not report its vocabulary size; give it")
     from rich.progress import Progress
 
-    from .bench import bench_serve
+    from spsim.server.bench import bench_serve
 
     with Progress(console=console, transient=True, disable=as_json) as bar:
         task = bar.add_task(f"{len(tr):,} requests to {url}", total=len(tr))
@@ -102,7 +102,7 @@ def bench_tokenizer_cmd(
     side tokenizes."""
     from spsim.gpu_runtime.weights import resolve_weights
 
-    from .tokenizer_check import check
+    from spsim.server.tokenizer_check import check
 
     if resolve_weights(weights).suffix != ".gguf":
         raise SpsimError(f"--weights {weights}: a .gguf file (its tokenizer is what is exported)")
@@ -164,10 +164,10 @@ def register(app: typer.Typer) -> None:
             raise SpsimError(f"--temperature must be >= 0 (got {temperature})")
         if not 0 < port < 65536:
             raise SpsimError(f"--port must be between 1 and 65535 (got {port})")
-        from spsim.gpu_runtime.cli import check_device
+        from spsim.cli.gpu_runtime import check_device
 
         check_device(device, serving.model, weights)
-        from .run import serve_forever
+        from spsim.server.run import serve_forever
 
         serve_forever(serving, weights=weights, device=device, dtype=dtype, temperature=temperature, host=host,
                       port=port, served_model_name=served_model_name or serving.model, max_queue=max_queue,

@@ -11,8 +11,8 @@ from rich.table import Table
 
 from spsim.policies.draftlog import DEFAULT_SAMPLE as DRAFT_SAMPLE
 
-from .engine import SimConfig, simulate
-from .positions import simulate_with_positions
+from spsim.simulator.engine import SimConfig, simulate
+from spsim.simulator.positions import simulate_with_positions
 
 from spsim.compare_figures import FIGURES, best_row
 
@@ -120,7 +120,7 @@ def _acceptance_spread(row: dict, ss: list[dict], cfg) -> None:
     from spsim.plan import DraftMethod
     from spsim.policies.registry import parse_policy
 
-    from .acceptance.spread import preset_interval, spread
+    from spsim.acceptance.spread import preset_interval, spread
 
     block = preset_interval(cfg.acceptance)
     vals = [s["mean_accepted_per_verify"] for s in ss if s.get("verifications")]

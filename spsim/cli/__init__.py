@@ -1,4 +1,6 @@
-"""The `spsim` command line. Each part contributes its own typer app; this file only wires them.
+"""The `spsim` command line: the top layer. One module per command group (simulator.py: replay,
+compare, models, policies; gpu_runtime.py: run; traces.py, acceptance.py, calibration.py,
+validate.py, planning.py, server.py); this file only wires them.
 
 Errors caused by input (`SpsimError`) print one line and exit with their code, never a traceback.
 """
@@ -11,8 +13,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from . import __version__
-from .errors import SpsimError
+from spsim import __version__
+from spsim.errors import SpsimError
 
 err_console = Console(stderr=True)
 
@@ -45,17 +47,17 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 def _register() -> None:
-    # Each part's CLI module imports only typer, rich and light spsim modules; a command imports
+    # Each command group's module imports only typer, rich and light spsim modules; a command imports
     # its own world (simpy, scipy, torch) when it runs, so `spsim --help` works everywhere and a
     # broken command fails loudly here instead of vanishing from the help.
-    from spsim.calibration.cli import register as register_calibrate
-    from spsim.gpu_runtime.cli import register as register_run
-    from spsim.planning.cli import register as register_plan
-    from spsim.server.cli import register as register_serve
-    from spsim.simulator.acceptance.cli import app as acc_app
-    from spsim.simulator.cli import register as register_sim
-    from spsim.traces.cli import app as trace_app
-    from spsim.validate_cli import register as register_validate
+    from .acceptance import app as acc_app
+    from .calibration import register as register_calibrate
+    from .gpu_runtime import register as register_run
+    from .planning import register as register_plan
+    from .server import register as register_serve
+    from .simulator import register as register_sim
+    from .traces import app as trace_app
+    from .validate import register as register_validate
 
     app.add_typer(trace_app, name="trace", help="Inspect, convert, generate and transform request traces.",
                   epilog="Examples:\n\n  spsim trace stats mooncake\n\n"
@@ -132,6 +134,3 @@ def main() -> None:
         err_console.print("interrupted")
         sys.exit(130)
 
-
-if __name__ == "__main__":
-    main()

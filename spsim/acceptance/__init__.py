@@ -1,4 +1,5 @@
-"""Acceptance models: which drafted tokens the target model accepts (simulated world only).
+"""Acceptance models: which drafted tokens the target model accepts. The simulator draws its
+outcomes from one; the runtime, given a preset, draws the same keyed outcomes instead of the model's own.
 
 `make_acceptance(spec, seed)` builds one from a spec (`fixed:p=0.8`, `position:p0=0.9,decay=0.02`,
 a preset such as `sparsespec-llama8b:temperature=0.7`); `DEFAULT_ACCEPTANCE` is the simulator's

@@ -15,11 +15,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from spsim.cli_options import LIMIT, SKIP_INVALID, TRACE_FORMAT, check_out_dir, serving_options
+from spsim.cli_options import LIMIT, SKIP_INVALID, TRACE_FORMAT, check_out_dir, policy_specs, serving_options
 from spsim.cli_report import DEFAULT_TRACE, cost_note, load_trace as _load, run_notes, setting_notes, summary_table, warn  # noqa: F401
 from spsim.policies.draftlog import DEFAULT_SAMPLE as DRAFT_SAMPLE
 from spsim.errors import SpsimError
-from spsim.spec import split_specs
 
 # The simulator (simpy) is imported when a command runs, not when the CLI starts: `spsim --help`
 # and the GPU world's commands work where simpy is not installed.
@@ -77,10 +76,10 @@ def _run(trace, cfg, label: str, quiet: bool = False, record: bool = False, draf
     with (else the run's own)."""
     from functools import partial
 
-    from .engine import simulate
+    from spsim.simulator.engine import simulate
 
     if record:
-        from .positions import simulate_with_positions as simulate  # noqa: F811
+        from spsim.simulator.positions import simulate_with_positions as simulate  # noqa: F811
     own = {"cost": cost} if cost is not None else {}
     simulate = partial(simulate, draft_sample=draft_sample, **own)  # noqa: F811
 
@@ -100,7 +99,7 @@ def _acceptance_spread(cfg, spec, res) -> str | None:
     from spsim.build import draft_method
     from spsim.plan import DraftMethod
 
-    from .acceptance.spread import note, preset_interval, seed_sd_from_requests, spread
+    from spsim.acceptance.spread import note, preset_interval, seed_sd_from_requests, spread
 
     block = preset_interval(cfg.acceptance)
     s = res.summary
@@ -136,7 +135,7 @@ def _recorder(cfg, spec):
 
 def _LazySimConfig(**kw):
     """SimConfig, imported when a command runs (it brings simpy)."""
-    from .engine import SimConfig
+    from spsim.simulator.engine import SimConfig
 
     return SimConfig(**kw)
 
@@ -144,27 +143,6 @@ def _LazySimConfig(**kw):
 def _examples(*lines: str) -> str:
     """A help page's epilog: examples, one per paragraph (rich keeps them apart)."""
     return "Examples:\n\n" + "\n\n".join(f"  {x}" for x in lines)
-
-
-def _specs(policies: str) -> list[str]:
-    """--policies, each spec checked before the trace is read; a policy given twice (the same spec
-    after defaults, e.g. `ar,ar`) runs once, with a warning."""
-    from spsim.policies.registry import parse_policy
-
-    specs = split_specs(policies)
-    if not specs:
-        raise SpsimError("--policies is empty")
-    seen: dict[str, str] = {}
-    out = []
-    for spec in specs:
-        canon = parse_policy(spec).make().spec
-        if canon in seen:
-            same = "is given twice" if spec == seen[canon] else f"is the same policy as {seen[canon]!r}"
-            warn([f"--policies: {spec!r} {same}; running it once"])
-            continue
-        seen[canon] = spec
-        out.append(spec)
-    return out
 
 
 def _billions(x: float) -> str:
@@ -324,11 +302,11 @@ def register(app: typer.Typer) -> None:
         serving=None,
     ):
         """Compare policies side by side on one trace, with ratios against the first (usually `ar`)."""
-        from .compare import compare_policies, compare_table, write_report
+        from spsim.compare import compare_policies, compare_table, write_report
 
         if seeds < 1:
             raise SpsimError(f"--seeds must be >= 1 (got {seeds})")
-        specs = _specs(policies)
+        specs = policy_specs(policies)
         check_out_dir(out, ("compare.json", "compare.csv", "report.html", "report.csv", "report.md"))
         if report is not None:
             check_out_dir(report.parent, (report.name,), label=f"--report {report}")
@@ -357,7 +335,7 @@ def register(app: typer.Typer) -> None:
         # one report, the full one, wherever a report is written (--out's report.html, --report)
         pages = ([out / "report.html"] if out else []) + ([report] if report is not None else [])
         if not as_json:
-            from .acceptance.spread import note
+            from spsim.acceptance.spread import note
 
             for r in rows:
                 if r.get("acceptance_spread"):

@@ -19,12 +19,12 @@ from rich.table import Table
 
 from spsim.errors import InputError, SpecError
 
-from . import transforms as T
-from .generate import PRESETS, generate
-from .io import FORMATS, iter_lines, read_trace, write_trace
-from .report import notes
-from .stats import stats as trace_stats
-from .trace import Trace
+from spsim.traces import transforms as T
+from spsim.traces.generate import PRESETS, generate
+from spsim.traces.io import FORMATS, iter_lines, read_trace, write_trace
+from spsim.traces.report import notes
+from spsim.traces.stats import stats as trace_stats
+from spsim.traces.trace import Trace
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode="rich")
 out = Console(highlight=False, soft_wrap=True)

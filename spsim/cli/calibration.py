@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
 
         Times decode, verify, drafting (every draft-KV method), mixed and prefill passes on the real runtime, each written as it is taken (a point whose repeats spread over 10 % is timed once more at the end); a fifth of the points is held out and the profile reports its error (heldout_error)."""
         t_start = time.monotonic()
-        from .calibrate import calibrate_from, calibrate_gpu
+        from spsim.calibration.calibrate import calibrate_from, calibrate_gpu
 
         if gpu == (from_ is not None):
             raise SpsimError("give one of --gpu (measure here, then fit) or --from MEASUREMENTS (refit)")
@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
         if points is not None:
             if from_ is not None:
                 raise SpsimError("--points adds compositions to measure: give it with --gpu, not --from")
-            from .trace_points import read_points
+            from spsim.calibration.trace_points import read_points
 
             read_points(points)  # a bad file fails now, before the model is built
         if from_ is not None:

@@ -1,6 +1,12 @@
-"""Sizes rounded up to a few values, so CUDA graphs (graphs.py) see few distinct shapes."""
+"""Sizes rounded up to a few values, so CUDA graphs see few distinct shapes: the padded-shape rule.
+
+Both worlds need it: the runtime pads its passes with it (gpu_runtime/padding.py, shapes.py) and
+the calibrated cost model prices the padded passes the runtime computes (spsim/cost/padding.py).
+"""
 
 from __future__ import annotations
+
+SCRATCH_PAGES = 16  # pages kept outside the pool for dummy requests (the filler's query fits in them)
 
 
 def bucket(n: int, least: int = 16) -> int:
@@ -31,7 +37,7 @@ RULE_FINE = 256  # the shape rule's token sizes: powers of two up to this, then 
 
 
 def rule_size(n: int, least: int = 8) -> int:
-    """Token and logits-row counts under the shape rule (shapes.py): a power of two up to
+    """Token and logits-row counts under the shape rule (gpu_runtime/shapes.py): a power of two up to
     RULE_FINE (cheap: small passes are bound by weight reads), then `bucket` (at most 25 %
     padding where a pass's tokens start to cost compute: prefill chunks of 1-2K tokens)."""
     p = pow2(n, least)

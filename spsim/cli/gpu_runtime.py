@@ -32,7 +32,7 @@ def check_device(device: str, model: str, weights: str | None = None) -> None:
     if weights is None:
         from spsim.models import ModelConfig
 
-        from .model_config import get_config
+        from spsim.gpu_runtime.model_config import get_config
 
         c = get_config(model)
         n = ModelConfig(c.name, c.layers, c.hidden, c.q_heads, c.kv_heads, c.head_dim, c.intermediate, c.vocab,
@@ -101,7 +101,7 @@ def register(app: typer.Typer) -> None:
 
         from spsim.cli_report import load_trace, run_notes, setting_notes, summary_table, warn
 
-        from .engine import RuntimeOptions, run_trace, write_outputs
+        from spsim.gpu_runtime.engine import RuntimeOptions, run_trace, write_outputs
 
         check_out_dir(out, ("summary.json", "requests.csv", "events.jsonl", "passes.jsonl"))
         if dump_tokens is not None:

@@ -1,5 +1,5 @@
 """Cost profiles shipped with spsim, measured on our GPUs: `calibration/profiles/<gpu>-<model>.json`
-(catalog names, e.g. `h200-llama-3.1-8b.json`).
+(catalog names, e.g. `h200-llama-3.1-8b.json`), data of `spsim.calibration`, which writes them.
 
 Where one exists for a run's GPU and model and was measured at the run's tp, dtypes and page size,
 it is the run's default cost model (`--cost auto`); `--cost roofline` keeps the analytic model. Its
@@ -9,12 +9,21 @@ from this machine's is not worth a warning here (`--profile FILE` still warns).
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 from pathlib import Path
 
 from spsim.errors import SpsimError
 
-PROFILES = Path(__file__).resolve().parent / "profiles"
+
+def _profiles() -> Path:
+    # the folder is package data of spsim.calibration; found without importing that package (a
+    # layer above this one): installed, editable or in a source checkout alike
+    spec = importlib.util.find_spec("spsim.calibration")
+    return Path(next(iter(spec.submodule_search_locations))) / "profiles"
+
+
+PROFILES = _profiles()
 
 
 def profile_path(gpu: str, model: str) -> Path | None:
