@@ -56,7 +56,7 @@ def smollm2_path() -> Path | None:
     return None
 
 
-def _reader(path: str | Path):
+def open_gguf(path: str | Path):
     try:
         import gguf
     except ImportError:
@@ -70,16 +70,16 @@ def _reader(path: str | Path):
         raise WeightsError(f"{p}: not a GGUF file ({e})") from None
 
 
-def _field(r, key: str, default=None):
+def gguf_field(r, key: str, default=None):
     f = r.fields.get(key)
     return default if f is None else f.contents()
 
 
 def gguf_config(r, path: str | Path = "gguf", dtype: str = "fp32") -> LlamaConfig:
-    arch = _field(r, "general.architecture")
+    arch = gguf_field(r, "general.architecture")
     if arch != "llama":
         raise WeightsError(f"{path}: architecture {arch!r}: only 'llama' GGUF files are supported")
-    a = lambda k, d=None: _field(r, f"{arch}.{k}", d)  # noqa: E731
+    a = lambda k, d=None: gguf_field(r, f"{arch}.{k}", d)  # noqa: E731
     heads, hidden = int(a("attention.head_count")), int(a("embedding_length"))
     head_dim = int(a("attention.key_length", hidden // heads))
     if int(a("rope.dimension_count", head_dim)) != head_dim:
@@ -87,16 +87,16 @@ def gguf_config(r, path: str | Path = "gguf", dtype: str = "fp32") -> LlamaConfi
     if "rope_freqs.weight" in {t.name for t in r.tensors} or a("rope.scaling.type", "none") not in ("none", None):
         raise WeightsError(f"{path}: RoPE frequency scaling in GGUF (rope_freqs / rope.scaling) is not supported")
     names = {t.name for t in r.tensors}
-    eos = _field(r, "tokenizer.ggml.eos_token_id")
+    eos = gguf_field(r, "tokenizer.ggml.eos_token_id")
     return LlamaConfig(
-        name=str(_field(r, "general.name", Path(path).stem)), hidden=hidden, layers=int(a("block_count")),
+        name=str(gguf_field(r, "general.name", Path(path).stem)), hidden=hidden, layers=int(a("block_count")),
         q_heads=heads, kv_heads=int(a("attention.head_count_kv", heads)), head_dim=head_dim,
         intermediate=int(a("feed_forward_length")),
         vocab=int(a("vocab_size", len(r.fields["tokenizer.ggml.tokens"].data))),
         rms_norm_eps=float(a("attention.layer_norm_rms_epsilon", 1e-5)), rope_theta=float(a("rope.freq_base", 10000.0)),
         qkv_bias="blk.0.attn_q.bias" in names, tied_embeddings="output.weight" not in names,
         max_context=int(a("context_length", 8192)), dtype=dtype,
-        bos_token_id=_field(r, "tokenizer.ggml.bos_token_id"), eos_token_ids=() if eos is None else (int(eos),))
+        bos_token_id=gguf_field(r, "tokenizer.ggml.bos_token_id"), eos_token_ids=() if eos is None else (int(eos),))
 
 
 def unpermute_rope_rows(w: np.ndarray, heads: int) -> np.ndarray:
@@ -134,14 +134,14 @@ def gguf_tokenizer(r, path: str | Path = "gguf"):
     pre-tokenizer name; control tokens (`<|im_start|>`, ...) are special tokens."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
-    kind = _field(r, "tokenizer.ggml.model")
+    kind = gguf_field(r, "tokenizer.ggml.model")
     if kind != "gpt2":
         raise WeightsError(f"{path}: tokenizer model {kind!r}: only byte-level BPE ('gpt2') is supported")
-    tokens = _field(r, "tokenizer.ggml.tokens")
-    merges = [tuple(m.split(" ", 1)) for m in _field(r, "tokenizer.ggml.merges")]
-    types = _field(r, "tokenizer.ggml.token_type") or [1] * len(tokens)
+    tokens = gguf_field(r, "tokenizer.ggml.tokens")
+    merges = [tuple(m.split(" ", 1)) for m in gguf_field(r, "tokenizer.ggml.merges")]
+    types = gguf_field(r, "tokenizer.ggml.token_type") or [1] * len(tokens)
     tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False))
-    pre = _field(r, "tokenizer.ggml.pre", "default")
+    pre = gguf_field(r, "tokenizer.ggml.pre", "default")
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     if pre in _DIGITS_FIRST:
         split = [pre_tokenizers.Split(Regex(r"\p{N}"), "isolated"), pre_tokenizers.Split(Regex(_GPT2_RE), "isolated")]
@@ -161,14 +161,14 @@ def gguf_tokenizer(r, path: str | Path = "gguf"):
 
 def gguf_chat_template(path: str | Path) -> str | None:
     """The chat template (Jinja) a GGUF file carries, if any."""
-    t = _field(_reader(path), "tokenizer.chat_template")
+    t = gguf_field(open_gguf(path), "tokenizer.chat_template")
     return str(t) if t else None
 
 
 def load_gguf(path: str | Path, device="cpu", dtype: torch.dtype | None = None):
     """`(model, tokenizer)` from a GGUF file; weights dequantised then cast to `dtype` (default
     fp32)."""
-    r = _reader(path)
+    r = open_gguf(path)
     cfg = gguf_config(r, path, dtype="fp32")
     if dtype is not None:
         from .model_config import DTYPES

@@ -73,16 +73,16 @@ def gguf_text(path: str | Path, tokenizer=None) -> dict:
     """What a GGUF file says about text, read once (parsing the file is the slow part):
     `tokenizer` (built unless given), `chat_template`, `special` tokens
     (`tokenizer.ggml.*_token_id`) and `max_context`."""
-    from spsim.gpu_runtime.gguf_loader import _field, _reader, gguf_tokenizer
+    from spsim.gpu_runtime.gguf_loader import gguf_field, open_gguf, gguf_tokenizer
 
-    r = _reader(path)
+    r = open_gguf(path)
     tok = tokenizer if tokenizer is not None else gguf_tokenizer(r, path)
-    ids = {k: _field(r, f"tokenizer.ggml.{k}_token_id") for k in ("bos", "eos", "unknown", "padding")}
-    arch = _field(r, "general.architecture", "llama")
-    return {"tokenizer": tok, "chat_template": _field(r, "tokenizer.chat_template") or None,
+    ids = {k: gguf_field(r, f"tokenizer.ggml.{k}_token_id") for k in ("bos", "eos", "unknown", "padding")}
+    arch = gguf_field(r, "general.architecture", "llama")
+    return {"tokenizer": tok, "chat_template": gguf_field(r, "tokenizer.chat_template") or None,
             "special": special_tokens(tok, ids["bos"], () if ids["eos"] is None else (ids["eos"],), ids["unknown"],
                                       ids["padding"]),
-            "max_context": _field(r, f"{arch}.context_length")}
+            "max_context": gguf_field(r, f"{arch}.context_length")}
 
 
 def export(tokenizer, out: str | Path, *, chat_template: str | None = None, special: dict | None = None,
