@@ -1,4 +1,4 @@
-"""`aspire:replan=pass` decided for many passes at once (`Aspire.plan_stretch`), for an executor
+"""`aspire:replan=pass` decided for many passes at once (`Aspire.fast_plan`), for an executor
 that advances a fixed batch of decode requests many passes per event (the simulator's fast path).
 
 Asked every pass, ASPIRE's answer for a request is the k maximising its expected tokens per unit
@@ -54,7 +54,7 @@ class AspireStretch(StretchBase):
         rate = (1.0 - a ** self._kp1) / (1.0 - a) / self._cyc[rows, cix]
         return (rate.argmax(axis=1) + self._k0).tolist()
 
-    def plan(self, view: DecodeView, n: int, verify, gate: bool, pages=None) -> Stretch | None:
+    def plan(self, view: DecodeView, n: int, entropy, verify, gate: bool, pages=None) -> Stretch | None:
         pol = self.pol
         if pol.exploring:
             return None

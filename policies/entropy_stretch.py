@@ -1,4 +1,4 @@
-"""The entropy rule decided for many passes at once (`Entropy.plan_stretch`), for an executor that
+"""The entropy rule decided for many passes at once (`Entropy.fast_plan`), for an executor that
 advances a fixed batch of decode requests many passes per event (the simulator's fast path).
 
 Between changes of the batch every input of the rule is known ahead: each draft's entropy and each
