@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .kv import private_pages
+
 
 @dataclass
 class Stretch:
@@ -59,9 +61,9 @@ class PageSums:
         pass reserving room for one more: the first pass where the pages do not fit, once every
         column is planned through it, or NEVER. Passes from hz on are not counted."""
         pe, pc, ps, budget, r = self.pages, self.cols, self.ps, self.budget, self.r
-        b = tokens + 1 - self.shared[j] - f  # the reservation before pass p: b + p tokens
+        b, sh = tokens + 1 - f, self.shared[j]  # the reservation before pass p: b + p tokens
         for p in range(f, min(last + 1, hz, len(pe))):
-            x = pe[p] = pe[p] + -(-(b + p) // ps)
+            x = pe[p] = pe[p] + private_pages(b + p, sh, ps)
             c = pc[p] = pc[p] + 1
             if c == r and x > budget:
                 return p

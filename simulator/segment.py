@@ -19,6 +19,7 @@ import numpy as np
 from spsim.plan import DraftMethod, PassPlan
 from spsim.policies.base import DecodeView
 from spsim.policies.batcher import Batcher
+from spsim.policies.kv import private_pages
 from spsim.policies.stretch import PageSums
 
 from .outcomes import OutcomeTable
@@ -349,7 +350,7 @@ class FastPath:
         pass's pages first (`Batcher._grow_pages`, preempting when short) and asks only the
         requests left, so where the pages do not fit, no look (False: the step path plans)."""
         t = self.t
-        need = -(-(t.ctx[run] + t.drafted[run] + 1 - t.shared_tokens[run]) // self.cfg.page_size)
+        need = private_pages(t.ctx[run] + t.drafted[run] + 1, t.shared_tokens[run], self.cfg.page_size)
         if sum((need - t.pages[run]).tolist()) > self.pool.free():
             return False
         self.b.ask_policy(run)
@@ -881,8 +882,7 @@ class FastPath:
                 kind[p0:p1, j] = DecodeSegment.IDLE
                 dpos[p0:p1 + 1, j] = x  # through its verification at p1 (when inside the segment)
         query = np.where(V, dpos + 1, 1)
-        ps = self.cfg.page_size
-        need = -(-(ctx + dpos + 1 - self.t.shared_tokens[run]) // ps)
+        need = private_pages(ctx + dpos + 1, self.t.shared_tokens[run], self.cfg.page_size)
         return DecodeSegment(kind, query, ctx, dpos, self._budget[:r], self._method[:r]), need
 
     def _plain_passes(self, max_passes: int) -> int:
@@ -911,7 +911,7 @@ class FastPath:
         if (sum(base) + r * (n - 1)) // ps + r - held <= free:
             return n
         i = np.arange(n, dtype=I64)[:, None]
-        extra = (-(-(np.asarray(base, I64)[None, :] + i) // ps)).sum(axis=1) - held
+        extra = private_pages(np.asarray(base, I64)[None, :] + i, 0, ps).sum(axis=1) - held
         fits = extra <= free
         return n if fits.all() else int(np.argmin(fits))
 
@@ -949,9 +949,9 @@ class FastPath:
             t.drafts[sr] += drafted_passes
         # pages as the step path leaves them: room reserved before pass n-1 for one more token
         # (AR-like: ctx + 1; drafting: ctx + drafted - 1 + 1; verifying: ctx + drafted + 1)
-        held = t.ctx[run] - t.shared_tokens[run] + np.where(ar, 1, t.drafted[run])
+        held = t.ctx[run] + np.where(ar, 1, t.drafted[run])
         held[~ar] += ver
-        need = -(-held // ps)
+        need = private_pages(held, t.shared_tokens[run], ps)
         pool.adjust(sum((need - t.pages[run]).tolist()))
         pool.track_peak()
         t.pages[run] = need
@@ -993,7 +993,7 @@ class FastPath:
         t.drafted[run] = np.where(last_v, 0, sp.seg.draft_pos[n - 1] + (kind[n - 1] == DecodeSegment.DRAFT))
         # pages: after pass n-1's reservation, shrunk to the committed tokens where it verified
         need = cy.need[:n]
-        pages = np.where(last_v, -(-(t.ctx[run] - t.shared_tokens[run]) // self.cfg.page_size), need[n - 1])
+        pages = np.where(last_v, private_pages(t.ctx[run], t.shared_tokens[run], self.cfg.page_size), need[n - 1])
         before = sum(t.pages[run].tolist())
         peak = pool.used - before + int(need.sum(axis=1).max())
         if peak > pool.peak:
@@ -1145,7 +1145,7 @@ class FastPath:
             # pages: after pass n-1's reservation, shrunk to the committed tokens where it verified
             if lastv[j] == m:
                 t.drafted[rid] = 0
-                pages = -(-(cx - sh.item(rid)) // ps)
+                pages = private_pages(cx, sh.item(rid), ps)
                 if c >= out.item(rid):
                     done.append(rid)
             else:
@@ -1201,7 +1201,7 @@ class FastPath:
             ver[rid] += n
             first.append(e0 - last.item(rid))
             last[rid] = end
-            need = -(-(k - sh.item(rid)) // ps)  # room for one more token before pass n-1
+            need = private_pages(k, sh.item(rid), ps)  # room for one more token before pass n-1
             grown += need - pg.item(rid)
             pg[rid] = need
             if c >= t.output.item(rid):
