@@ -66,21 +66,14 @@ class AspireStretch(StretchBase):
         out = [c + x for c, x in zip(com, view.remaining.tolist())]
         d = view.drafted.tolist()
         md = view.max_draft
-        keep, pkeep, strength = acc.keep, acc.pkeep, acc.strength
         self._cycle_table(view, n + 2 * md + 3, pol.k_max or md)  # + drafts held, + the next cycle's candidates
         self._rids, self._com, self._ctx, self._out, self._md, self._verify = rids, com, ctx, out, md, verify
         pcut = self._page_sums(pages, n)  # the pass where the pages run out, once known
         st = Stretch(rids, n, cycles=[[] for _ in range(r)])
         rec = st.cycles
         hz = n
-        counts = [(list(x) if (x := acc.counts.get(i)) else None) for i in rids]
-        pool = list(acc.pop)
+        counts, pool, relax = self._estimates(rids, com)
         start = [0] * r
-        relax = [None] * r  # the last look's position where a relaxation is due at the next look
-        for j, i in enumerate(rids):
-            p0 = acc.seen.get(i)
-            if counts[j] is not None and p0 is not None and com[j] > p0:
-                relax[j] = p0
         pending = [False] * r
         done = [False] * r
         heap: list = []
@@ -96,17 +89,7 @@ class AspireStretch(StretchBase):
         def own(j):
             return counts[j] is not None and relax[j] is None and not pending[j]
 
-        def fold(P):
-            while heap and heap[0][0] < P:
-                p, j, x, a = heapq.heappop(heap)
-                trials = a + (a < x)
-                if pending[j]:  # its first outcome: counts from the pool's rate (AcceptanceEMA.update)
-                    cj = counts[j] = [pool[0] / pool[1] * strength, strength]
-                    pending[j] = False
-                    cj[0] = keep * cj[0] + a
-                    cj[1] = keep * cj[1] + trials
-                pool[0] = pkeep * pool[0] + a
-                pool[1] = pkeep * pool[1] + trials
+        fold = self._folder(heap, counts, pending, pool)
 
         def take(j, x0, k, x, first=None):
             """Column j's cycle from its next pass (or `first`), x0 drafts held, answer k, to a
@@ -121,10 +104,7 @@ class AspireStretch(StretchBase):
                 if counts[j] is None:
                     pending[j] = True
                 else:
-                    cj = counts[j]
-                    trials = a_ + (a_ < x)
-                    cj[0] = keep * cj[0] + a_
-                    cj[1] = keep * cj[1] + trials
+                    acc.learn(counts[j], None, x, a_)
                 heapq.heappush(heap, (v, j, x, a_))
                 if gate and v + 1 < hz:
                     hz = v + 1
@@ -152,9 +132,7 @@ class AspireStretch(StretchBase):
                 cx = ctx[j] - ctx0[j]
                 base.append(len(P))
                 P.append(c0 / c1)
-                k0, k1 = keep * c0, keep * c1
-                P.extend([(k0 + b) / (k1 + (b + 1)) for b in range(cap)])  # b accepted of more
-                P.extend([(k0 + b) / (k1 + b) for b in range(1, cap + 1)])  # all b accepted
+                P.extend(acc.rates_after(c0, c1, cap))  # b accepted of more, then all b accepted
                 if len(J) > 1:
                     rows += [j] * (2 * cap + 1)
                     cix += [cx] + list(range(cx + 1, cx + cap + 1)) + list(range(cx + 2, cx + cap + 2))

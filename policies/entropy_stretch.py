@@ -240,7 +240,6 @@ class StretchPlanner(StretchBase):
         out = [c + x for c, x in zip(com, view.remaining.tolist())]
         d = view.drafted.tolist()
         md, L = view.max_draft, pol.lookahead
-        keep, pkeep, strength = acc.keep, acc.pkeep, acc.strength
         nd = max(view.num_decode, 1)
         share = pol.ctx.cost.pass_overhead(nd, prefill_tokens=view.prefill_tokens) / nd
         self._cost_tables(view, n + md + 2, share)  # + the drafts held at the start (emitted once verified)
@@ -252,16 +251,9 @@ class StretchPlanner(StretchBase):
         pcut = self._page_sums(pages, n)  # the pass where the pages run out, once known
         st = Stretch(rids, n, cycles=[[] for _ in range(r)])
         hz = n
-        counts = [(list(x) if (x := acc.counts.get(i)) else None) for i in rids]
-        pool = list(acc.pop)
+        counts, pool, relax = self._estimates(rids, com)
         start = [0] * r
         held = [list(pol._p.get(i, []))[:x] for i, x in zip(rids, d)]
-        # a relaxation towards the pool is due at a request's next look (the last look's position)
-        relax = [None] * r
-        for j, i in enumerate(rids):
-            p0 = acc.seen.get(i)
-            if counts[j] is not None and p0 is not None and com[j] > p0:
-                relax[j] = p0
         pending = [False] * r  # first outcome made: its counts start from the pool as it is then
         done = [False] * r
         kmax = [0] * (n + 1)  # most drafts held by any request, per pass, where 8 or more
@@ -281,17 +273,7 @@ class StretchPlanner(StretchBase):
         def own(j):  # its estimate is its own: whole cycles
             return counts[j] is not None and relax[j] is None and not pending[j]
 
-        def fold(P):
-            while heap and heap[0][0] < P:
-                p, j, x, a = heapq.heappop(heap)
-                trials = a + (a < x)
-                if pending[j]:  # its first outcome: counts from the pool's rate (AcceptanceEMA.update)
-                    cj = counts[j] = [pool[0] / pool[1] * strength, strength]
-                    pending[j] = False
-                    cj[0] = keep * cj[0] + a
-                    cj[1] = keep * cj[1] + trials
-                pool[0] = pkeep * pool[0] + a
-                pool[1] = pkeep * pool[1] + trials
+        fold = self._folder(heap, counts, pending, pool)
 
         def take(j, x0, el, en, x, prior, cd, vcr, cap):
             """Column j's cycle from its next pass: from x0 drafts held to a verification of x."""
@@ -312,10 +294,7 @@ class StretchPlanner(StretchBase):
             ac_.append(a_)
             held[j] = []
             if x > 0:
-                cj = counts[j]
-                trials = a_ + (a_ < x)
-                cj[0] = keep * cj[0] + a_
-                cj[1] = keep * cj[1] + trials
+                acc.learn(counts[j], None, x, a_)
                 heapq.heappush(heap, (v, j, x, a_))
                 if gate and v + 1 < hz:
                     hz = v + 1
@@ -378,7 +357,7 @@ class StretchPlanner(StretchBase):
             if x == 0 or done[j] or start[j] >= hz:
                 return
             # its estimate after b accepted of more drafts, or of exactly b (AcceptanceEMA.update)
-            p1 = (keep * c0 + b) / (keep * c1 + (b + 1)) if b < x else (keep * c0 + b) / (keep * c1 + b)
+            p1 = acc.rate_after(c0, c1, x, b)
             cx = ctx[j] - ctx0[j]
             cap1 = min(md, out[j] - com[j] - 1)
             vcr, cd = vct[j, cx].tolist(), cdl[j][cx]

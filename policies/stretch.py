@@ -11,6 +11,7 @@ position c can need is fixed by c: tables of them are drawn many starts ahead in
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -87,6 +88,36 @@ class StretchBase:
         self._vtab: dict = {}
 
     _offs: dict = {}
+
+    def _estimates(self, rids: list[int], com: list[int]) -> tuple[list, list, list]:
+        """Copies of the smoothed acceptance's state for these requests, for planning ahead: each
+        one's counts (None: no outcome yet), the pooled counts, and where a relaxation towards the
+        pool is due at its next look, the position of its last look (else None)."""
+        acc = self.pol.acc
+        counts = [(list(x) if (x := acc.counts.get(i)) else None) for i in rids]
+        relax = [None] * len(rids)
+        for j, i in enumerate(rids):
+            p0 = acc.seen.get(i)
+            if counts[j] is not None and p0 is not None and com[j] > p0:
+                relax[j] = p0
+        return counts, list(acc.pop), relax
+
+    def _folder(self, heap: list, counts: list, pending: list, pool: list):
+        """fold(P): every planned outcome (pass, column, drafts, accepted) in `heap` before pass P
+        into the pooled counts, in pass and running order; a column's first outcome (`pending`)
+        starts its counts from the pool as it is then (`AcceptanceEMA.update` on copies)."""
+        acc = self.pol.acc
+
+        def fold(P):
+            while heap and heap[0][0] < P:
+                p, j, x, a = heapq.heappop(heap)
+                if pending[j]:
+                    counts[j] = acc.fresh(pool)
+                    pending[j] = False
+                    acc.learn(counts[j], pool, x, a)
+                else:
+                    acc.learn(None, pool, x, a)
+        return fold
 
     def _page_sums(self, pages, n: int):
         """`PageSums.cover` for `pages` (pages free, page size, shared tokens per column; None:
@@ -201,7 +232,6 @@ class StretchBase:
         yet at the pool's rate (`pooled`), except, given `pending`, those whose first outcome is
         not folded yet."""
         acc = self.pol.acc
-        keep, strength = acc.keep, acc.strength
         com, rids = self._com, self._rids
         cols = range(len(rids))
         while True:
@@ -215,11 +245,8 @@ class StretchBase:
             B = []
             for j in at:
                 if counts[j] is not None and relax[j] is not None:  # relaxes towards the pool, then its own
-                    p0, x = relax[j], counts[j]
-                    w = keep ** (com[j] - p0)
-                    default = pool[0] / pool[1]
-                    x[0] = w * x[0] + (1.0 - w) * default * strength
-                    x[1] = w * x[1] + (1.0 - w) * strength
+                    p0 = relax[j]
+                    acc.relax(counts[j], com[j] - p0, pool[0] / pool[1])
                     st.relax.append((P, rids[j], p0, com[j]))
                     relax[j] = None
                     B.append(j)
