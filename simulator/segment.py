@@ -146,8 +146,9 @@ class FastPath:
         # a policy choosing each cycle's k (sync) tries `zero_run` only after its last cycle was 0 drafts:
         # while it speculates the check fails, and cost as much as the cycle's own decision
         self.zero_ok = True
-        self.outcomes: OutcomeTable | None = None  # a cycle-target policy's outcomes drawn ahead
-        self.runs: OutcomeTable | None = None  # ... and any draft count's (`sync_cycles`; prefix draws)
+        # outcomes drawn ahead (OutcomeTable): "outcomes", a cycle target's; "runs", any draft count's
+        # (`sync_cycles`, re-asked cycles; prefix draws)
+        self.tables: dict[str, OutcomeTable] = {}
 
     def one_pass(self, plan: PassPlan) -> DecodeSegment:
         """A decode-only plan as a one-pass segment with its requests in running order, the same
@@ -307,21 +308,22 @@ class FastPath:
         vp, vj, dv, ac = (np.array(x, I64) for x in (st.vp, st.vj, st.dv, st.acc))
         order = np.argsort(vp * r + vj, kind="stable")  # pass-major, running order within a pass
         vp, vj, dv, ac = vp[order], vj[order], dv[order], ac[order]
-        n = st.n
-        k = int(np.searchsorted(vp, n))
-        vp, vj, dv, ac = vp[:k], vj[:k], dv[:k], ac[:k]
-        seg, need = self._cycle_arrays(n, r, ctx0, d0, vp, vj, dv, ac, run)
-        over = other + need.sum(axis=1) > self.pool.capacity
-        if over.any():  # stop before the first pass whose reservation does not fit
-            n = int(np.argmax(over))
-            if n < 1:
-                return None
-            k = int(np.searchsorted(vp, n))
-            vp, vj, dv, ac = vp[:k], vj[:k], dv[:k], ac[:k]
-            seg = DecodeSegment(seg.kind[:n], seg.query[:n], seg.context[:n], seg.draft_pos[:n], seg.budget, seg.method)
-            need = need[:n]
+        cut = self._cut_cycles(st.n, 1, r, ctx0, d0, vp, vj, dv, ac, run, [])
+        if cut is None:
+            return None
+        n, vp, vj, dv, ac, seg, need, _ = cut
         self.zero_ok = not (dv > 0).any()  # no drafts in it: zero_run may cover what follows
         return SegmentPlan(run, n, seg, None, cycles=Cycles(vp, vj, dv, ac, -1, need), stretch=(planner, st))
+
+    def _table(self, name: str, K: int, runl: list[int]) -> OutcomeTable:
+        """The outcome table `name` for K drafts (made anew for another K), less the entries of
+        finished requests once there are many."""
+        tab = self.tables.get(name)
+        if tab is None or tab.K != K:
+            tab = self.tables[name] = OutcomeTable(K, self.cfg.max_draft, self.TABLE_ROWS)
+        elif len(tab.tab) > 4 * len(runl) + 64:
+            tab.forget(set(runl))
+        return tab
 
     def _consts(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Draft budget and method for k rows (views of the per-request constants where they fit)."""
@@ -375,13 +377,8 @@ class FastPath:
         out, com, ctx, d = t.output[run].tolist(), t.committed[run].tolist(), ctx0.tolist(), d0.tolist()
         md, n = cfg.max_draft, max_passes
         budget, method, verify = self._budget[:r], self._method[:r], self.acc.verify
-        runs = None  # outcomes for any draft count, drawn ahead by position (prefix draws)
-        if getattr(self.acc, "prefix_draws", False):
-            runs = self.runs
-            if runs is None or runs.K != md:
-                runs = self.runs = OutcomeTable(md, md, self.TABLE_ROWS)
-            elif len(runs.tab) > 4 * r + 64:  # entries of finished requests
-                runs.forget(set(runl))
+        # outcomes for any draft count, drawn ahead by position (prefix draws)
+        runs = self._table("runs", md, runl) if getattr(self.acc, "prefix_draws", False) else None
         vps, vjs, dvs, accs = [], [], [], []
         idle, looks = [], []
         cols = list(range(r))
@@ -571,22 +568,14 @@ class FastPath:
         # a policy with one cycle target: every position's outcome drawn ahead (OutcomeTable)
         table = None
         if K > 0 and md > 0 and max_rounds > 1 and ask is None and after is None:
-            table = self.outcomes
-            if table is None or table.K != K:
-                table = self.outcomes = OutcomeTable(K, md, self.TABLE_ROWS)
-            elif len(table.tab) > 4 * r + 64:  # entries of finished requests
-                table.forget(set(runl))
+            table = self._table("outcomes", K, runl)
             max_rounds = self.TABLE_ROUNDS
         # a re-asked policy's draft counts change from cycle to cycle; where the model's draws are
         # prefix draws, one draw per position serves every count (OutcomeTable.run, as sync_cycles)
         # and the rounds need a call only every TABLE_ROWS positions of a request, not each
         runs = None
         if table is None and (ask or after) and md > 0 and getattr(self.acc, "prefix_draws", False):
-            runs = self.runs
-            if runs is None or runs.K != md:
-                runs = self.runs = OutcomeTable(md, md, self.TABLE_ROWS)
-            elif len(runs.tab) > 4 * r + 64:  # entries of finished requests
-                runs.forget(set(runl))
+            runs = self._table("runs", md, runl)
         while live:
             if rounds == max_rounds:  # the rest later: an arrival cuts most long plans short
                 n = min(n, min(start[j] for j in live))
