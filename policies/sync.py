@@ -15,6 +15,7 @@ import numpy as np
 from .acceptance_ema import AcceptanceEMA
 from .base import DecodeView, Policy, ema_looks, expected_tokens
 from .registry import register
+from .sync_ahead import sync_cycles
 
 
 @register
@@ -62,7 +63,7 @@ class Sync(Policy):
         if self.cycle_k == 0:
             ahead.zero_ok = True
         elif ahead.open:
-            return ahead.sync_cycles(self, self.cycle_k, max_passes)
+            return sync_cycles(self, ahead, self.cycle_k, max_passes)
         # (requests waiting for pages: a verification's freed pages may admit one, so one cycle)
         return ahead.cycles(self.cycle_k, True, max_passes, rounds=1)
 

@@ -86,7 +86,7 @@ class SegmentPlan:
     cycles: "Cycles | None" = None  # verifications with known outcomes inside the segment
     zero: DecodeView | None = None  # plain passes of a policy asked every pass (`Policy.zero_run`)
     stretch: tuple | None = None  # (planner, its plan) of a policy planning these passes itself (`FastPath.stretch`)
-    looks: list | None = None  # (pass, committed, k) of each later cycle's start (`sync_cycles`)
+    looks: list | None = None  # (pass, committed, k) of each later cycle's start (`policies/sync_ahead.py`)
 
 
 @dataclass(slots=True)
@@ -147,7 +147,7 @@ class FastPath:
         # while it speculates the check fails, and cost as much as the cycle's own decision
         self.zero_ok = True
         # outcomes drawn ahead (OutcomeTable): "outcomes", a cycle target's; "runs", any draft count's
-        # (`sync_cycles`, re-asked cycles; prefix draws)
+        # (`prefix_table`)
         self.tables: dict[str, OutcomeTable] = {}
 
     def one_pass(self, plan: PassPlan) -> DecodeSegment:
@@ -260,7 +260,7 @@ class FastPath:
         r = len(run)
         ctx0 = t.ctx[run]
         # the view the batcher's ask_policy would build at this pass (no prefill in progress)
-        view = self._view(run, ctx0, committed, rem, t.drafted[run], t.last_entropy[run], t.sum_entropy[run], r)
+        view = self.view(run, ctx0, committed, rem, t.drafted[run], t.last_entropy[run], t.sum_entropy[run], r)
         h = b.policy.zero_run(view, n)
         if h is None or h < 2:
             return None
@@ -280,7 +280,7 @@ class FastPath:
         r = len(run)
         committed = t.committed[run]
         ctx0, d0 = t.ctx[run], t.drafted[run]
-        view = self._view(run, ctx0, committed, t.output[run] - committed, d0, t.last_entropy[run],
+        view = self.view(run, ctx0, committed, t.output[run] - committed, d0, t.last_entropy[run],
                           t.sum_entropy[run], r)
         acc, consts = self.acc, self._consts
 
@@ -358,106 +358,42 @@ class FastPath:
         self.b.ask_policy(run)
         return True
 
-    # cycles a synchronous policy choosing each cycle's k is planned ahead for per segment
-    SYNC_ROUNDS = 16
+    def prefix_table(self):
+        """The table of outcomes drawn ahead by position for any draft count (`accepted`), where
+        the acceptance model's draws are prefix draws; else None."""
+        if not getattr(self.acc, "prefix_draws", False):
+            return None
+        return self._table("runs", self.cfg.max_draft, self.running)
 
-    def sync_cycles(self, chooser, K: int, max_passes: int) -> SegmentPlan | None:
-        """`cycles`' synchronous cycles of a policy choosing the batch's k at each cycle's start
-        (`chooser`: `sync` with auto k, with `shadow`, `choose_ahead`, `look`), many per segment: the first cycle's k as
-        asked, each later one's asked of the policy on a copy of its estimator moved by the
-        cycles before it (their keyed outcomes), as the step path would ask on the cycle's first
-        pass; `apply` replays those looks (`looks`) between the outcomes. Ends before a cycle of
-        0 drafts (asked again then: its plain passes are `zero_run`'s), at the first finish, or
-        after SYNC_ROUNDS cycles."""
-        t, cfg, pol = self.t, self.cfg, chooser
-        run = np.array(self.running, dtype=I64)
-        r = len(run)
-        runl = run.tolist()
-        ctx0, d0 = t.ctx[run], t.drafted[run]
-        out, com, ctx, d = t.output[run].tolist(), t.committed[run].tolist(), ctx0.tolist(), d0.tolist()
-        md, n = cfg.max_draft, max_passes
-        budget, method, verify = self._budget[:r], self._method[:r], self.acc.verify
-        # outcomes for any draft count, drawn ahead by position (prefix draws)
-        runs = self._table("runs", md, runl) if getattr(self.acc, "prefix_draws", False) else None
-        vps, vjs, dvs, accs = [], [], [], []
-        idle, looks = [], []
-        cols = list(range(r))
-        shadow = None
-        s = 0  # the cycle's first pass (every request's)
-        for rnd in range(self.SYNC_ROUNDS):
-            # one reaches the target: all verify (after the fewest passes of drafting); a request
-            # that drafted all its output can use sits the rest out (Batcher._sync_verify)
-            caps = [o - c - 1 - x for o, c, x in zip(out, com, d)]
-            w0 = max(caps)  # every request capped after w0 passes
-            kk = min(K, md)
-            for x, cap in zip(d, caps):
-                w = kk - x
-                if w < w0 and (w <= 0 or cap >= w):
-                    w0 = w
-            if w0 < 0:
-                w0 = 0
-            v = s + w0  # the batch's verification
-            xs = []
-            for j, cap in enumerate(caps):
-                if cap < w0:  # drafts cap passes, then sits out until the batch verifies
-                    if s + cap < n:
-                        idle.append((j, s + cap, v, d[j] + cap))
-                    xs.append(d[j] + cap)
-                else:
-                    xs.append(d[j] + w0)
-            if v >= n:  # drafting through the last pass
-                break
-            spec = [j for j in cols if xs[j] > 0]
-            a = [0] * r
-            if spec and runs is not None:
-                got = [runs.run(runl[j], com[j], ctx[j]) for j in spec]
-                for j, g in zip(spec, got):
-                    if g is None:
-                        runs.want(runl[j], com[j], ctx[j], out[j])
-                if runs.pending:
-                    ids, cs, xs_, cxs = runs.rows_wanted()
-                    runs.store(verify(ids, cs, xs_, cxs, *self._consts(len(ids))).tolist())
-                    got = [runs.run(runl[j], com[j], ctx[j]) for j in spec]
-                for j, g in zip(spec, got):
-                    a[j] = xs[j] if xs[j] < g else g
-            elif spec:
-                res = verify(run[spec] if len(spec) < r else run, np.array([com[j] for j in spec], I64),
-                             np.array([xs[j] for j in spec], I64), np.array([ctx[j] for j in spec], I64),
-                             budget[:len(spec)], method[:len(spec)]).tolist()
-                for j, y in zip(spec, res):
-                    a[j] = y
-            fin = False
-            for j in cols:
-                vps.append(v)
-                vjs.append(j)
-                dvs.append(xs[j])
-                accs.append(a[j])
-                com[j] += a[j] + 1
-                ctx[j] += a[j] + 1
-                if com[j] >= out[j]:
-                    fin = True
-            n = v + 1
-            if fin or rnd + 1 == self.SYNC_ROUNDS or not spec:
-                break
-            # the next cycle's k, asked as on its first pass (after this cycle's outcomes)
-            if shadow is None:
-                shadow = pol.shadow(runl)
-            sj = run[spec] if len(spec) < r else run
-            shadow.update(sj, np.array([xs[j] for j in spec], I64), np.array([a[j] for j in spec], I64))
-            committed = np.array(com, I64)
-            view = self._view(run, np.array(ctx, I64), committed, np.array(out, I64) - committed, np.zeros(r, I64),
-                              t.last_entropy[run], t.sum_entropy[run], r)
-            K = pol.choose_ahead(view, shadow)
-            if K == 0:  # asked again there (zero_run's plain passes follow)
-                break
-            looks.append((n, committed, K))
-            s = n
-            n = max_passes
-            d = [0] * r
+    def accepted(self, runs, rids: list[int], com: list[int], xs: list[int], ctx: list[int],
+                 out: list[int]) -> list[int]:
+        """Accepted drafts of verifications of xs > 0 drafts by these requests at committed
+        positions com (contexts ctx): keyed draws, so the same whenever drawn; from `runs`
+        (`prefix_table`: one draw per position serves every count) where given."""
+        if runs is None:
+            return self.acc.verify(np.array(rids, I64), np.array(com, I64), np.array(xs, I64), np.array(ctx, I64),
+                                   *self._consts(len(rids))).tolist()
+        got = [runs.run(i, c, cx) for i, c, cx in zip(rids, com, ctx)]
+        for i, c, cx, o, g in zip(rids, com, ctx, out, got):
+            if g is None:
+                runs.want(i, c, cx, o)
+        if runs.pending:
+            ids, cs, xs_, cxs = runs.rows_wanted()
+            runs.store(self.acc.verify(ids, cs, xs_, cxs, *self._consts(len(ids))).tolist())
+            got = [runs.run(i, c, cx) for i, c, cx in zip(rids, com, ctx)]
+        return [x if x < g else g for x, g in zip(xs, got)]
+
+    def synchronous(self, n: int, vps: list, vjs: list, dvs: list, accs: list, K: int, idle: list,
+                    looks: list) -> SegmentPlan | None:
+        """A plan of the running batch's synchronous cycles (verifications listed pass-major, spans
+        sat out as `Cycles.idle`, `looks` replayed by `apply` as `_tell` says), cut at the first
+        page shortage (`sync_ahead`)."""
         if not vps:
             return None
-        vp, vj, dv, acc = (np.array(x, I64) for x in (vps, vjs, dvs, accs))  # pass-major already
-        cut = self._cut_cycles(n, 1, r, ctx0, d0, vp, vj, dv, acc, run, idle)
+        t = self.t
+        run = np.array(self.running, dtype=I64)
+        vp, vj, dv, acc = (np.array(x, I64) for x in (vps, vjs, dvs, accs))
+        cut = self._cut_cycles(n, 1, len(run), t.ctx[run], t.drafted[run], vp, vj, dv, acc, run, idle)
         if cut is None:
             return None
         n, vp, vj, dv, acc, seg, need, idle = cut
@@ -492,10 +428,10 @@ class FastPath:
     def _rows_view(self, rids: list[int], com: list[int], ctx: list[int], out: list[int], r: int) -> DecodeView:
         n = len(rids)
         committed = np.array(com, I64)
-        return self._view(np.array(rids, I64), np.array(ctx, I64), committed, np.array(out, I64) - committed,
+        return self.view(np.array(rids, I64), np.array(ctx, I64), committed, np.array(out, I64) - committed,
                           np.zeros(n, I64), np.full(n, np.nan), np.zeros(n), r)
 
-    def _view(self, ids, context, committed, remaining, drafted, last_entropy, sum_entropy, num_decode) -> DecodeView:
+    def view(self, ids, context, committed, remaining, drafted, last_entropy, sum_entropy, num_decode) -> DecodeView:
         """The view the batcher's `ask_policy` builds for these rows, no prefill in progress."""
         budget, method = self._consts(len(ids))
         return DecodeView(ids=ids, context=context, drafted=drafted, remaining=remaining, budget=budget,
@@ -571,11 +507,9 @@ class FastPath:
             table = self._table("outcomes", K, runl)
             max_rounds = self.TABLE_ROUNDS
         # a re-asked policy's draft counts change from cycle to cycle; where the model's draws are
-        # prefix draws, one draw per position serves every count (OutcomeTable.run, as sync_cycles)
-        # and the rounds need a call only every TABLE_ROWS positions of a request, not each
-        runs = None
-        if table is None and (ask or after) and md > 0 and getattr(self.acc, "prefix_draws", False):
-            runs = self._table("runs", md, runl)
+        # prefix draws, one draw per position serves every count (`prefix_table`) and the rounds
+        # need a call only every TABLE_ROWS positions of a request, not each
+        runs = self.prefix_table() if table is None and (ask or after) and md > 0 else None
         while live:
             if rounds == max_rounds:  # the rest later: an arrival cuts most long plans short
                 n = min(n, min(start[j] for j in live))
@@ -593,7 +527,7 @@ class FastPath:
                     w0 = 0
             cols, spec, sids, scom, sdv, sctx = [], [], [], [], [], []
             got = {}
-            later = []  # columns whose outcome the runs' next call draws
+            later = []  # columns whose outcome comes from the prefix draws (`accepted`)
             for j in live:
                 dj = d[j]
                 if sync:
@@ -617,12 +551,7 @@ class FastPath:
                         elif table is not None and (a := table.get(runl[j], com[j], x, ctx[j], out[j])) is not None:
                             got[j] = a
                         elif runs is not None:
-                            a = runs.run(runl[j], com[j], ctx[j])
-                            if a is None:
-                                runs.want(runl[j], com[j], ctx[j], out[j])
-                                later.append((j, x))
-                            else:
-                                got[j] = x if x < a else a
+                            later.append((j, x))
                         else:
                             sids.append(runl[j])
                             scom.append(com[j])
@@ -632,11 +561,9 @@ class FastPath:
                 break
             known = {}
             if later:
-                ids, cs, xs, cxs = runs.rows_wanted()
-                runs.store(verify(ids, cs, xs, cxs, *self._consts(len(ids))).tolist())
-                for j, x in later:
-                    a = runs.run(runl[j], com[j], ctx[j])
-                    got[j] = x if x < a else a
+                J = [j for j, _ in later]
+                got.update(zip(J, self.accepted(runs, [runl[j] for j in J], [com[j] for j in J], [x for _, x in later],
+                                                [ctx[j] for j in J], [out[j] for j in J])))
             if sids:
                 u = len(sids)
                 # (column, outcomes lo..hi-1, their first row, drafts next): a column's next
