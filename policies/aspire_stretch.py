@@ -16,8 +16,6 @@ that depend on how many trials the pool holds) is left to the step path.
 
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 
 from .base import DecodeView
@@ -80,16 +78,11 @@ class AspireStretch(StretchBase):
         # a cycle decided at the pool's rate: [first pass, drafts then, latest answer]
         opened: list = [[0, d[j], 0] if counts[j] is None else None for j in range(r)]
 
-        def verified(j, p, x, a):
-            st.vp.append(p)
-            st.vj.append(j)
-            st.dv.append(x)
-            st.acc.append(a)
-
         def own(j):
             return counts[j] is not None and relax[j] is None and not pending[j]
 
         fold = self._folder(heap, counts, pending, pool)
+        self._track(st, gate, pcut, counts, pending, relax, d, start, done, heap)
 
         def take(j, x0, k, x, first=None):
             """Column j's cycle from its next pass (or `first`), x0 drafts held, answer k, to a
@@ -99,27 +92,7 @@ class AspireStretch(StretchBase):
             v = f + x - x0
             a_ = self._outcome(j, x) if x else 0
             rec[j].append((f, v, x0, com[j], k, None))
-            verified(j, v, x, a_)
-            if x > 0:
-                if counts[j] is None:
-                    pending[j] = True
-                else:
-                    acc.learn(counts[j], None, x, a_)
-                heapq.heappush(heap, (v, j, x, a_))
-                if gate and v + 1 < hz:
-                    hz = v + 1
-            elif counts[j] is not None:
-                relax[j] = com[j]  # plain: its next look relaxes towards the pool
-            tok = ctx[j] + x0
-            com[j] += a_ + 1
-            ctx[j] += a_ + 1
-            d[j] = 0
-            start[j] = v + 1
-            if com[j] >= out[j]:
-                done[j] = True
-                hz = min(hz, v + 1)
-            if (c := pcut(j, f, v, tok, hz)) < hz:
-                hz = c
+            hz = self._closed(j, f, v, x0, x, a_, hz)
             return a_
 
         def whole(J):
@@ -176,19 +149,8 @@ class AspireStretch(StretchBase):
             for j, k, x0, x in plan:
                 o = opened[j]
                 if x == 0:  # plain: as long as the answer holds
-                    h = self._plain_run(j, P, Pc, hz, pr, ctx0)
-                    rec[j].append((P, P + h - 1, 0, com[j], None, None))
-                    for p in range(P, P + h):
-                        verified(j, p, 0, 0)
-                    com[j] += h
-                    ctx[j] += h
-                    start[j] = P + h
+                    hz = self._plain(j, P, Pc, hz, pr, ctx0)
                     opened[j] = [start[j], 0, 0]
-                    if (c := pcut(j, P, P + h - 1, ctx[j] - h, hz)) < hz:
-                        hz = c
-                    if com[j] >= out[j]:
-                        done[j] = True
-                        hz = min(hz, start[j])
                 elif P + x - x0 < Pc:  # the whole cycle
                     take(j, o[1], k, x, first=o[0])
                     opened[j] = None

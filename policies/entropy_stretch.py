@@ -262,18 +262,11 @@ class StretchPlanner(StretchBase):
         checks = []  # whole cycles: (column, first pass, drafts then, drafts verified, prior, cd, vc, cap, ests)
         rec = st.cycles
 
-        vp_, vj_, dv_, ac_ = st.vp, st.vj, st.dv, st.acc
-
-        def verified(j, p, x, a):
-            st.vp.append(p)
-            st.vj.append(j)
-            st.dv.append(x)
-            st.acc.append(a)
-
         def own(j):  # its estimate is its own: whole cycles
             return counts[j] is not None and relax[j] is None and not pending[j]
 
         fold = self._folder(heap, counts, pending, pool)
+        self._track(st, gate, pcut, counts, pending, relax, d, start, done, heap)
 
         def take(j, x0, el, en, x, prior, cd, vcr, cap):
             """Column j's cycle from its next pass: from x0 drafts held to a verification of x."""
@@ -288,28 +281,8 @@ class StretchPlanner(StretchBase):
                 for p in range(f + max(0, 8 - x0), min(v, n) + 1):  # 8 drafts or more held (the width check's)
                     if x0 + p - f > kmax[p]:
                         kmax[p] = x0 + p - f
-            vp_.append(v)
-            vj_.append(j)
-            dv_.append(x)
-            ac_.append(a_)
             held[j] = []
-            if x > 0:
-                acc.learn(counts[j], None, x, a_)
-                heapq.heappush(heap, (v, j, x, a_))
-                if gate and v + 1 < hz:
-                    hz = v + 1
-            else:
-                relax[j] = com[j]  # plain: its next look relaxes towards the pool
-            tok = ctx[j] + x0
-            com[j] += a_ + 1
-            ctx[j] += a_ + 1
-            d[j] = 0
-            start[j] = v + 1
-            if com[j] >= out[j]:
-                done[j] = True
-                hz = min(hz, v + 1)
-            if (c := pcut(j, f, v, tok, hz)) < hz:
-                hz = c
+            hz = self._closed(j, f, v, x0, x, a_, hz)
             return a_
 
         etab = self._etab
@@ -424,16 +397,8 @@ class StretchPlanner(StretchBase):
             for j, x0, el, x, cap_, cd, vcr, en in plan:
                 o = opened[j]
                 if x == 0:  # plain: as long as the answer holds
-                    h = self._plain_run(j, P, Pc, hz, pr, ctx0)
-                    rec[j].append((P, P + h - 1, 0, com[j], None, None))
-                    for p in range(P, P + h):
-                        verified(j, p, 0, 0)
-                    com[j] += h
-                    ctx[j] += h
-                    start[j] = P + h
+                    hz = self._plain(j, P, Pc, hz, pr, ctx0)
                     opened[j] = [start[j], 0, []]
-                    if (c := pcut(j, P, P + h - 1, ctx[j] - h, hz)) < hz:
-                        hz = c
                 else:
                     v = P + x - x0
                     top = min(v, Pc - 1)  # its last pass decided here
@@ -445,20 +410,9 @@ class StretchPlanner(StretchBase):
                         a_ = self._outcome(j, x)
                         o[2].extend(en[x0:x])
                         rec[j].append((o[0], v, o[1], com[j], el[:x], o[2]))
-                        verified(j, v, x, a_)
-                        heapq.heappush(heap, (v, j, x, a_))
-                        pending[j] = True
-                        if gate and v + 1 < hz:
-                            hz = v + 1
-                        tok = ctx[j] + o[1]
-                        com[j] += a_ + 1
-                        ctx[j] += a_ + 1
                         held[j] = []
-                        d[j] = 0
-                        start[j] = v + 1
                         opened[j] = None
-                        if (c := pcut(j, o[0], v, tok, hz)) < hz:
-                            hz = c
+                        hz = self._closed(j, o[0], v, o[1], x, a_, hz)  # (no outcome before: pending)
                     else:  # drafting through pass Pc - 1, asked again on Pc
                         dn = x0 + Pc - P
                         o[2].extend(en[x0:dn])

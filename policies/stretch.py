@@ -119,6 +119,70 @@ class StretchBase:
                     acc.learn(None, pool, x, a)
         return fold
 
+    def _track(self, st: Stretch, gate: bool, pcut, counts: list, pending: list, relax: list, d: list,
+               start: list, done: list, heap: list) -> None:
+        """The plan's per-column state that `_closed` and `_plain` move (the planner's own lists:
+        counts, outcome pending, relaxation due, drafts held, next pass, finished; the outcomes not
+        folded yet), its record, `gate` (end after the first verification with drafts) and `pcut`
+        (`PageSums.cover`)."""
+        self._st, self._gate, self._pcut = st, gate, pcut
+        self._counts, self._pending, self._relax, self._d = counts, pending, relax, d
+        self._start, self._done, self._heap = start, done, heap
+
+    def _closed(self, j: int, f: int, v: int, x0: int, x: int, a: int, hz: int) -> int:
+        """Column j's cycle from pass f (x0 drafts held then) verified x drafts on pass v, a
+        accepted: recorded, its outcome learnt (a first one waits for the pool's fold: `pending`),
+        a plain pass marks its next look to relax towards the pool, and the column moves past it.
+        Returns the horizon, cut where it finishes, where `gate` ends the plan, or where the pages
+        run out."""
+        st, com, ctx = self._st, self._com, self._ctx
+        st.vp.append(v)
+        st.vj.append(j)
+        st.dv.append(x)
+        st.acc.append(a)
+        if x > 0:
+            if self._counts[j] is None:
+                self._pending[j] = True
+            else:
+                self.pol.acc.learn(self._counts[j], None, x, a)
+            heapq.heappush(self._heap, (v, j, x, a))
+            if self._gate and v + 1 < hz:
+                hz = v + 1
+        elif self._counts[j] is not None:
+            self._relax[j] = com[j]  # plain: its next look relaxes towards the pool
+        tok = ctx[j] + x0
+        com[j] += a + 1
+        ctx[j] += a + 1
+        self._d[j] = 0
+        self._start[j] = v + 1
+        if com[j] >= self._out[j]:
+            self._done[j] = True
+            hz = min(hz, v + 1)
+        if (c := self._pcut(j, f, v, tok, hz)) < hz:
+            hz = c
+        return hz
+
+    def _plain(self, j: int, P: int, Pc: int, hz: int, pr: float, ctx0: list[int]) -> int:
+        """Column j (no drafts, no outcome) decoding plainly from pass P while its answer holds
+        (`_plain_run`, the subclass's rule): recorded, moved past. Returns the horizon."""
+        st, com, ctx = self._st, self._com, self._ctx
+        h = self._plain_run(j, P, Pc, hz, pr, ctx0)
+        st.cycles[j].append((P, P + h - 1, 0, com[j], None, None))
+        for p in range(P, P + h):
+            st.vp.append(p)
+            st.vj.append(j)
+            st.dv.append(0)
+            st.acc.append(0)
+        com[j] += h
+        ctx[j] += h
+        self._start[j] = P + h
+        if (c := self._pcut(j, P, P + h - 1, ctx[j] - h, hz)) < hz:
+            hz = c
+        if com[j] >= self._out[j]:
+            self._done[j] = True
+            hz = min(hz, P + h)
+        return hz
+
     def _page_sums(self, pages, n: int):
         """`PageSums.cover` for `pages` (pages free, page size, shared tokens per column; None:
         no bound)."""

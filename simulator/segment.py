@@ -3,7 +3,9 @@
 When every running request is decoding under a policy that plans ahead, the next passes are known
 until the first verification whose outcome is random, a completion or a page shortage (an arrival
 routed to the replica cuts the segment short there). `FastPath.plan` returns them as one
-`SegmentPlan`; the replica prices them in one call (`segment_cost`), and `FastPath.apply` leaves
+`SegmentPlan`: the policy picks how (`Policy.fast_plan`, from the planners here: `held`, `cycles`,
+`zero`, `stretch`, `every`; its own beside it where it needs one, as `policies/sync_ahead.py`).
+The replica prices them in one call (`segment_cost`), and `FastPath.apply` leaves
 exactly the state that as many single passes through `Batcher.plan`/`apply` would. It works on the
 batcher's request table and its extension point (`ask_policy`, `decode_order`,
 `record_verifications`, `finish`, and the public `running`, `pool`, `itl`, `passes`); the batcher
