@@ -57,32 +57,13 @@ class AspireStretch(StretchBase):
         if pol.exploring:
             return None
         acc = pol.acc
-        r = len(view.ids)
-        rids = view.ids.tolist()
-        com, ctx = view.committed.tolist(), view.context.tolist()
-        ctx0 = list(ctx)
-        out = [c + x for c, x in zip(com, view.remaining.tolist())]
-        d = view.drafted.tolist()
-        md = view.max_draft
+        st, own, fold = self._begin(view, n, verify, gate, pages)
+        com, ctx, out, d, md, r = self._com, self._ctx, self._out, self._d, self._md, len(st.ids)
+        counts, pool, relax, pending = self._counts, self._pool, self._relax, self._pending
+        start, done, heap, ctx0, rec, hz = self._start, self._done, self._heap, list(ctx), st.cycles, n
         self._cycle_table(view, n + 2 * md + 3, pol.k_max or md)  # + drafts held, + the next cycle's candidates
-        self._rids, self._com, self._ctx, self._out, self._md, self._verify = rids, com, ctx, out, md, verify
-        pcut = self._page_sums(pages, n)  # the pass where the pages run out, once known
-        st = Stretch(rids, n, cycles=[[] for _ in range(r)])
-        rec = st.cycles
-        hz = n
-        counts, pool, relax = self._estimates(rids, com)
-        start = [0] * r
-        pending = [False] * r
-        done = [False] * r
-        heap: list = []
         # a cycle decided at the pool's rate: [first pass, drafts then, latest answer]
         opened: list = [[0, d[j], 0] if counts[j] is None else None for j in range(r)]
-
-        def own(j):
-            return counts[j] is not None and relax[j] is None and not pending[j]
-
-        fold = self._folder(heap, counts, pending, pool)
-        self._track(st, gate, pcut, counts, pending, relax, d, start, done, heap)
 
         def take(j, x0, k, x, first=None):
             """Column j's cycle from its next pass (or `first`), x0 drafts held, answer k, to a

@@ -233,40 +233,22 @@ class StretchPlanner(StretchBase):
         (`stretch.PageSums`). None: nothing to plan."""
         pol = self.pol
         acc = pol.acc
-        r = len(view.ids)
-        rids = view.ids.tolist()
-        com, ctx = view.committed.tolist(), view.context.tolist()
-        ctx0 = list(ctx)
-        out = [c + x for c, x in zip(com, view.remaining.tolist())]
-        d = view.drafted.tolist()
-        md, L = view.max_draft, pol.lookahead
+        st, own, fold = self._begin(view, n, verify, gate, pages)
+        rids, com, ctx, out, d, md, r = self._rids, self._com, self._ctx, self._out, self._d, self._md, len(st.ids)
+        counts, pool, relax, pending = self._counts, self._pool, self._relax, self._pending
+        start, done, heap, ctx0, rec, hz = self._start, self._done, self._heap, list(ctx), st.cycles, n
+        L = pol.lookahead
         nd = max(view.num_decode, 1)
         share = pol.ctx.cost.pass_overhead(nd, prefill_tokens=view.prefill_tokens) / nd
         self._cost_tables(view, n + md + 2, share)  # + the drafts held at the start (emitted once verified)
         cdt, vct = self._cd, self._vc
         cdl = cdt.tolist()
         mL = np.arange(1, L + 1)
-        self._rids, self._com, self._ctx, self._out, self._md = rids, com, ctx, out, md
-        self._entropy, self._verify = entropy, verify
-        pcut = self._page_sums(pages, n)  # the pass where the pages run out, once known
-        st = Stretch(rids, n, cycles=[[] for _ in range(r)])
-        hz = n
-        counts, pool, relax = self._estimates(rids, com)
-        start = [0] * r
+        self._entropy = entropy
         held = [list(pol._p.get(i, []))[:x] for i, x in zip(rids, d)]
-        pending = [False] * r  # first outcome made: its counts start from the pool as it is then
-        done = [False] * r
         kmax = [0] * (n + 1)  # most drafts held by any request, per pass, where 8 or more
-        heap: list = []  # outcomes not folded into the pool yet: (pass, column, drafts, accepted)
         opened: list = [None] * r  # a cycle decided pass by pass: [first pass, drafts then, entropies]
         checks = []  # whole cycles: (column, first pass, drafts then, drafts verified, prior, cd, vc, cap, ests)
-        rec = st.cycles
-
-        def own(j):  # its estimate is its own: whole cycles
-            return counts[j] is not None and relax[j] is None and not pending[j]
-
-        fold = self._folder(heap, counts, pending, pool)
-        self._track(st, gate, pcut, counts, pending, relax, d, start, done, heap)
 
         def take(j, x0, el, en, x, prior, cd, vcr, cap):
             """Column j's cycle from its next pass: from x0 drafts held to a verification of x."""

@@ -119,15 +119,28 @@ class StretchBase:
                     acc.learn(None, pool, x, a)
         return fold
 
-    def _track(self, st: Stretch, gate: bool, pcut, counts: list, pending: list, relax: list, d: list,
-               start: list, done: list, heap: list) -> None:
-        """The plan's per-column state that `_closed` and `_plain` move (the planner's own lists:
-        counts, outcome pending, relaxation due, drafts held, next pass, finished; the outcomes not
-        folded yet), its record, `gate` (end after the first verification with drafts) and `pcut`
-        (`PageSums.cover`)."""
-        self._st, self._gate, self._pcut = st, gate, pcut
-        self._counts, self._pending, self._relax, self._d = counts, pending, relax, d
-        self._start, self._done, self._heap = start, done, heap
+    def _begin(self, view, n: int, verify, gate: bool, pages) -> tuple:
+        """A plan's start from `view`, as lists per column (the planner's closures alias them):
+        `_rids`, `_com`, `_ctx`, `_out`, `_d` (drafts held), `_start` (next pass), `_done`, and the
+        estimator's state copied (`_estimates`: `_counts`, `_pool`, `_relax`; `_pending`: a first
+        outcome not folded into the pool yet; `_heap`: the outcomes not folded), which `_closed` and
+        `_plain` move; `gate` ends the plan after the first verification with drafts, `pages`
+        bounds it (`_page_sums`). Returns the record, own(j) (column j's estimate is its own: no
+        outcome pending, no relaxation due) and fold(P) (`_folder`)."""
+        r = len(view.ids)
+        rids, com = view.ids.tolist(), view.committed.tolist()
+        self._rids, self._com, self._ctx = rids, com, view.context.tolist()
+        self._out = [c + x for c, x in zip(com, view.remaining.tolist())]
+        self._d, self._md, self._verify = view.drafted.tolist(), view.max_draft, verify
+        st = self._st = Stretch(rids, n, cycles=[[] for _ in range(r)])
+        self._gate, self._pcut = gate, self._page_sums(pages, n)  # the pass where the pages run out, once known
+        counts, pool, relax = self._counts, self._pool, self._relax = self._estimates(rids, com)
+        pending, heap = self._pending, self._heap = [False] * r, []
+        self._done, self._start = [False] * r, [0] * r
+
+        def own(j):
+            return counts[j] is not None and relax[j] is None and not pending[j]
+        return st, own, self._folder(heap, counts, pending, pool)
 
     def _closed(self, j: int, f: int, v: int, x0: int, x: int, a: int, hz: int) -> int:
         """Column j's cycle from pass f (x0 drafts held then) verified x drafts on pass v, a

@@ -474,7 +474,7 @@ class FastPath:
         rc = t.recheck[run].tolist() if ask or after else None
         st = after.ask_state(run.tolist()) if after else None
         dx = {}  # column -> (drafts, accepted) of its verification before a re-ask
-        aps, ajs, atg, arc, aco = [], [], [], [], []  # asks: pass, column, target, recheck, committed
+        asked = []  # the asks: (pass, column, target, recheck, committed)
         pend: dict = {}  # column -> (committed, answers for positions committed, committed + 1, ...)
         md = cfg.max_draft
         start = [0] * r  # pass where each request's current cycle begins
@@ -649,11 +649,7 @@ class FastPath:
                                     due.append(j)
                                     break
                                 tg[j], rc[j] = p[1][i]
-                                aps.append(start[j])
-                                ajs.append(j)
-                                atg.append(tg[j])
-                                arc.append(rc[j])
-                                aco.append(com[j])
+                                asked.append((start[j], j, tg[j], rc[j], com[j]))
                                 if tg[j]:
                                     break
                             if start[j] >= n:
@@ -709,11 +705,7 @@ class FastPath:
                 for (j, i), gj, hj in zip(rows, g, h):
                     if i == 0:
                         tg[j], rc[j] = gj, hj
-                        aps.append(start[j])
-                        ajs.append(j)
-                        atg.append(gj)
-                        arc.append(hj)
-                        aco.append(com[j])
+                        asked.append((start[j], j, gj, hj, com[j]))
                         pend[j] = (com[j], [])
                     pend[j][1].append((gj, hj))
             due = [j for j in due if com[j] < out[j] and start[j] < n] if after is not None else ()
@@ -723,11 +715,7 @@ class FastPath:
                                   [st[j] for j in due])
                 for j, gj, hj, sj in zip(due, g, h, new):
                     tg[j], rc[j], st[j] = gj, hj, sj
-                    aps.append(start[j])
-                    ajs.append(j)
-                    atg.append(gj)
-                    arc.append(hj)
-                    aco.append(com[j])
+                    asked.append((start[j], j, gj, hj, com[j]))
         for j, p, h in plain:  # plain passes (no drafts, nothing accepted) before pass n
             h = min(h, n - p)
             if h > 0:
@@ -750,7 +738,7 @@ class FastPath:
         n, vp, vj, dv, acc, seg, need, idle = cut
         asks = None
         if ask is not None or after is not None:
-            asks = tuple(np.array(x, I64) for x in (aps, ajs, atg, arc, aco))
+            asks = tuple(np.array(x, I64) for x in (zip(*asked) if asked else [()] * 5))
         return SegmentPlan(run, n, seg, None, cycles=Cycles(vp, vj, dv, acc, K, need, asks, idle, after))
 
     def _cut_cycles(self, n, min_n, r, ctx0, d0, vp, vj, dv, acc, run, idle):
