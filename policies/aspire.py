@@ -161,8 +161,7 @@ class Aspire(RatePlanner):
     def on_finish(self, rid):
         self.acc.drop(rid)
 
-    # ---- many passes at once (replan=pass; an executor that advances a fixed batch many passes
-    # per event): what asking on each of the next n passes would answer (`aspire_stretch`)
+    # ---- many passes at once (an executor that advances a fixed batch many passes per event)
     def fast_plan(self, ahead, max_passes: int):
         if self.plans_ahead:  # replan=verify: asked after each request's own verifications
             if not ahead.ask():

@@ -15,7 +15,8 @@ batch changes). A policy with `plans_ahead = False` is asked for every
 decode request every pass.
 
 A policy is one dataclass: its fields are its spec parameters (`fixed-k:k=8`), validated in
-`__post_init__`. Add one by writing the class and decorating it with `@register`.
+`__post_init__`. Add one by writing the class and decorating it with `@register`; it runs in the
+simulator pass by pass until it also says how to plan many passes at once (`fast_plan`).
 """
 
 from __future__ import annotations
