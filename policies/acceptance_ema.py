@@ -116,11 +116,7 @@ class AcceptanceEMA:
         return [(x[0], x[1]) if (x := c.get(i)) else None for i in ids]
 
     def after(self, counts: list, drafted: list[int], accepted: list[int]) -> list:
-        """`own` counts after one more outcome each, as `update` leaves them."""
-        out = []
-        for x, d, a in zip(counts, drafted, accepted):
-            x = list(x)
-            self.learn(x, None, d, a)
-            out.append(tuple(x))
-        return out
+        """`own` counts after one more outcome each, as `learn` leaves them (inline: asked often)."""
+        keep = self.keep
+        return [(keep * x0 + a, keep * x1 + (a + (a < d))) for (x0, x1), d, a in zip(counts, drafted, accepted)]
 

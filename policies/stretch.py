@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .kv import private_pages
-
 
 @dataclass
 class Stretch:
@@ -62,9 +60,9 @@ class PageSums:
         pass reserving room for one more: the first pass where the pages do not fit, once every
         column is planned through it, or NEVER. Passes from hz on are not counted."""
         pe, pc, ps, budget, r = self.pages, self.cols, self.ps, self.budget, self.r
-        b, sh = tokens + 1 - f, self.shared[j]  # the reservation before pass p: b + p tokens
+        b = tokens + 1 - self.shared[j] - f  # the reservation before pass p: b + p private tokens
         for p in range(f, min(last + 1, hz, len(pe))):
-            x = pe[p] = pe[p] + private_pages(b + p, sh, ps)
+            x = pe[p] = pe[p] + -(-(b + p) // ps)  # private_pages, inline: a call per pass cost ~2 % of a run
             c = pc[p] = pc[p] + 1
             if c == r and x > budget:
                 return p

@@ -553,7 +553,10 @@ class FastPath:
                         elif table is not None and (a := table.get(runl[j], com[j], x, ctx[j], out[j])) is not None:
                             got[j] = a
                         elif runs is not None:
-                            later.append((j, x))
+                            if (a := runs.run(runl[j], com[j], ctx[j])) is None:
+                                later.append((j, x))  # (drawn below, with the others missing)
+                            else:
+                                got[j] = x if x < a else a
                         else:
                             sids.append(runl[j])
                             scom.append(com[j])
