@@ -48,13 +48,15 @@ class AcceptanceEMA:
         return np.fromiter((x[0] / x[1] if (x := c.get(i)) else default for i in ids.tolist()), np.float64, len(ids))
 
     def update(self, ids: np.ndarray, drafted: np.ndarray, accepted: np.ndarray) -> None:
-        pop, c = self.pop, self.counts
+        pop, c, seen, learn = self.pop, self.counts, self.seen, self.learn
+        trials = 0
         for i, d, a in zip(ids.tolist(), drafted.tolist(), accepted.tolist()):
-            self.seen.pop(i, None)  # an outcome: the tokens since the last look were speculated
+            seen.pop(i, None)  # an outcome: the tokens since the last look were speculated
             x = c.get(i)
             if x is None:
                 x = c[i] = self.fresh(pop)
-            self.trials += self.learn(x, pop, d, a)
+            trials += learn(x, pop, d, a)
+        self.trials += trials
 
     # ---- the arithmetic on counts ([successes, trials] lists), for `get`, `update` and planners
     # that replay them ahead on copies (policies/stretch.py): written once, so the same bits

@@ -56,9 +56,7 @@ def sync_cycles(pol, ahead, K: int, max_passes: int):
         spec = [j for j in cols if xs[j] > 0]
         a = [0] * r
         if spec:
-            got = ahead.accepted(runs, [runl[j] for j in spec], [com[j] for j in spec], [xs[j] for j in spec],
-                                 [ctx[j] for j in spec], [out[j] for j in spec])
-            for j, y in zip(spec, got):
+            for j, y in zip(spec, ahead.accepted(runs, spec, [xs[j] for j in spec], runl, com, ctx, out)):
                 a[j] = y
         fin = False
         for j in cols:

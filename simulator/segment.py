@@ -367,22 +367,23 @@ class FastPath:
             return None
         return self._table("runs", self.cfg.max_draft, self.running)
 
-    def accepted(self, runs, rids: list[int], com: list[int], xs: list[int], ctx: list[int],
+    def accepted(self, runs, J: list[int], xs: list[int], rids: list[int], com: list[int], ctx: list[int],
                  out: list[int]) -> list[int]:
-        """Accepted drafts of verifications of xs > 0 drafts by these requests at committed
-        positions com (contexts ctx): keyed draws, so the same whenever drawn; from `runs`
-        (`prefix_table`: one draw per position serves every count) where given."""
+        """Accepted drafts of verifications of xs > 0 drafts by the columns J (of per-column
+        request ids, committed positions, contexts and outputs): keyed draws, so the same whenever
+        drawn; from `runs` (`prefix_table`: one draw per position serves every count) where given."""
         if runs is None:
-            return self.acc.verify(np.array(rids, I64), np.array(com, I64), np.array(xs, I64), np.array(ctx, I64),
-                                   *self._consts(len(rids))).tolist()
-        got = [runs.run(i, c, cx) for i, c, cx in zip(rids, com, ctx)]
-        for i, c, cx, o, g in zip(rids, com, ctx, out, got):
+            return self.acc.verify(np.array([rids[j] for j in J], I64), np.array([com[j] for j in J], I64),
+                                   np.array(xs, I64), np.array([ctx[j] for j in J], I64),
+                                   *self._consts(len(J))).tolist()
+        got = [runs.run(rids[j], com[j], ctx[j]) for j in J]
+        for j, g in zip(J, got):
             if g is None:
-                runs.want(i, c, cx, o)
+                runs.want(rids[j], com[j], ctx[j], out[j])
         if runs.pending:
             ids, cs, xs_, cxs = runs.rows_wanted()
             runs.store(self.acc.verify(ids, cs, xs_, cxs, *self._consts(len(ids))).tolist())
-            got = [runs.run(i, c, cx) for i, c, cx in zip(rids, com, ctx)]
+            got = [runs.run(rids[j], com[j], ctx[j]) for j in J]
         return [x if x < g else g for x, g in zip(xs, got)]
 
     def synchronous(self, n: int, vps: list, vjs: list, dvs: list, accs: list, K: int, idle: list,
@@ -567,8 +568,7 @@ class FastPath:
             known = {}
             if later:
                 J = [j for j, _ in later]
-                got.update(zip(J, self.accepted(runs, [runl[j] for j in J], [com[j] for j in J], [x for _, x in later],
-                                                [ctx[j] for j in J], [out[j] for j in J])))
+                got.update(zip(J, self.accepted(runs, J, [x for _, x in later], runl, com, ctx, out)))
             if sids:
                 u = len(sids)
                 # (column, outcomes lo..hi-1, their first row, drafts next): a column's next
