@@ -43,25 +43,57 @@ class AcceptanceEMA:
             for i, p in zip(ids.tolist(), pos.tolist()):
                 p0 = seen.get(i)
                 if p0 is not None and p > p0 and (x := c.get(i)):
-                    w = self.keep ** (p - p0)  # tokens emitted without speculating since the last look
-                    x[0] = w * x[0] + (1.0 - w) * default * self.strength
-                    x[1] = w * x[1] + (1.0 - w) * self.strength
+                    self.relax(x, p - p0, default)  # tokens emitted without speculating since the last look
                 seen[i] = p
         return np.fromiter((x[0] / x[1] if (x := c.get(i)) else default for i in ids.tolist()), np.float64, len(ids))
 
     def update(self, ids: np.ndarray, drafted: np.ndarray, accepted: np.ndarray) -> None:
-        keep, pkeep, pop, c, strength = self.keep, self.pkeep, self.pop, self.counts, self.strength
+        pop, c, seen, learn = self.pop, self.counts, self.seen, self.learn
+        trials = 0
         for i, d, a in zip(ids.tolist(), drafted.tolist(), accepted.tolist()):
-            trials = a + (a < d)
-            self.seen.pop(i, None)  # an outcome: the tokens since the last look were speculated
+            seen.pop(i, None)  # an outcome: the tokens since the last look were speculated
             x = c.get(i)
             if x is None:
-                x = c[i] = [pop[0] / pop[1] * strength, strength]  # start from the workload's rate
+                x = c[i] = self.fresh(pop)
+            trials += learn(x, pop, d, a)
+        self.trials += trials
+
+    # ---- the arithmetic on counts ([successes, trials] lists), for `get`, `update` and planners
+    # that replay them ahead on copies (policies/stretch.py): written once, so the same bits
+    def fresh(self, pool: list[float]) -> list[float]:
+        """A request's counts at its first outcome: the pooled rate, worth `strength` trials."""
+        return [pool[0] / pool[1] * self.strength, self.strength]
+
+    def learn(self, x: list[float] | None, pool: list[float] | None, d: int, a: int) -> int:
+        """One outcome (a accepted of d drafts) into a request's counts x and the pooled counts
+        (either None: left out); returns its trials."""
+        trials = a + (a < d)
+        if x is not None:
+            keep = self.keep
             x[0] = keep * x[0] + a
             x[1] = keep * x[1] + trials
-            pop[0] = pkeep * pop[0] + a
-            pop[1] = pkeep * pop[1] + trials
-            self.trials += trials
+        if pool is not None:
+            pkeep = self.pkeep
+            pool[0] = pkeep * pool[0] + a
+            pool[1] = pkeep * pool[1] + trials
+        return trials
+
+    def relax(self, x: list[float], tokens: int, default: float) -> None:
+        """Counts x after `tokens` tokens emitted with no outcome, towards the pooled rate `default`."""
+        w = self.keep ** tokens
+        x[0] = w * x[0] + (1.0 - w) * default * self.strength
+        x[1] = w * x[1] + (1.0 - w) * self.strength
+
+    def rate_after(self, c0: float, c1: float, d: int, a: int) -> float:
+        """The estimate of counts (c0, c1) after one outcome: a accepted of d drafts."""
+        keep = self.keep
+        return (keep * c0 + a) / (keep * c1 + (a + (a < d)))
+
+    def rates_after(self, c0: float, c1: float, cap: int) -> list[float]:
+        """`rate_after` for every outcome a cycle of up to cap drafts can have: b accepted of more
+        than b (b = 0..cap-1), then all b accepted (b = 1..cap)."""
+        k0, k1 = self.keep * c0, self.keep * c1
+        return [(k0 + b) / (k1 + (b + 1)) for b in range(cap)] + [(k0 + b) / (k1 + b) for b in range(1, cap + 1)]
 
     def copy_for(self, ids: list[int]) -> "AcceptanceEMA":
         """A copy whose `get` and `update` on these requests give what this one's would (their
@@ -86,7 +118,7 @@ class AcceptanceEMA:
         return [(x[0], x[1]) if (x := c.get(i)) else None for i in ids]
 
     def after(self, counts: list, drafted: list[int], accepted: list[int]) -> list:
-        """`own` counts after one more outcome each, as `update` leaves them."""
+        """`own` counts after one more outcome each, as `learn` leaves them (inline: asked often)."""
         keep = self.keep
         return [(keep * x0 + a, keep * x1 + (a + (a < d))) for (x0, x1), d, a in zip(counts, drafted, accepted)]
 

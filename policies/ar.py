@@ -17,3 +17,6 @@ class Autoregressive(Policy):
 
     def targets(self, view: DecodeView) -> np.ndarray:
         return np.zeros(len(view.ids), np.int64)
+
+    def fast_plan(self, ahead, max_passes: int):
+        return ahead.held(max_passes) if ahead.ask() else None  # plain passes up to the first finish

@@ -161,15 +161,29 @@ class Aspire(RatePlanner):
     def on_finish(self, rid):
         self.acc.drop(rid)
 
-    # ---- many passes at once (replan=pass; an executor that advances a fixed batch many passes
-    # per event): what asking on each of the next n passes would answer (`aspire_stretch`)
-    def plan_stretch(self, view: DecodeView, n: int, entropy, verify, gate: bool = False, pages=None):
+    # ---- many passes at once (an executor that advances a fixed batch many passes per event)
+    def fast_plan(self, ahead, max_passes: int):
+        if self.plans_ahead:  # replan=verify: asked after each request's own verifications
+            if not ahead.ask():
+                return None
+            if ahead.max_draft and ahead.open and ahead.any_target():
+                return ahead.cycles(0, False, max_passes, after=self)
+            return ahead.held(max_passes)
+        if not ahead.max_draft:
+            return None
+        # replan=pass: plain passes while `zero_run` vouches for them (tried again only after a
+        # pass with no drafts, with no request waiting), else a stretch (`aspire_stretch`), else
+        # cycles re-asked after each request's own outcomes
+        if not ahead.open or ahead.zero_ok:
+            sp = ahead.zero(max_passes)
+            if sp is not None:
+                return sp
+            ahead.zero_ok = False
         if self._planner is None:
             self._planner = AspireStretch(self)
-        return self._planner.plan(view, n, verify, gate, pages)
-
-    def commit_stretch(self, st, n: int):
-        return self._planner.commit(st, n)
+        if (sp := ahead.stretch(self._planner, max_passes)) is not None:
+            return sp
+        return ahead.every(self, max_passes) if ahead.open else None
 
     def on_verify(self, ids, drafted, accepted):
         self.acc.update(ids, drafted, accepted)

@@ -1,4 +1,4 @@
-"""`aspire:replan=pass` decided for many passes at once (`Aspire.plan_stretch`), for an executor
+"""`aspire:replan=pass` decided for many passes at once (`Aspire.fast_plan`), for an executor
 that advances a fixed batch of decode requests many passes per event (the simulator's fast path).
 
 Asked every pass, ASPIRE's answer for a request is the k maximising its expected tokens per unit
@@ -15,8 +15,6 @@ that depend on how many trials the pool holds) is left to the step path.
 """
 
 from __future__ import annotations
-
-import heapq
 
 import numpy as np
 
@@ -54,59 +52,18 @@ class AspireStretch(StretchBase):
         rate = (1.0 - a ** self._kp1) / (1.0 - a) / self._cyc[rows, cix]
         return (rate.argmax(axis=1) + self._k0).tolist()
 
-    def plan(self, view: DecodeView, n: int, verify, gate: bool, pages=None) -> Stretch | None:
+    def plan(self, view: DecodeView, n: int, entropy, verify, gate: bool, pages=None) -> Stretch | None:
         pol = self.pol
         if pol.exploring:
             return None
         acc = pol.acc
-        r = len(view.ids)
-        rids = view.ids.tolist()
-        com, ctx = view.committed.tolist(), view.context.tolist()
-        ctx0 = list(ctx)
-        out = [c + x for c, x in zip(com, view.remaining.tolist())]
-        d = view.drafted.tolist()
-        md = view.max_draft
-        keep, pkeep, strength = acc.keep, acc.pkeep, acc.strength
+        st, own, fold = self._begin(view, n, verify, gate, pages)
+        com, ctx, out, d, md, r = self._com, self._ctx, self._out, self._d, self._md, len(st.ids)
+        counts, pool, relax, pending = self._counts, self._pool, self._relax, self._pending
+        start, done, heap, ctx0, rec, hz = self._start, self._done, self._heap, list(ctx), st.cycles, n
         self._cycle_table(view, n + 2 * md + 3, pol.k_max or md)  # + drafts held, + the next cycle's candidates
-        self._rids, self._com, self._ctx, self._out, self._md, self._verify = rids, com, ctx, out, md, verify
-        pcut = self._page_sums(pages, n)  # the pass where the pages run out, once known
-        st = Stretch(rids, n, cycles=[[] for _ in range(r)])
-        rec = st.cycles
-        hz = n
-        counts = [(list(x) if (x := acc.counts.get(i)) else None) for i in rids]
-        pool = list(acc.pop)
-        start = [0] * r
-        relax = [None] * r  # the last look's position where a relaxation is due at the next look
-        for j, i in enumerate(rids):
-            p0 = acc.seen.get(i)
-            if counts[j] is not None and p0 is not None and com[j] > p0:
-                relax[j] = p0
-        pending = [False] * r
-        done = [False] * r
-        heap: list = []
         # a cycle decided at the pool's rate: [first pass, drafts then, latest answer]
         opened: list = [[0, d[j], 0] if counts[j] is None else None for j in range(r)]
-
-        def verified(j, p, x, a):
-            st.vp.append(p)
-            st.vj.append(j)
-            st.dv.append(x)
-            st.acc.append(a)
-
-        def own(j):
-            return counts[j] is not None and relax[j] is None and not pending[j]
-
-        def fold(P):
-            while heap and heap[0][0] < P:
-                p, j, x, a = heapq.heappop(heap)
-                trials = a + (a < x)
-                if pending[j]:  # its first outcome: counts from the pool's rate (AcceptanceEMA.update)
-                    cj = counts[j] = [pool[0] / pool[1] * strength, strength]
-                    pending[j] = False
-                    cj[0] = keep * cj[0] + a
-                    cj[1] = keep * cj[1] + trials
-                pool[0] = pkeep * pool[0] + a
-                pool[1] = pkeep * pool[1] + trials
 
         def take(j, x0, k, x, first=None):
             """Column j's cycle from its next pass (or `first`), x0 drafts held, answer k, to a
@@ -116,30 +73,7 @@ class AspireStretch(StretchBase):
             v = f + x - x0
             a_ = self._outcome(j, x) if x else 0
             rec[j].append((f, v, x0, com[j], k, None))
-            verified(j, v, x, a_)
-            if x > 0:
-                if counts[j] is None:
-                    pending[j] = True
-                else:
-                    cj = counts[j]
-                    trials = a_ + (a_ < x)
-                    cj[0] = keep * cj[0] + a_
-                    cj[1] = keep * cj[1] + trials
-                heapq.heappush(heap, (v, j, x, a_))
-                if gate and v + 1 < hz:
-                    hz = v + 1
-            elif counts[j] is not None:
-                relax[j] = com[j]  # plain: its next look relaxes towards the pool
-            tok = ctx[j] + x0
-            com[j] += a_ + 1
-            ctx[j] += a_ + 1
-            d[j] = 0
-            start[j] = v + 1
-            if com[j] >= out[j]:
-                done[j] = True
-                hz = min(hz, v + 1)
-            if (c := pcut(j, f, v, tok, hz)) < hz:
-                hz = c
+            hz = self._closed(j, f, v, x0, x, a_, hz)
             return a_
 
         def whole(J):
@@ -152,9 +86,7 @@ class AspireStretch(StretchBase):
                 cx = ctx[j] - ctx0[j]
                 base.append(len(P))
                 P.append(c0 / c1)
-                k0, k1 = keep * c0, keep * c1
-                P.extend([(k0 + b) / (k1 + (b + 1)) for b in range(cap)])  # b accepted of more
-                P.extend([(k0 + b) / (k1 + b) for b in range(1, cap + 1)])  # all b accepted
+                P.extend(acc.rates_after(c0, c1, cap))  # b accepted of more, then all b accepted
                 if len(J) > 1:
                     rows += [j] * (2 * cap + 1)
                     cix += [cx] + list(range(cx + 1, cx + cap + 1)) + list(range(cx + 2, cx + cap + 2))
@@ -198,19 +130,8 @@ class AspireStretch(StretchBase):
             for j, k, x0, x in plan:
                 o = opened[j]
                 if x == 0:  # plain: as long as the answer holds
-                    h = self._plain_run(j, P, Pc, hz, pr, ctx0)
-                    rec[j].append((P, P + h - 1, 0, com[j], None, None))
-                    for p in range(P, P + h):
-                        verified(j, p, 0, 0)
-                    com[j] += h
-                    ctx[j] += h
-                    start[j] = P + h
+                    hz = self._plain(j, P, Pc, hz, pr, ctx0)
                     opened[j] = [start[j], 0, 0]
-                    if (c := pcut(j, P, P + h - 1, ctx[j] - h, hz)) < hz:
-                        hz = c
-                    if com[j] >= out[j]:
-                        done[j] = True
-                        hz = min(hz, start[j])
                 elif P + x - x0 < Pc:  # the whole cycle
                     take(j, o[1], k, x, first=o[0])
                     opened[j] = None

@@ -15,7 +15,8 @@ batch changes). A policy with `plans_ahead = False` is asked for every
 decode request every pass.
 
 A policy is one dataclass: its fields are its spec parameters (`fixed-k:k=8`), validated in
-`__post_init__`. Add one by writing the class and decorating it with `@register`.
+`__post_init__`. Add one by writing the class and decorating it with `@register`; it runs in the
+simulator pass by pass until it also says how to plan many passes at once (`fast_plan`).
 """
 
 from __future__ import annotations
@@ -62,9 +63,6 @@ class Policy:
     plain_hold: ClassVar[int] = 8  # tokens a zero target holds before the policy is asked again
     needs_entropy: ClassVar[bool] = False
     oracle: ClassVar[bool] = False  # may ask the simulator's acceptance model for outcomes
-    # plans-ahead policies only: `targets` answers each row from the view alone and changes no
-    # state, so an executor may ask it for rows of later passes early and in any grouping
-    pure_targets: ClassVar[bool] = False
     speculative: ClassVar[bool] = True
     default_draft_method: ClassVar[DraftMethod] = DraftMethod.VERIFY_QUEST
     description: ClassVar[str] = ""
@@ -93,14 +91,14 @@ class Policy:
         a verification at `max_draft`): what the runtime's shape rule sizes verifications for."""
         return max_draft
 
-    # ---- optional shortcuts for executors that advance many passes at once (the simulator).
-    # A policy offering them stays exact: they describe what asking it pass by pass would do.
-    def cycle_target(self) -> int | None:
-        """The one target every decode request has after a verification with drafts, whatever
-        the batch, contexts or outcomes (fixed-k's k), or None. An int also promises: asking has
-        no other effect, a request keeps that target until its next verification with drafts
-        (plans-ahead policies: and a zero one its `plain_hold`); outcomes still reach `on_verify`
-        pass by pass, in order."""
+    # ---- for executors that advance many passes at once (the simulator's fast path). A policy
+    # planning ahead stays exact: its plan is what asking it pass by pass would do.
+    def fast_plan(self, ahead, max_passes: int):
+        """The next passes (at most max_passes) as one plan, made with the executor's planners
+        (`ahead`: the simulator's `FastPath`, whose `held`, `cycles`, `zero`, `stretch`, ...
+        each state what they assume of the policy), or None: the executor plans pass by pass.
+        Called with every running request decoding and no prefill in progress. The default
+        plans nothing ahead, so a policy that is only `targets` runs unchanged."""
         return None
 
     def zero_run(self, view: DecodeView, n: int) -> int | None:

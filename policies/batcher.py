@@ -33,7 +33,7 @@ import numpy as np
 from spsim.plan import DraftMethod, Outcome, PassPlan
 
 from .base import DecodeView, Policy
-from .kv import KVPool
+from .kv import KVPool, private_pages
 from .request import Phase, RequestTable
 
 I64 = np.int64
@@ -325,7 +325,7 @@ class Batcher:
         """Reserve one more token's page for each decode request, preempting if short."""
         t, pool = self.t, self.pool
         while len(dec):
-            need = -(-(t.ctx[dec] + t.drafted[dec] + 1 - t.shared_tokens[dec]) // self.cfg.page_size)
+            need = private_pages(t.ctx[dec] + t.drafted[dec] + 1, t.shared_tokens[dec], self.cfg.page_size)
             if pool.grow(dec, t.pages[dec], need):
                 t.pages[dec] = need
                 return dec
@@ -446,7 +446,7 @@ class Batcher:
         t.last_entropy[v] = np.nan
         t.verifies[v] += 1
         t.accepted[v] += accepted
-        need = -(-(t.ctx[v] - t.shared_tokens[v]) // self.cfg.page_size)
+        need = private_pages(t.ctx[v], t.shared_tokens[v], self.cfg.page_size)
         self.pool.resize(v, t.pages[v], need)
         t.pages[v] = need
         self._at(now, self._emitted_at, v)

@@ -121,20 +121,17 @@ class Entropy(Policy):
             self._p.setdefault(rid, []).clear()
 
     # ---- many passes at once (an executor that advances a fixed batch many passes per event)
-    def plan_stretch(self, view: DecodeView, n: int, entropy, verify, gate: bool = False, pages=None):
-        """What asking on each of the next n passes would answer, every request in `view` decoding
-        and nothing else in the pass (`entropy_stretch`): a `Stretch` (its `n`: the passes it is
-        valid for) or None. `entropy`, `verify`: the keyed draws. `pages`: (pages free for these
-        requests, page size, shared prefix tokens per request), where the executor ends the
-        stretch before the first pass whose pages do not fit: planning stops near there (None: no
-        bound). Changes no state."""
+    def fast_plan(self, ahead, max_passes: int):
+        """Plain passes while `zero_run` vouches for them, else what asking on each of the next
+        passes would answer (`entropy_stretch`)."""
+        if not ahead.max_draft:
+            return None
+        sp = ahead.zero(max_passes)
+        if sp is not None:
+            return sp
         if self._planner is None:
             self._planner = StretchPlanner(self)
-        return self._planner.plan(view, n, entropy, verify, gate, pages)
-
-    def commit_stretch(self, st, n: int):
-        """Leave the state as asking on the stretch's first n passes would (`StretchPlanner.commit`)."""
-        return self._planner.commit(st, n)
+        return ahead.stretch(self._planner, max_passes)
 
     def _marginal_costs(self, view: DecodeView) -> tuple[np.ndarray, np.ndarray]:
         """Each request's draft cost and verify cost for 0..max_draft drafts held, at its context."""

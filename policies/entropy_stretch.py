@@ -1,4 +1,4 @@
-"""The entropy rule decided for many passes at once (`Entropy.plan_stretch`), for an executor that
+"""The entropy rule decided for many passes at once (`Entropy.fast_plan`), for an executor that
 advances a fixed batch of decode requests many passes per event (the simulator's fast path).
 
 Between changes of the batch every input of the rule is known ahead: each draft's entropy and each
@@ -233,65 +233,22 @@ class StretchPlanner(StretchBase):
         (`stretch.PageSums`). None: nothing to plan."""
         pol = self.pol
         acc = pol.acc
-        r = len(view.ids)
-        rids = view.ids.tolist()
-        com, ctx = view.committed.tolist(), view.context.tolist()
-        ctx0 = list(ctx)
-        out = [c + x for c, x in zip(com, view.remaining.tolist())]
-        d = view.drafted.tolist()
-        md, L = view.max_draft, pol.lookahead
-        keep, pkeep, strength = acc.keep, acc.pkeep, acc.strength
+        st, own, fold = self._begin(view, n, verify, gate, pages)
+        rids, com, ctx, out, d, md, r = self._rids, self._com, self._ctx, self._out, self._d, self._md, len(st.ids)
+        counts, pool, relax, pending = self._counts, self._pool, self._relax, self._pending
+        start, done, heap, ctx0, rec, hz = self._start, self._done, self._heap, list(ctx), st.cycles, n
+        L = pol.lookahead
         nd = max(view.num_decode, 1)
         share = pol.ctx.cost.pass_overhead(nd, prefill_tokens=view.prefill_tokens) / nd
         self._cost_tables(view, n + md + 2, share)  # + the drafts held at the start (emitted once verified)
         cdt, vct = self._cd, self._vc
         cdl = cdt.tolist()
         mL = np.arange(1, L + 1)
-        self._rids, self._com, self._ctx, self._out, self._md = rids, com, ctx, out, md
-        self._entropy, self._verify = entropy, verify
-        pcut = self._page_sums(pages, n)  # the pass where the pages run out, once known
-        st = Stretch(rids, n, cycles=[[] for _ in range(r)])
-        hz = n
-        counts = [(list(x) if (x := acc.counts.get(i)) else None) for i in rids]
-        pool = list(acc.pop)
-        start = [0] * r
+        self._entropy = entropy
         held = [list(pol._p.get(i, []))[:x] for i, x in zip(rids, d)]
-        # a relaxation towards the pool is due at a request's next look (the last look's position)
-        relax = [None] * r
-        for j, i in enumerate(rids):
-            p0 = acc.seen.get(i)
-            if counts[j] is not None and p0 is not None and com[j] > p0:
-                relax[j] = p0
-        pending = [False] * r  # first outcome made: its counts start from the pool as it is then
-        done = [False] * r
         kmax = [0] * (n + 1)  # most drafts held by any request, per pass, where 8 or more
-        heap: list = []  # outcomes not folded into the pool yet: (pass, column, drafts, accepted)
         opened: list = [None] * r  # a cycle decided pass by pass: [first pass, drafts then, entropies]
         checks = []  # whole cycles: (column, first pass, drafts then, drafts verified, prior, cd, vc, cap, ests)
-        rec = st.cycles
-
-        vp_, vj_, dv_, ac_ = st.vp, st.vj, st.dv, st.acc
-
-        def verified(j, p, x, a):
-            st.vp.append(p)
-            st.vj.append(j)
-            st.dv.append(x)
-            st.acc.append(a)
-
-        def own(j):  # its estimate is its own: whole cycles
-            return counts[j] is not None and relax[j] is None and not pending[j]
-
-        def fold(P):
-            while heap and heap[0][0] < P:
-                p, j, x, a = heapq.heappop(heap)
-                trials = a + (a < x)
-                if pending[j]:  # its first outcome: counts from the pool's rate (AcceptanceEMA.update)
-                    cj = counts[j] = [pool[0] / pool[1] * strength, strength]
-                    pending[j] = False
-                    cj[0] = keep * cj[0] + a
-                    cj[1] = keep * cj[1] + trials
-                pool[0] = pkeep * pool[0] + a
-                pool[1] = pkeep * pool[1] + trials
 
         def take(j, x0, el, en, x, prior, cd, vcr, cap):
             """Column j's cycle from its next pass: from x0 drafts held to a verification of x."""
@@ -306,31 +263,8 @@ class StretchPlanner(StretchBase):
                 for p in range(f + max(0, 8 - x0), min(v, n) + 1):  # 8 drafts or more held (the width check's)
                     if x0 + p - f > kmax[p]:
                         kmax[p] = x0 + p - f
-            vp_.append(v)
-            vj_.append(j)
-            dv_.append(x)
-            ac_.append(a_)
             held[j] = []
-            if x > 0:
-                cj = counts[j]
-                trials = a_ + (a_ < x)
-                cj[0] = keep * cj[0] + a_
-                cj[1] = keep * cj[1] + trials
-                heapq.heappush(heap, (v, j, x, a_))
-                if gate and v + 1 < hz:
-                    hz = v + 1
-            else:
-                relax[j] = com[j]  # plain: its next look relaxes towards the pool
-            tok = ctx[j] + x0
-            com[j] += a_ + 1
-            ctx[j] += a_ + 1
-            d[j] = 0
-            start[j] = v + 1
-            if com[j] >= out[j]:
-                done[j] = True
-                hz = min(hz, v + 1)
-            if (c := pcut(j, f, v, tok, hz)) < hz:
-                hz = c
+            hz = self._closed(j, f, v, x0, x, a_, hz)
             return a_
 
         etab = self._etab
@@ -378,7 +312,7 @@ class StretchPlanner(StretchBase):
             if x == 0 or done[j] or start[j] >= hz:
                 return
             # its estimate after b accepted of more drafts, or of exactly b (AcceptanceEMA.update)
-            p1 = (keep * c0 + b) / (keep * c1 + (b + 1)) if b < x else (keep * c0 + b) / (keep * c1 + b)
+            p1 = acc.rate_after(c0, c1, x, b)
             cx = ctx[j] - ctx0[j]
             cap1 = min(md, out[j] - com[j] - 1)
             vcr, cd = vct[j, cx].tolist(), cdl[j][cx]
@@ -445,16 +379,8 @@ class StretchPlanner(StretchBase):
             for j, x0, el, x, cap_, cd, vcr, en in plan:
                 o = opened[j]
                 if x == 0:  # plain: as long as the answer holds
-                    h = self._plain_run(j, P, Pc, hz, pr, ctx0)
-                    rec[j].append((P, P + h - 1, 0, com[j], None, None))
-                    for p in range(P, P + h):
-                        verified(j, p, 0, 0)
-                    com[j] += h
-                    ctx[j] += h
-                    start[j] = P + h
+                    hz = self._plain(j, P, Pc, hz, pr, ctx0)
                     opened[j] = [start[j], 0, []]
-                    if (c := pcut(j, P, P + h - 1, ctx[j] - h, hz)) < hz:
-                        hz = c
                 else:
                     v = P + x - x0
                     top = min(v, Pc - 1)  # its last pass decided here
@@ -466,20 +392,9 @@ class StretchPlanner(StretchBase):
                         a_ = self._outcome(j, x)
                         o[2].extend(en[x0:x])
                         rec[j].append((o[0], v, o[1], com[j], el[:x], o[2]))
-                        verified(j, v, x, a_)
-                        heapq.heappush(heap, (v, j, x, a_))
-                        pending[j] = True
-                        if gate and v + 1 < hz:
-                            hz = v + 1
-                        tok = ctx[j] + o[1]
-                        com[j] += a_ + 1
-                        ctx[j] += a_ + 1
                         held[j] = []
-                        d[j] = 0
-                        start[j] = v + 1
                         opened[j] = None
-                        if (c := pcut(j, o[0], v, tok, hz)) < hz:
-                            hz = c
+                        hz = self._closed(j, o[0], v, o[1], x, a_, hz)  # (no outcome before: pending)
                     else:  # drafting through pass Pc - 1, asked again on Pc
                         dn = x0 + Pc - P
                         o[2].extend(en[x0:dn])

@@ -38,8 +38,12 @@ class FixedK(Policy):
     def longest_run(self, max_draft: int) -> int:
         return min(self.k, max_draft)  # staggered first runs are shorter
 
-    def cycle_target(self) -> int:
-        return self.k  # after the first verification with drafts, every cycle is k drafts
+    def fast_plan(self, ahead, max_passes: int):
+        if not ahead.ask():
+            return None
+        if self.k and ahead.max_draft and ahead.open:  # after a verification with drafts, every cycle is k
+            return ahead.cycles(self.k, False, max_passes)
+        return ahead.held(max_passes)
 
     def targets(self, view: DecodeView) -> np.ndarray:
         t = np.full(len(view.ids), self.k, np.int64)

@@ -104,6 +104,12 @@ class PrefixCache:
         return len(self.lru) * self.block_pages
 
 
+def private_pages(tokens, shared, page_size: int):
+    """Private pages for `tokens` KV tokens of which `shared` sit in the prefix cache: ceil((tokens -
+    shared) / page_size), on ints or arrays. Every page count of a request comes from here."""
+    return -(-(tokens - shared) // page_size)
+
+
 class KVPool:
     """Page accounting for one replica: private pages per request plus the prefix cache."""
 
@@ -127,7 +133,7 @@ class KVPool:
         return self.free() + (self.cache.evictable_pages() if self.cache else 0)
 
     def pages_for(self, tokens: int) -> int:
-        return -(-int(tokens) // self.page_size)
+        return private_pages(int(tokens), 0, self.page_size)
 
     # ---- private pages
     # The counting pool keeps a total only; PagedKVPool moves page ids in `_resize`. The counting

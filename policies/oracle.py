@@ -26,7 +26,6 @@ class Oracle(RatePlanner):
     default_draft_method = DraftMethod.STEP_LAYER
     description = "reference: ASPIRE's rule with the exact accepted counts (simulator only)"
     plain_hold = 1  # it knows when the next draft would be accepted: look again every token
-    pure_targets = True  # keyed outcomes and the cost model, row by row; no state
 
     def targets(self, view: DecodeView) -> np.ndarray:
         acc = self.ctx.acceptance
@@ -37,3 +36,12 @@ class Oracle(RatePlanner):
         first_reject = acc.verify(view.ids, view.committed, np.full(len(view.ids), k_max, np.int64),
                                   view.context, view.budget, view.method)
         return self.plan(view, lambda ks: np.minimum(ks[None, :], first_reject[:, None]) + 1.0, k_max)
+
+    def fast_plan(self, ahead, max_passes: int):
+        if not ahead.ask():
+            return None
+        if ahead.max_draft and ahead.open and ahead.any_target():
+            # `targets` reads keyed outcomes and the cost model row by row and changes no state:
+            # rows of later passes may be asked early and in any grouping
+            return ahead.cycles(0, False, max_passes, ask=ahead.ask_rows)
+        return ahead.held(max_passes)

@@ -11,6 +11,7 @@ position c can need is fixed by c: tables of them are drawn many starts ahead in
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,9 +60,9 @@ class PageSums:
         pass reserving room for one more: the first pass where the pages do not fit, once every
         column is planned through it, or NEVER. Passes from hz on are not counted."""
         pe, pc, ps, budget, r = self.pages, self.cols, self.ps, self.budget, self.r
-        b = tokens + 1 - self.shared[j] - f  # the reservation before pass p: b + p tokens
+        b = tokens + 1 - self.shared[j] - f  # the reservation before pass p: b + p private tokens
         for p in range(f, min(last + 1, hz, len(pe))):
-            x = pe[p] = pe[p] + -(-(b + p) // ps)
+            x = pe[p] = pe[p] + -(-(b + p) // ps)  # private_pages, inline: a call per pass cost ~2 % of a run
             c = pc[p] = pc[p] + 1
             if c == r and x > budget:
                 return p
@@ -85,6 +86,113 @@ class StretchBase:
         self._vtab: dict = {}
 
     _offs: dict = {}
+
+    def _estimates(self, rids: list[int], com: list[int]) -> tuple[list, list, list]:
+        """Copies of the smoothed acceptance's state for these requests, for planning ahead: each
+        one's counts (None: no outcome yet), the pooled counts, and where a relaxation towards the
+        pool is due at its next look, the position of its last look (else None)."""
+        acc = self.pol.acc
+        counts = [(list(x) if (x := acc.counts.get(i)) else None) for i in rids]
+        relax = [None] * len(rids)
+        for j, i in enumerate(rids):
+            p0 = acc.seen.get(i)
+            if counts[j] is not None and p0 is not None and com[j] > p0:
+                relax[j] = p0
+        return counts, list(acc.pop), relax
+
+    def _folder(self, heap: list, counts: list, pending: list, pool: list):
+        """fold(P): every planned outcome (pass, column, drafts, accepted) in `heap` before pass P
+        into the pooled counts, in pass and running order; a column's first outcome (`pending`)
+        starts its counts from the pool as it is then (`AcceptanceEMA.update` on copies)."""
+        acc = self.pol.acc
+
+        def fold(P):
+            while heap and heap[0][0] < P:
+                p, j, x, a = heapq.heappop(heap)
+                if pending[j]:
+                    counts[j] = acc.fresh(pool)
+                    pending[j] = False
+                    acc.learn(counts[j], pool, x, a)
+                else:
+                    acc.learn(None, pool, x, a)
+        return fold
+
+    def _begin(self, view, n: int, verify, gate: bool, pages) -> tuple:
+        """A plan's start from `view`, as lists per column (the planner's closures alias them):
+        `_rids`, `_com`, `_ctx`, `_out`, `_d` (drafts held), `_start` (next pass), `_done`, and the
+        estimator's state copied (`_estimates`: `_counts`, `_pool`, `_relax`; `_pending`: a first
+        outcome not folded into the pool yet; `_heap`: the outcomes not folded), which `_closed` and
+        `_plain` move; `gate` ends the plan after the first verification with drafts, `pages`
+        bounds it (`_page_sums`). Returns the record, own(j) (column j's estimate is its own: no
+        outcome pending, no relaxation due) and fold(P) (`_folder`)."""
+        r = len(view.ids)
+        rids, com = view.ids.tolist(), view.committed.tolist()
+        self._rids, self._com, self._ctx = rids, com, view.context.tolist()
+        self._out = [c + x for c, x in zip(com, view.remaining.tolist())]
+        self._d, self._md, self._verify = view.drafted.tolist(), view.max_draft, verify
+        st = self._st = Stretch(rids, n, cycles=[[] for _ in range(r)])
+        self._gate, self._pcut = gate, self._page_sums(pages, n)  # the pass where the pages run out, once known
+        counts, pool, relax = self._counts, self._pool, self._relax = self._estimates(rids, com)
+        pending, heap = self._pending, self._heap = [False] * r, []
+        self._done, self._start = [False] * r, [0] * r
+
+        def own(j):
+            return counts[j] is not None and relax[j] is None and not pending[j]
+        return st, own, self._folder(heap, counts, pending, pool)
+
+    def _closed(self, j: int, f: int, v: int, x0: int, x: int, a: int, hz: int) -> int:
+        """Column j's cycle from pass f (x0 drafts held then) verified x drafts on pass v, a
+        accepted: recorded, its outcome learnt (a first one waits for the pool's fold: `pending`),
+        a plain pass marks its next look to relax towards the pool, and the column moves past it.
+        Returns the horizon, cut where it finishes, where `gate` ends the plan, or where the pages
+        run out."""
+        st, com, ctx = self._st, self._com, self._ctx
+        st.vp.append(v)
+        st.vj.append(j)
+        st.dv.append(x)
+        st.acc.append(a)
+        if x > 0:
+            if self._counts[j] is None:
+                self._pending[j] = True
+            else:
+                self.pol.acc.learn(self._counts[j], None, x, a)
+            heapq.heappush(self._heap, (v, j, x, a))
+            if self._gate and v + 1 < hz:
+                hz = v + 1
+        elif self._counts[j] is not None:
+            self._relax[j] = com[j]  # plain: its next look relaxes towards the pool
+        tok = ctx[j] + x0
+        com[j] += a + 1
+        ctx[j] += a + 1
+        self._d[j] = 0
+        self._start[j] = v + 1
+        if com[j] >= self._out[j]:
+            self._done[j] = True
+            hz = min(hz, v + 1)
+        if (c := self._pcut(j, f, v, tok, hz)) < hz:
+            hz = c
+        return hz
+
+    def _plain(self, j: int, P: int, Pc: int, hz: int, pr: float, ctx0: list[int]) -> int:
+        """Column j (no drafts, no outcome) decoding plainly from pass P while its answer holds
+        (`_plain_run`, the subclass's rule): recorded, moved past. Returns the horizon."""
+        st, com, ctx = self._st, self._com, self._ctx
+        h = self._plain_run(j, P, Pc, hz, pr, ctx0)
+        st.cycles[j].append((P, P + h - 1, 0, com[j], None, None))
+        for p in range(P, P + h):
+            st.vp.append(p)
+            st.vj.append(j)
+            st.dv.append(0)
+            st.acc.append(0)
+        com[j] += h
+        ctx[j] += h
+        self._start[j] = P + h
+        if (c := self._pcut(j, P, P + h - 1, ctx[j] - h, hz)) < hz:
+            hz = c
+        if com[j] >= self._out[j]:
+            self._done[j] = True
+            hz = min(hz, P + h)
+        return hz
 
     def _page_sums(self, pages, n: int):
         """`PageSums.cover` for `pages` (pages free, page size, shared tokens per column; None:
@@ -199,7 +307,6 @@ class StretchBase:
         yet at the pool's rate (`pooled`), except, given `pending`, those whose first outcome is
         not folded yet."""
         acc = self.pol.acc
-        keep, strength = acc.keep, acc.strength
         com, rids = self._com, self._rids
         cols = range(len(rids))
         while True:
@@ -213,11 +320,8 @@ class StretchBase:
             B = []
             for j in at:
                 if counts[j] is not None and relax[j] is not None:  # relaxes towards the pool, then its own
-                    p0, x = relax[j], counts[j]
-                    w = keep ** (com[j] - p0)
-                    default = pool[0] / pool[1]
-                    x[0] = w * x[0] + (1.0 - w) * default * strength
-                    x[1] = w * x[1] + (1.0 - w) * strength
+                    p0 = relax[j]
+                    acc.relax(counts[j], com[j] - p0, pool[0] / pool[1])
                     st.relax.append((P, rids[j], p0, com[j]))
                     relax[j] = None
                     B.append(j)

@@ -15,6 +15,7 @@ import numpy as np
 from .acceptance_ema import AcceptanceEMA
 from .base import DecodeView, Policy, ema_looks, expected_tokens
 from .registry import register
+from .sync_ahead import sync_cycles
 
 
 @register
@@ -44,15 +45,27 @@ class Sync(Policy):
     def on_verify(self, ids, drafted, accepted):
         self.acc.update(ids, drafted, accepted)
 
-    def cycle_target(self) -> int | None:
-        return self.k if self.k >= 0 else None  # a fixed k: every cycle k drafts (or fewer, forced)
-
-    def asked_cycle(self) -> int:
-        """The k of the cycle in progress, once `targets` has answered on a pass: until the
-        batch's verification, asking again answers d + 1 while every request holds fewer than
-        k drafts, then d (all verify), and changes no state; a cycle of 0 is one plain pass.
-        (An executor that advances many passes at once asks for a cycle's first pass only.)"""
-        return self.cycle_k
+    def fast_plan(self, ahead, max_passes: int):
+        if self.k > 0 and ahead.max_draft and ahead.open:  # a fixed k: every cycle k drafts (or fewer, forced)
+            return ahead.cycles(self.k, True, max_passes)
+        if not ahead.max_draft:
+            return None
+        if ahead.zero_ok:  # tried only after a cycle of 0 drafts: while it speculates it fails
+            sp = ahead.zero(max_passes)
+            if sp is not None:
+                return sp
+            ahead.zero_ok = False
+        # asked for the cycle's first pass (which always runs) as the step path would: until the
+        # batch's verification, asking again answers d + 1 while every request holds fewer than
+        # cycle_k drafts, then d (all verify), and changes no state; a cycle of 0 is one plain pass
+        if not ahead.ask():
+            return None
+        if self.cycle_k == 0:
+            ahead.zero_ok = True
+        elif ahead.open:
+            return sync_cycles(self, ahead, self.cycle_k, max_passes)
+        # (requests waiting for pages: a verification's freed pages may admit one, so one cycle)
+        return ahead.cycles(self.cycle_k, True, max_passes, rounds=1)
 
     # relative margin by which k = 0 must win for `zero_run` to vouch for it: `zero_run` prices
     # every pass at once with (pass, request, k) arrays and `_choose` one pass's (1, request, k)

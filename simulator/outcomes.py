@@ -1,6 +1,6 @@
 """Keyed verification outcomes drawn ahead by output position, for the fast path's cycles.
 
-A policy with one target after every verification (`Policy.cycle_target`: `fixed-k`, `sync:k=N`)
+A policy with one target after every verification (`FastPath.cycles`: `fixed-k`, `sync:k=N`)
 makes a request that starts a cycle at committed position p check x(p) = min(K, output - p - 1,
 max_draft) drafts at context p + (context - committed): everything but p is fixed while it
 decodes. The acceptance model's draws are keyed (a row's outcome depends on its own arguments

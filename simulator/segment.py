@@ -3,7 +3,9 @@
 When every running request is decoding under a policy that plans ahead, the next passes are known
 until the first verification whose outcome is random, a completion or a page shortage (an arrival
 routed to the replica cuts the segment short there). `FastPath.plan` returns them as one
-`SegmentPlan`; the replica prices them in one call (`segment_cost`), and `FastPath.apply` leaves
+`SegmentPlan`: the policy picks how (`Policy.fast_plan`, from the planners here: `held`, `cycles`,
+`zero`, `stretch`, `every`; its own beside it where it needs one, as `policies/sync_ahead.py`).
+The replica prices them in one call (`segment_cost`), and `FastPath.apply` leaves
 exactly the state that as many single passes through `Batcher.plan`/`apply` would. It works on the
 batcher's request table and its extension point (`ask_policy`, `decode_order`,
 `record_verifications`, `finish`, and the public `running`, `pool`, `itl`, `passes`); the batcher
@@ -20,6 +22,7 @@ from spsim.cost.segments import DecodeSegment
 from spsim.plan import DraftMethod, PassPlan
 from spsim.policies.base import DecodeView
 from spsim.policies.batcher import Batcher
+from spsim.policies.kv import private_pages
 from spsim.policies.stretch import PageSums
 
 from .outcomes import OutcomeTable
@@ -39,8 +42,8 @@ class SegmentPlan:
     verify_at: np.ndarray | None = None  # pass index of each speculative request's verification (or n)
     cycles: "Cycles | None" = None  # verifications with known outcomes inside the segment
     zero: DecodeView | None = None  # plain passes of a policy asked every pass (`Policy.zero_run`)
-    stretch: object | None = None  # a policy's own plan of these passes (`plan_stretch`: `entropy`)
-    looks: list | None = None  # (pass, committed, k) of each later cycle's start (`_plan_sync`)
+    stretch: tuple | None = None  # (planner, its plan) of a policy planning these passes itself (`FastPath.stretch`)
+    looks: list | None = None  # (pass, committed, k) of each later cycle's start (`policies/sync_ahead.py`)
 
 
 @dataclass(slots=True)
@@ -53,11 +56,12 @@ class Cycles:
     vj: np.ndarray  # its column
     dv: np.ndarray  # drafts it checks
     acc: np.ndarray  # drafts it accepts
-    K: int  # target after a verification with drafts (Policy.cycle_target)
+    K: int  # target after a verification with drafts (`FastPath.cycles`)
     need: np.ndarray  # (n, r) pages each request holds after pass i's reservation
     asks: tuple | None = None  # (pass, column, target, recheck, committed) of each re-ask, in plan order
     idle: list | None = None  # synchronous: (column, first pass, end pass, drafts held) of each span a
     # request sits out (drafted all its output can use) before the batch's verification
+    told: object | None = None  # a policy told of the asks kept (`asked`: `cycles`' `after`)
 
 
 class FastPath:
@@ -73,9 +77,9 @@ class FastPath:
     # Azure conv trace's first 4,000 requests, entropy's CPU time 3.06 s at 256, 2.72 s at 512
     # (7,103 -> 6,561 segments), 2.66 s at 1,024; sync (auto k) the same at 256 and 1,024
     ZERO_MAX = 512
-    # Passes a policy that plans its own stretches (`plan_stretch`) is asked to plan at once
+    # Passes a policy that plans its own stretches (`stretch`) is asked to plan at once
     STRETCH_MAX = 256
-    # Positions a `pure_targets` policy is asked about at once when re-asked (plain stretches)
+    # Positions an `ask_rows` policy is asked about at once when re-asked (plain stretches)
     ASK_AHEAD = 16
     # Positions a cycle-target policy's outcomes are drawn ahead at once per request (OutcomeTable)
     TABLE_ROWS = 256
@@ -96,11 +100,12 @@ class FastPath:
         self._method = np.full(cfg.max_batch, cfg.draft_method, I64)
         self._budget.flags.writeable = self._method.flags.writeable = False
         self.acc = None  # the acceptance model (set by the replica): keyed outcomes for cycles
-        # a policy with `asked_cycle` tries `zero_run` only after its last cycle was 0 drafts:
+        # a policy choosing each cycle's k (sync) tries `zero_run` only after its last cycle was 0 drafts:
         # while it speculates the check fails, and cost as much as the cycle's own decision
         self.zero_ok = True
-        self.outcomes: OutcomeTable | None = None  # a cycle-target policy's outcomes drawn ahead
-        self.runs: OutcomeTable | None = None  # ... and any draft count's (`_plan_sync`; prefix draws)
+        # outcomes drawn ahead (OutcomeTable): "outcomes", a cycle target's; "runs", any draft count's
+        # (`prefix_table`)
+        self.tables: dict[str, OutcomeTable] = {}
 
     def one_pass(self, plan: PassPlan) -> DecodeSegment:
         """A decode-only plan as a one-pass segment with its requests in running order, the same
@@ -117,48 +122,39 @@ class FastPath:
 
     def plan(self, max_passes: int) -> SegmentPlan | None:
         """The next passes as one segment, or None when the step path must plan: a prefill is in
-        progress, nothing runs, the policy cannot say ahead what it would answer, or fewer than
-        two passes are known (the first already needs a finish or a page decision)."""
-        b, running = self.b, self.running
-        if b.prefilling or not running:
+        progress, nothing runs, the policy cannot say ahead what it would answer (`Policy.fast_plan`
+        picks among the planners below), or fewer than two passes are known (the first already
+        needs a finish or a page decision)."""
+        if self.b.prefilling or not self.running:
             return None
-        t, cfg, pol = self.t, self.cfg, b.policy
-        k_cycle = pol.cycle_target() if cfg.max_draft else None
-        # cycles run through verifications, whose freed pages could admit a waiting request
-        cycles_ok = (k_cycle and not pol.needs_entropy
-                     and (not b.waiting or len(running) >= cfg.max_batch))
-        if not pol.plans_ahead:
-            if cycles_ok:
-                return self._plan_cycles(k_cycle, pol.synchronous, max_passes)
-            if not cfg.max_draft:
-                return None
-            asked = getattr(pol, "asked_cycle", None) if pol.synchronous and not pol.needs_entropy else None
-            every = (not pol.synchronous and not pol.needs_entropy and hasattr(pol, "targets_after")
-                     and (not b.waiting or len(running) >= cfg.max_batch))
-            stretch = hasattr(pol, "plan_stretch")
-            if (asked is None and not every) or self.zero_ok:
-                sp = self._plan_zero(max_passes)
-                if sp is not None or (asked is None and not every and not stretch):
-                    return sp
-                self.zero_ok = False  # speculating again: no zero_run until a cycle of 0 drafts
-            if stretch and (sp := self._plan_stretch(max_passes)) is not None:
-                return sp
-            if every:
-                return self._plan_every(max_passes)
-            if stretch:
-                return None
-            return self._plan_asked(asked, max_passes)
-        if not self._ask_as_step(np.array(running, dtype=I64)):
-            return None
-        if cycles_ok:
-            return self._plan_cycles(k_cycle, pol.synchronous, max_passes)
-        if (cfg.max_draft and not pol.needs_entropy and not pol.synchronous
-                and (pol.pure_targets or hasattr(pol, "targets_after"))
-                and (not b.waiting or len(running) >= cfg.max_batch)
-                and any((t.target[running] > 0).tolist())):  # all plain: the plain segments below
-            if pol.pure_targets:
-                return self._plan_cycles(0, False, max_passes, ask=self._ask_rows)
-            return self._plan_cycles(0, False, max_passes, after=self._ask_after)
+        return self.b.policy.fast_plan(self, max_passes)
+
+    # ---- what a policy's `fast_plan` reads and picks from
+    @property
+    def max_draft(self) -> int:
+        return self.cfg.max_draft
+
+    @property
+    def open(self) -> bool:
+        """No request waits for pages the batch could free: plans may run through verifications
+        (whose freed pages could otherwise admit a waiting request)."""
+        return not self.b.waiting or len(self.running) >= self.cfg.max_batch
+
+    def any_target(self) -> bool:
+        """Some running request was given drafts (not all decode plainly)."""
+        t = self.t
+        return any((t.target[self.running] > 0).tolist())
+
+    def ask(self) -> bool:
+        """Ask the policy for the running requests' next pass as the step path would (a plans-ahead
+        policy: only those whose answer expired); False where their pages do not fit."""
+        return self._ask_as_step(np.array(self.running, dtype=I64))
+
+    def held(self, max_passes: int) -> SegmentPlan | None:
+        """The passes over which every running request's target (asked already) holds: each
+        decodes plainly, or drafts up to its target and verifies; up to the first verification
+        with drafts, finish, expiry of a zero target or page shortage."""
+        t, cfg, running = self.t, self.cfg, self.running
         if len(running) <= self.SCALAR_MAX and (n := self._plain_passes(max_passes)) >= 0:
             if n < 2:
                 return None
@@ -205,7 +201,7 @@ class FastPath:
         seg = DecodeSegment(kind, query, ctx, dpos, self._budget[:len(run)], self._method[:len(run)])
         return SegmentPlan(run, n, seg, None, ar_like, verify_at)
 
-    def _plan_zero(self, max_passes: int) -> SegmentPlan | None:
+    def zero(self, max_passes: int) -> SegmentPlan | None:
         """Plain passes of a policy asked every pass, for as long as it says it would answer 0."""
         t, b = self.t, self.b
         dr = t.drafted
@@ -221,10 +217,7 @@ class FastPath:
         r = len(run)
         ctx0 = t.ctx[run]
         # the view the batcher's ask_policy would build at this pass (no prefill in progress)
-        view = DecodeView(ids=run, context=ctx0, drafted=t.drafted[run], remaining=rem,
-                          budget=self._budget[:r], method=self._method[:r], last_entropy=t.last_entropy[run],
-                          sum_entropy=t.sum_entropy[run], num_decode=r, prefill_tokens=0,
-                          max_draft=self.cfg.max_draft, committed=committed)
+        view = self.view(run, ctx0, committed, rem, t.drafted[run], t.last_entropy[run], t.sum_entropy[run], r)
         h = b.policy.zero_run(view, n)
         if h is None or h < 2:
             return None
@@ -233,20 +226,19 @@ class FastPath:
             return None
         return SegmentPlan(run.tolist(), n, None, ctx0.tolist(), zero=view)
 
-    def _plan_stretch(self, max_passes: int) -> SegmentPlan | None:
-        """Passes a policy asked every pass plans itself (`plan_stretch`: the entropy rule), given
-        the view the batcher would build on the first (no prefill in progress) and the acceptance
-        model's keyed draws; up to its first finish, page shortage, or the pass where its own plan
-        stops being certain."""
+    def stretch(self, planner, max_passes: int) -> SegmentPlan | None:
+        """Passes a policy asked every pass plans itself (`planner`: a `policies.stretch.StretchBase`,
+        the entropy rule's or aspire's), given the view the batcher would build on the first (no
+        prefill in progress) and the acceptance model's keyed draws; up to its first finish, page
+        shortage, or the pass where its own plan stops being certain. `planner.commit` leaves the
+        policy as the passes applied would."""
         t, cfg = self.t, self.cfg
         run = np.array(self.running, dtype=I64)
         r = len(run)
         committed = t.committed[run]
         ctx0, d0 = t.ctx[run], t.drafted[run]
-        view = DecodeView(ids=run, context=ctx0, drafted=d0, remaining=t.output[run] - committed,
-                          budget=self._budget[:r], method=self._method[:r], last_entropy=t.last_entropy[run],
-                          sum_entropy=t.sum_entropy[run], num_decode=r, prefill_tokens=0,
-                          max_draft=cfg.max_draft, committed=committed)
+        view = self.view(run, ctx0, committed, t.output[run] - committed, d0, t.last_entropy[run],
+                          t.sum_entropy[run], r)
         acc, consts = self.acc, self._consts
 
         def entropy(ids, pos, dpos, ctx):
@@ -267,27 +259,28 @@ class FastPath:
         # needs more, and the planner stops planning near there
         other = self.pool.used - sum(t.pages[run].tolist())
         pages = (self.pool.capacity - other, cfg.page_size, t.shared_tokens[run].tolist())
-        st = self.b.policy.plan_stretch(view, min(max_passes, self.STRETCH_MAX), entropy, verify, gate, pages)
+        st = planner.plan(view, min(max_passes, self.STRETCH_MAX), entropy, verify, gate, pages)
         if st is None:
             return None
         vp, vj, dv, ac = (np.array(x, I64) for x in (st.vp, st.vj, st.dv, st.acc))
         order = np.argsort(vp * r + vj, kind="stable")  # pass-major, running order within a pass
         vp, vj, dv, ac = vp[order], vj[order], dv[order], ac[order]
-        n = st.n
-        k = int(np.searchsorted(vp, n))
-        vp, vj, dv, ac = vp[:k], vj[:k], dv[:k], ac[:k]
-        seg, need = self._cycle_arrays(n, r, ctx0, d0, vp, vj, dv, ac, run)
-        over = other + need.sum(axis=1) > self.pool.capacity
-        if over.any():  # stop before the first pass whose reservation does not fit
-            n = int(np.argmax(over))
-            if n < 1:
-                return None
-            k = int(np.searchsorted(vp, n))
-            vp, vj, dv, ac = vp[:k], vj[:k], dv[:k], ac[:k]
-            seg = DecodeSegment(seg.kind[:n], seg.query[:n], seg.context[:n], seg.draft_pos[:n], seg.budget, seg.method)
-            need = need[:n]
+        cut = self._cut_cycles(st.n, 1, r, ctx0, d0, vp, vj, dv, ac, run, [])
+        if cut is None:
+            return None
+        n, vp, vj, dv, ac, seg, need, _ = cut
         self.zero_ok = not (dv > 0).any()  # no drafts in it: zero_run may cover what follows
-        return SegmentPlan(run, n, seg, None, cycles=Cycles(vp, vj, dv, ac, -1, need), stretch=st)
+        return SegmentPlan(run, n, seg, None, cycles=Cycles(vp, vj, dv, ac, -1, need), stretch=(planner, st))
+
+    def _table(self, name: str, K: int, runl: list[int]) -> OutcomeTable:
+        """The outcome table `name` for K drafts (made anew for another K), less the entries of
+        finished requests once there are many."""
+        tab = self.tables.get(name)
+        if tab is None or tab.K != K:
+            tab = self.tables[name] = OutcomeTable(K, self.cfg.max_draft, self.TABLE_ROWS)
+        elif len(tab.tab) > 4 * len(runl) + 64:
+            tab.forget(set(runl))
+        return tab
 
     def _consts(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Draft budget and method for k rows (views of the per-request constants where they fit)."""
@@ -300,7 +293,8 @@ class FastPath:
         targets, the newest draft's entropy, the entropy sum of the drafts held."""
         t = self.t
         run = sp.rids
-        tg, last, ents, restart = self.b.policy.commit_stretch(sp.stretch, n)
+        planner, st = sp.stretch
+        tg, last, ents, restart = planner.commit(st, n)
         t.target[run] = tg
         t.last_entropy[run] = last
         se = t.sum_entropy
@@ -315,149 +309,59 @@ class FastPath:
         pass's pages first (`Batcher._grow_pages`, preempting when short) and asks only the
         requests left, so where the pages do not fit, no look (False: the step path plans)."""
         t = self.t
-        need = -(-(t.ctx[run] + t.drafted[run] + 1 - t.shared_tokens[run]) // self.cfg.page_size)
+        need = private_pages(t.ctx[run] + t.drafted[run] + 1, t.shared_tokens[run], self.cfg.page_size)
         if sum((need - t.pages[run]).tolist()) > self.pool.free():
             return False
         self.b.ask_policy(run)
         return True
 
-    def _plan_asked(self, asked, max_passes: int) -> SegmentPlan | None:
-        """One draft-verify cycle of a synchronous policy asked every pass that fixes the batch's
-        k when asked at a cycle's start (`asked_cycle`: `sync` with auto k). It is asked here for
-        the segment's first pass, which always runs, with the view the step path would build
-        then; on the cycle's later passes its answers only repeat that k, so the segment runs
-        through the batch's verification (all verify together) and ends there."""
-        t = self.t
-        run = np.array(self.running, dtype=I64)
-        if not self._ask_as_step(run):
+    def prefix_table(self):
+        """The table of outcomes drawn ahead by position for any draft count (`accepted`), where
+        the acceptance model's draws are prefix draws; else None."""
+        if not getattr(self.acc, "prefix_draws", False):
             return None
-        b = self.b
-        K = asked()
-        if K == 0:
-            self.zero_ok = True
-        elif hasattr(b.policy, "choose_ahead") and (not b.waiting or len(run) >= self.cfg.max_batch):
-            return self._plan_sync(K, max_passes)
-        # (requests waiting for pages: a verification's freed pages may admit one, so one cycle)
-        return self._plan_cycles(K, True, max_passes, rounds=1)
+        return self._table("runs", self.cfg.max_draft, self.running)
 
-    # cycles a synchronous policy choosing each cycle's k is planned ahead for per segment
-    SYNC_ROUNDS = 16
+    def accepted(self, runs, J: list[int], xs: list[int], rids: list[int], com: list[int], ctx: list[int],
+                 out: list[int]) -> list[int]:
+        """Accepted drafts of verifications of xs > 0 drafts by the columns J (of per-column
+        request ids, committed positions, contexts and outputs): keyed draws, so the same whenever
+        drawn; from `runs` (`prefix_table`: one draw per position serves every count) where given."""
+        if runs is None:
+            return self.acc.verify(np.array([rids[j] for j in J], I64), np.array([com[j] for j in J], I64),
+                                   np.array(xs, I64), np.array([ctx[j] for j in J], I64),
+                                   *self._consts(len(J))).tolist()
+        got = [runs.run(rids[j], com[j], ctx[j]) for j in J]
+        for j, g in zip(J, got):
+            if g is None:
+                runs.want(rids[j], com[j], ctx[j], out[j])
+        if runs.pending:
+            ids, cs, xs_, cxs = runs.rows_wanted()
+            runs.store(self.acc.verify(ids, cs, xs_, cxs, *self._consts(len(ids))).tolist())
+            got = [runs.run(rids[j], com[j], ctx[j]) for j in J]
+        return [x if x < g else g for x, g in zip(xs, got)]
 
-    def _plan_sync(self, K: int, max_passes: int) -> SegmentPlan | None:
-        """`_plan_cycles`' synchronous cycles of a policy choosing the batch's k at each cycle's
-        start (`choose_ahead`: `sync` with auto k), many per segment: the first cycle's k as
-        asked, each later one's asked of the policy on a copy of its estimator moved by the
-        cycles before it (their keyed outcomes), as the step path would ask on the cycle's first
-        pass; `apply` replays those looks (`looks`) between the outcomes. Ends before a cycle of
-        0 drafts (asked again then: its plain passes are `zero_run`'s), at the first finish, or
-        after SYNC_ROUNDS cycles."""
-        t, cfg, b = self.t, self.cfg, self.b
-        pol = b.policy
-        run = np.array(self.running, dtype=I64)
-        r = len(run)
-        runl = run.tolist()
-        ctx0, d0 = t.ctx[run], t.drafted[run]
-        out, com, ctx, d = t.output[run].tolist(), t.committed[run].tolist(), ctx0.tolist(), d0.tolist()
-        md, n = cfg.max_draft, max_passes
-        budget, method, verify = self._budget[:r], self._method[:r], self.acc.verify
-        runs = None  # outcomes for any draft count, drawn ahead by position (prefix draws)
-        if getattr(self.acc, "prefix_draws", False):
-            runs = self.runs
-            if runs is None or runs.K != md:
-                runs = self.runs = OutcomeTable(md, md, self.TABLE_ROWS)
-            elif len(runs.tab) > 4 * r + 64:  # entries of finished requests
-                runs.forget(set(runl))
-        vps, vjs, dvs, accs = [], [], [], []
-        idle, looks = [], []
-        cols = list(range(r))
-        shadow = None
-        s = 0  # the cycle's first pass (every request's)
-        for rnd in range(self.SYNC_ROUNDS):
-            # one reaches the target: all verify (after the fewest passes of drafting); a request
-            # that drafted all its output can use sits the rest out (Batcher._sync_verify)
-            caps = [o - c - 1 - x for o, c, x in zip(out, com, d)]
-            w0 = max(caps)  # every request capped after w0 passes
-            kk = min(K, md)
-            for x, cap in zip(d, caps):
-                w = kk - x
-                if w < w0 and (w <= 0 or cap >= w):
-                    w0 = w
-            if w0 < 0:
-                w0 = 0
-            v = s + w0  # the batch's verification
-            xs = []
-            for j, cap in enumerate(caps):
-                if cap < w0:  # drafts cap passes, then sits out until the batch verifies
-                    if s + cap < n:
-                        idle.append((j, s + cap, v, d[j] + cap))
-                    xs.append(d[j] + cap)
-                else:
-                    xs.append(d[j] + w0)
-            if v >= n:  # drafting through the last pass
-                break
-            spec = [j for j in cols if xs[j] > 0]
-            a = [0] * r
-            if spec and runs is not None:
-                got = [runs.run(runl[j], com[j], ctx[j]) for j in spec]
-                for j, g in zip(spec, got):
-                    if g is None:
-                        runs.want(runl[j], com[j], ctx[j], out[j])
-                if runs.pending:
-                    ids, cs, xs_, cxs = runs.rows_wanted()
-                    runs.store(verify(ids, cs, xs_, cxs, *self._consts(len(ids))).tolist())
-                    got = [runs.run(runl[j], com[j], ctx[j]) for j in spec]
-                for j, g in zip(spec, got):
-                    a[j] = xs[j] if xs[j] < g else g
-            elif spec:
-                res = verify(run[spec] if len(spec) < r else run, np.array([com[j] for j in spec], I64),
-                             np.array([xs[j] for j in spec], I64), np.array([ctx[j] for j in spec], I64),
-                             budget[:len(spec)], method[:len(spec)]).tolist()
-                for j, y in zip(spec, res):
-                    a[j] = y
-            fin = False
-            for j in cols:
-                vps.append(v)
-                vjs.append(j)
-                dvs.append(xs[j])
-                accs.append(a[j])
-                com[j] += a[j] + 1
-                ctx[j] += a[j] + 1
-                if com[j] >= out[j]:
-                    fin = True
-            n = v + 1
-            if fin or rnd + 1 == self.SYNC_ROUNDS or not spec:
-                break
-            # the next cycle's k, asked as on its first pass (after this cycle's outcomes)
-            if shadow is None:
-                shadow = pol.shadow(runl)
-            sj = run[spec] if len(spec) < r else run
-            shadow.update(sj, np.array([xs[j] for j in spec], I64), np.array([a[j] for j in spec], I64))
-            committed = np.array(com, I64)
-            view = DecodeView(ids=run, context=np.array(ctx, I64), drafted=np.zeros(r, I64),
-                              remaining=np.array(out, I64) - committed, budget=budget, method=method,
-                              last_entropy=t.last_entropy[run], sum_entropy=t.sum_entropy[run], num_decode=r,
-                              prefill_tokens=0, max_draft=md, committed=committed)
-            K = pol.choose_ahead(view, shadow)
-            if K == 0:  # asked again there (zero_run's plain passes follow)
-                break
-            looks.append((n, committed, K))
-            s = n
-            n = max_passes
-            d = [0] * r
+    def synchronous(self, n: int, vps: list, vjs: list, dvs: list, accs: list, K: int, idle: list,
+                    looks: list) -> SegmentPlan | None:
+        """A plan of the running batch's synchronous cycles (verifications listed pass-major, spans
+        sat out as `Cycles.idle`, `looks` replayed by `apply` as `_tell` says), cut at the first
+        page shortage (`sync_ahead`)."""
         if not vps:
             return None
-        vp, vj, dv, acc = (np.array(x, I64) for x in (vps, vjs, dvs, accs))  # pass-major already
-        cut = self._cut_cycles(n, 1, r, ctx0, d0, vp, vj, dv, acc, run, idle)
+        t = self.t
+        run = np.array(self.running, dtype=I64)
+        vp, vj, dv, acc = (np.array(x, I64) for x in (vps, vjs, dvs, accs))
+        cut = self._cut_cycles(n, 1, len(run), t.ctx[run], t.drafted[run], vp, vj, dv, acc, run, idle)
         if cut is None:
             return None
         n, vp, vj, dv, acc, seg, need, idle = cut
         looks = [x for x in looks if x[0] < n] or None
         return SegmentPlan(run, n, seg, None, cycles=Cycles(vp, vj, dv, acc, K, need, None, idle), looks=looks)
 
-    def _plan_every(self, max_passes: int) -> SegmentPlan | None:
+    def every(self, asker, max_passes: int) -> SegmentPlan | None:
         """Cycles of a policy asked every pass whose answer for a request holding drafts stays
-        what it was at the cycle's start while its own state stands (`targets_after`: `aspire`
-        with replan=pass). Asked here for the first pass (which always runs), then re-asked
+        what it was at the cycle's start while its own state stands (`asker`, as `cycles`' `after`:
+        `aspire` with replan=pass). Asked here for the first pass (which always runs), then re-asked
         after each request's own verifications; the segment ends where an answer would depend
         on others (a request with no outcome yet, while any outcome moves the pool; the pass
         after a plain one, whose look relaxes towards the pool's rate)."""
@@ -467,49 +371,54 @@ class FastPath:
             return None
         if not any(t.drafted[run].tolist()) and not any(t.target[run].tolist()):
             self.zero_ok = True  # all plain: zero_run may hold for the next passes
-        return self._plan_cycles(0, False, max_passes, rounds=-1, after=self._ask_after)
+        return self.cycles(0, False, max_passes, rounds=-1, after=asker)
 
-    def _ask_rows(self, rids: list[int], com: list[int], ctx: list[int], out: list[int], r: int):
-        """A `pure_targets` policy's targets and recheck positions for these requests holding no
-        drafts, asked on the view the batcher would build (no prefill in progress, r decoding)."""
+    def ask_rows(self, rids: list[int], com: list[int], ctx: list[int], out: list[int], r: int):
+        """The targets and recheck positions of a policy whose `targets` answers each row from the
+        view alone and changes no state (`oracle`: asked for rows of later passes early and in any
+        grouping), for these requests holding no drafts, on the view the batcher would build
+        (no prefill in progress, r decoding)."""
         view = self._rows_view(rids, com, ctx, out, r)
         pol = self.b.policy
         tg = np.asarray(pol.targets(view), I64)
         return tg.tolist(), (view.committed + pol.hold(view, tg)).tolist()
 
     def _rows_view(self, rids: list[int], com: list[int], ctx: list[int], out: list[int], r: int) -> DecodeView:
-        n, cfg = len(rids), self.cfg
+        n = len(rids)
         committed = np.array(com, I64)
-        budget, method = self._budget[:n], self._method[:n]
-        if n > len(budget):  # more rows than a batch holds (positions asked ahead)
-            budget, method = np.full(n, cfg.draft_budget, I64), np.full(n, cfg.draft_method, I64)
-        view = DecodeView(ids=np.array(rids, I64), context=np.array(ctx, I64), drafted=np.zeros(n, I64),
-                          remaining=np.array(out, I64) - committed, budget=budget, method=method,
-                          last_entropy=np.full(n, np.nan), sum_entropy=np.zeros(n), num_decode=r,
-                          prefill_tokens=0, max_draft=cfg.max_draft, committed=committed)
-        return view
+        return self.view(np.array(rids, I64), np.array(ctx, I64), committed, np.array(out, I64) - committed,
+                          np.zeros(n, I64), np.full(n, np.nan), np.zeros(n), r)
 
-    def _ask_after(self, rids, com, ctx, out, r, drafted, accepted, state):
-        """`targets_after` of a plans-ahead policy for these requests, re-asked on the pass after
-        their verification with `drafted` drafts and `accepted` accepted (view as `_ask_rows`)."""
+    def view(self, ids, context, committed, remaining, drafted, last_entropy, sum_entropy, num_decode) -> DecodeView:
+        """The view the batcher's `ask_policy` builds for these rows, no prefill in progress."""
+        budget, method = self._consts(len(ids))
+        return DecodeView(ids=ids, context=context, drafted=drafted, remaining=remaining, budget=budget,
+                          method=method, last_entropy=last_entropy, sum_entropy=sum_entropy, num_decode=num_decode,
+                          prefill_tokens=0, max_draft=self.cfg.max_draft, committed=committed)
+
+    def _ask_after(self, after, rids, com, ctx, out, r, drafted, accepted, state):
+        """`after.targets_after` for these requests, re-asked on the pass after their verification
+        with `drafted` drafts and `accepted` accepted (view as `ask_rows`)."""
         view = self._rows_view(rids, com, ctx, out, r)
-        tg, hold, new = self.b.policy.targets_after(view, np.array(drafted, I64), np.array(accepted, I64), state)
+        tg, hold, new = after.targets_after(view, np.array(drafted, I64), np.array(accepted, I64), state)
         return np.asarray(tg, I64).tolist(), (view.committed + hold).tolist(), new
 
-    def _plan_cycles(self, K: int, sync: bool, max_passes: int, rounds: int = 0, ask=None,
-                     after=None) -> SegmentPlan | None:
-        """Passes through many draft-verify cycles of a policy with one target after every
-        verification (`Policy.cycle_target`), up to the first finish or page shortage: each
+    def cycles(self, K: int, sync: bool, max_passes: int, rounds: int = 0, ask=None,
+               after=None) -> SegmentPlan | None:
+        """Passes through many draft-verify cycles of a policy with one target K after every
+        verification with drafts, whatever the batch, contexts or outcomes (`fixed-k`, `sync:k=N`:
+        asking has no other effect, a zero target holds its `plain_hold`; outcomes still reach
+        `on_verify` pass by pass, in order), up to the first finish or page shortage: each
         request's cycles follow from its keyed outcomes alone (synchronous policies: the batch's
         cycles, all verifying together), drawn a cycle of every request at a time. `rounds`: at
         most this many cycles of every request (one: no outcomes drawn ahead; a one-pass segment
-        then does). `ask`: a `pure_targets` policy re-asked where the step path would ask it (the
+        then does). `ask`: `ask_rows`, a policy re-asked where the step path would ask it (the
         pass after a verification with drafts; a zero target's expiry), one call per round:
         its answers are row by row and change no state, so asking ahead is asking then.
-        `after`: a policy with `targets_after` re-asked after its verifications with drafts from
-        each request's own outcomes (`ask_state`); where the answer would depend on other
-        requests (a first outcome, a zero target's expiry) the segment ends at that pass.
-        `rounds=-1`: for `_plan_every` (a one-pass segment may do)."""
+        `after`: a policy re-asked after its verifications with drafts from each request's own
+        outcomes (its `ask_state`, `targets_after`, and `asked` told of the asks kept: `aspire`);
+        where the answer would depend on other requests (a first outcome, a zero target's
+        expiry) the segment ends at that pass. `rounds=-1`: for `every` (a one-pass segment may do)."""
         t, cfg = self.t, self.cfg
         run = np.array(self.running, dtype=I64)
         r = len(run)
@@ -519,9 +428,9 @@ class FastPath:
             return None
         out, com, ctx, d = t.output[run].tolist(), t.committed[run].tolist(), ctx0.tolist(), d0.tolist()
         rc = t.recheck[run].tolist() if ask or after else None
-        st = self.b.policy.ask_state(run.tolist()) if after else None
+        st = after.ask_state(run.tolist()) if after else None
         dx = {}  # column -> (drafts, accepted) of its verification before a re-ask
-        aps, ajs, atg, arc, aco = [], [], [], [], []  # asks: pass, column, target, recheck, committed
+        asked = []  # the asks: (pass, column, target, recheck, committed)
         pend: dict = {}  # column -> (committed, answers for positions committed, committed + 1, ...)
         md = cfg.max_draft
         start = [0] * r  # pass where each request's current cycle begins
@@ -539,7 +448,7 @@ class FastPath:
         cover = None if sync else PageSums(self.pool.capacity - self.pool.used + sum(t.pages[run].tolist()),
                                            cfg.page_size, t.shared_tokens[run].tolist(), min(n, 256)).cover
         cut = n
-        every = rounds == -1  # a policy asked every pass (`_plan_every`): its first pass asked already
+        every = rounds == -1  # a policy asked every pass (`every`): its first pass asked already
         max_rounds, min_n = (self.MAX_ROUNDS if rounds in (0, -1) else rounds), 1 if rounds in (1, -1) else 2
         # every: a request with no outcome yet answers from the pool's rate, which any outcome moves
         volatile = every and any(x is None for x in st)
@@ -553,22 +462,12 @@ class FastPath:
         # a policy with one cycle target: every position's outcome drawn ahead (OutcomeTable)
         table = None
         if K > 0 and md > 0 and max_rounds > 1 and ask is None and after is None:
-            table = self.outcomes
-            if table is None or table.K != K:
-                table = self.outcomes = OutcomeTable(K, md, self.TABLE_ROWS)
-            elif len(table.tab) > 4 * r + 64:  # entries of finished requests
-                table.forget(set(runl))
+            table = self._table("outcomes", K, runl)
             max_rounds = self.TABLE_ROUNDS
         # a re-asked policy's draft counts change from cycle to cycle; where the model's draws are
-        # prefix draws, one draw per position serves every count (OutcomeTable.run, as _plan_sync)
-        # and the rounds need a call only every TABLE_ROWS positions of a request, not each
-        runs = None
-        if table is None and (ask or after) and md > 0 and getattr(self.acc, "prefix_draws", False):
-            runs = self.runs
-            if runs is None or runs.K != md:
-                runs = self.runs = OutcomeTable(md, md, self.TABLE_ROWS)
-            elif len(runs.tab) > 4 * r + 64:  # entries of finished requests
-                runs.forget(set(runl))
+        # prefix draws, one draw per position serves every count (`prefix_table`) and the rounds
+        # need a call only every TABLE_ROWS positions of a request, not each
+        runs = self.prefix_table() if table is None and (ask or after) and md > 0 else None
         while live:
             if rounds == max_rounds:  # the rest later: an arrival cuts most long plans short
                 n = min(n, min(start[j] for j in live))
@@ -586,7 +485,7 @@ class FastPath:
                     w0 = 0
             cols, spec, sids, scom, sdv, sctx = [], [], [], [], [], []
             got = {}
-            later = []  # columns whose outcome the runs' next call draws
+            later = []  # columns whose outcome comes from the prefix draws (`accepted`)
             for j in live:
                 dj = d[j]
                 if sync:
@@ -610,10 +509,8 @@ class FastPath:
                         elif table is not None and (a := table.get(runl[j], com[j], x, ctx[j], out[j])) is not None:
                             got[j] = a
                         elif runs is not None:
-                            a = runs.run(runl[j], com[j], ctx[j])
-                            if a is None:
-                                runs.want(runl[j], com[j], ctx[j], out[j])
-                                later.append((j, x))
+                            if (a := runs.run(runl[j], com[j], ctx[j])) is None:
+                                later.append((j, x))  # (drawn below, with the others missing)
                             else:
                                 got[j] = x if x < a else a
                         else:
@@ -625,11 +522,8 @@ class FastPath:
                 break
             known = {}
             if later:
-                ids, cs, xs, cxs = runs.rows_wanted()
-                runs.store(verify(ids, cs, xs, cxs, *self._consts(len(ids))).tolist())
-                for j, x in later:
-                    a = runs.run(runl[j], com[j], ctx[j])
-                    got[j] = x if x < a else a
+                J = [j for j, _ in later]
+                got.update(zip(J, self.accepted(runs, J, [x for _, x in later], runl, com, ctx, out)))
             if sids:
                 u = len(sids)
                 # (column, outcomes lo..hi-1, their first row, drafts next): a column's next
@@ -713,11 +607,7 @@ class FastPath:
                                     due.append(j)
                                     break
                                 tg[j], rc[j] = p[1][i]
-                                aps.append(start[j])
-                                ajs.append(j)
-                                atg.append(tg[j])
-                                arc.append(rc[j])
-                                aco.append(com[j])
+                                asked.append((start[j], j, tg[j], rc[j], com[j]))
                                 if tg[j]:
                                     break
                             if start[j] >= n:
@@ -773,25 +663,17 @@ class FastPath:
                 for (j, i), gj, hj in zip(rows, g, h):
                     if i == 0:
                         tg[j], rc[j] = gj, hj
-                        aps.append(start[j])
-                        ajs.append(j)
-                        atg.append(gj)
-                        arc.append(hj)
-                        aco.append(com[j])
+                        asked.append((start[j], j, gj, hj, com[j]))
                         pend[j] = (com[j], [])
                     pend[j][1].append((gj, hj))
             due = [j for j in due if com[j] < out[j] and start[j] < n] if after is not None else ()
             if due:
-                g, h, new = after([runl[j] for j in due], [com[j] for j in due], [ctx[j] for j in due],
+                g, h, new = self._ask_after(after, [runl[j] for j in due], [com[j] for j in due], [ctx[j] for j in due],
                                   [out[j] for j in due], r, [dx[j][0] for j in due], [dx[j][1] for j in due],
                                   [st[j] for j in due])
                 for j, gj, hj, sj in zip(due, g, h, new):
                     tg[j], rc[j], st[j] = gj, hj, sj
-                    aps.append(start[j])
-                    ajs.append(j)
-                    atg.append(gj)
-                    arc.append(hj)
-                    aco.append(com[j])
+                    asked.append((start[j], j, gj, hj, com[j]))
         for j, p, h in plain:  # plain passes (no drafts, nothing accepted) before pass n
             h = min(h, n - p)
             if h > 0:
@@ -814,8 +696,8 @@ class FastPath:
         n, vp, vj, dv, acc, seg, need, idle = cut
         asks = None
         if ask is not None or after is not None:
-            asks = tuple(np.array(x, I64) for x in (aps, ajs, atg, arc, aco))
-        return SegmentPlan(run, n, seg, None, cycles=Cycles(vp, vj, dv, acc, K, need, asks, idle))
+            asks = tuple(np.array(x, I64) for x in (zip(*asked) if asked else [()] * 5))
+        return SegmentPlan(run, n, seg, None, cycles=Cycles(vp, vj, dv, acc, K, need, asks, idle, after))
 
     def _cut_cycles(self, n, min_n, r, ctx0, d0, vp, vj, dv, acc, run, idle):
         """The verifications (pass-major) before pass `n`, the segment's arrays and pages, and `n`
@@ -864,8 +746,7 @@ class FastPath:
                 kind[p0:p1, j] = DecodeSegment.IDLE
                 dpos[p0:p1 + 1, j] = x  # through its verification at p1 (when inside the segment)
         query = np.where(V, dpos + 1, 1)
-        ps = self.cfg.page_size
-        need = -(-(ctx + dpos + 1 - self.t.shared_tokens[run]) // ps)
+        need = private_pages(ctx + dpos + 1, self.t.shared_tokens[run], self.cfg.page_size)
         return DecodeSegment(kind, query, ctx, dpos, self._budget[:r], self._method[:r]), need
 
     def _plain_passes(self, max_passes: int) -> int:
@@ -894,7 +775,7 @@ class FastPath:
         if (sum(base) + r * (n - 1)) // ps + r - held <= free:
             return n
         i = np.arange(n, dtype=I64)[:, None]
-        extra = (-(-(np.asarray(base, I64)[None, :] + i) // ps)).sum(axis=1) - held
+        extra = private_pages(np.asarray(base, I64)[None, :] + i, 0, ps).sum(axis=1) - held
         fits = extra <= free
         return n if fits.all() else int(np.argmin(fits))
 
@@ -932,9 +813,9 @@ class FastPath:
             t.drafts[sr] += drafted_passes
         # pages as the step path leaves them: room reserved before pass n-1 for one more token
         # (AR-like: ctx + 1; drafting: ctx + drafted - 1 + 1; verifying: ctx + drafted + 1)
-        held = t.ctx[run] - t.shared_tokens[run] + np.where(ar, 1, t.drafted[run])
+        held = t.ctx[run] + np.where(ar, 1, t.drafted[run])
         held[~ar] += ver
-        need = -(-held // ps)
+        need = private_pages(held, t.shared_tokens[run], ps)
         pool.adjust(sum((need - t.pages[run]).tolist()))
         pool.track_peak()
         t.pages[run] = need
@@ -976,7 +857,7 @@ class FastPath:
         t.drafted[run] = np.where(last_v, 0, sp.seg.draft_pos[n - 1] + (kind[n - 1] == DecodeSegment.DRAFT))
         # pages: after pass n-1's reservation, shrunk to the committed tokens where it verified
         need = cy.need[:n]
-        pages = np.where(last_v, -(-(t.ctx[run] - t.shared_tokens[run]) // self.cfg.page_size), need[n - 1])
+        pages = np.where(last_v, private_pages(t.ctx[run], t.shared_tokens[run], self.cfg.page_size), need[n - 1])
         before = sum(t.pages[run].tolist())
         peak = pool.used - before + int(need.sum(axis=1).max())
         if peak > pool.peak:
@@ -1019,7 +900,7 @@ class FastPath:
         elif len(sv) or sp.looks:
             self._tell(sp, n, run[sv], vp[spec], dv[spec], acc[spec])
         if cy.asks is not None:
-            self._commit_asks(run, cy.asks, n, vp[spec], vj[spec])
+            self._commit_asks(cy, run, n, vp[spec], vj[spec])
         done = last_v & (t.committed[run] >= t.output[run])
         if done.any():
             end = float(ends[n - 1])
@@ -1057,12 +938,12 @@ class FastPath:
             if ahead:
                 t.recheck[runl[j]] = h
 
-    def _commit_asks(self, run: np.ndarray, asks: tuple, n: int, svp: np.ndarray, svj: np.ndarray) -> None:
+    def _commit_asks(self, cy: Cycles, run: np.ndarray, n: int, svp: np.ndarray, svj: np.ndarray) -> None:
         """A policy re-asked through `targets_after` is told of the asks kept (`asked`) whose
         request verified with drafts no later: the state the step path's asking leaves."""
-        pol = self.b.policy
-        if not hasattr(pol, "asked"):
+        if cy.told is None:
             return
+        asks = cy.asks
         last_v = dict(zip(svj.tolist(), svp.tolist()))  # pass-major: the latest wins
         last = {}
         for p, j, c in zip(asks[0].tolist(), asks[1].tolist(), asks[4].tolist()):
@@ -1070,7 +951,7 @@ class FastPath:
                 last[j] = c
         if last:
             runl = run.tolist()
-            pol.asked(np.array([runl[j] for j in last], I64), np.array(list(last.values()), I64))
+            cy.told.asked(np.array([runl[j] for j in last], I64), np.array(list(last.values()), I64))
 
     def _apply_cycles_small(self, sp: SegmentPlan, n: int, ends: np.ndarray) -> None:
         """_apply_cycles on Python scalars, one verification then one request at a time (small
@@ -1128,7 +1009,7 @@ class FastPath:
             # pages: after pass n-1's reservation, shrunk to the committed tokens where it verified
             if lastv[j] == m:
                 t.drafted[rid] = 0
-                pages = -(-(cx - sh.item(rid)) // ps)
+                pages = private_pages(cx, sh.item(rid), ps)
                 if c >= out.item(rid):
                     done.append(rid)
             else:
@@ -1164,7 +1045,7 @@ class FastPath:
         elif any(ns) or sp.looks:
             self._tell(sp, n, run[vj[spec]], vp[spec], dv[spec], acc[spec])
         if cy.asks is not None:
-            self._commit_asks(run, cy.asks, n, vp[spec], vj[spec])
+            self._commit_asks(cy, run, n, vp[spec], vj[spec])
         for rid in done:
             b.finish(rid, ends.item(m))
 
@@ -1184,7 +1065,7 @@ class FastPath:
             ver[rid] += n
             first.append(e0 - last.item(rid))
             last[rid] = end
-            need = -(-(k - sh.item(rid)) // ps)  # room for one more token before pass n-1
+            need = private_pages(k, sh.item(rid), ps)  # room for one more token before pass n-1
             grown += need - pg.item(rid)
             pg[rid] = need
             if c >= t.output.item(rid):

@@ -212,7 +212,7 @@ def test_sync_auto_segment_ends_mid_cycle(seed, max_segment, monkeypatch):
        load=st.sampled_from(["trace", "offline", "tight", "full", "concurrency"]),
        p=st.sampled_from([0.3, 0.8, 0.95]), latent=st.booleans(), k_max=st.sampled_from([12, 3]))
 def test_sync_auto_cycles_planned_ahead_equal_step(seed, n, load, p, latent, k_max):
-    # `sync` (auto k) plans up to SYNC_ROUNDS cycles per segment, each later cycle's k chosen on a
+    # `sync` (auto k) plans up to `sync_ahead.ROUNDS` cycles per segment, each later cycle's k chosen on a
     # copy of the estimator and its look replayed on apply: long outputs (many cycles), arrivals
     # cutting segments mid-cycle, pages running short, a full batch with requests waiting
     from spsim.simulator.engine import SimConfig, simulate

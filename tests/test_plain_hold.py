@@ -28,17 +28,29 @@ class _PlainThenSpec(Policy):
         return np.where(view.committed < 20, 0, 3)
 
 
+@dataclass
+class _Planned(_PlainThenSpec):
+    """The same policy with the fast path's plan of held targets (`FastPath.held`), whose plain
+    segments must end where a zero target expires."""
+
+    name = "test-plain-then-spec-planned"
+
+    def fast_plan(self, ahead, max_passes: int):
+        return ahead.held(max_passes) if ahead.ask() else None
+
+
 @pytest.fixture(autouse=True)
 def _registered(monkeypatch):
     """The test policy is registered for this module's tests only (no global state on import)."""
     monkeypatch.setitem(POLICIES, _PlainThenSpec.name, _PlainThenSpec)
+    monkeypatch.setitem(POLICIES, _Planned.name, _Planned)
 
 
 @pytest.mark.parametrize("fast", [True, False])
 def test_zero_target_is_asked_again_after_plain_hold(fast):
     ASKED.clear()
     tr = make_trace(1, seed=0, output=(60, 60))
-    res = run(tr, policy="test-plain-then-spec", fast=fast, p=1.0)
+    res = run(tr, policy=_Planned.name, fast=fast, p=1.0)
     req = res.requests.iloc[0]
     assert req["drafts"] > 0  # it did speculate once the plain span was over
     first = [c for r, c in ASKED if c < 20]
@@ -49,10 +61,20 @@ def test_zero_target_is_asked_again_after_plain_hold(fast):
 
 def test_plain_hold_fast_equals_step():
     tr = make_trace(30, seed=5, span=2.0, prompt=(50, 3000), output=(10, 90))
-    fast = run(tr, policy="test-plain-then-spec", fast=True, p=0.7)
-    step = run(tr, policy="test-plain-then-spec", fast=False, p=0.7)
+    fast = run(tr, policy=_Planned.name, fast=True, p=0.7)
+    step = run(tr, policy=_Planned.name, fast=False, p=0.7)
+    assert fast.summary["sim_events"]["segments"] > 0
     assert strip(fast.summary) == strip(step.summary)
     assert fast.requests.equals(step.requests)
+
+
+def test_policy_without_fast_plan_runs_on_the_step_path():
+    """A policy written as one class (`targets` only) runs unchanged: no segments, the same run."""
+    tr = make_trace(30, seed=5, span=2.0, prompt=(50, 3000), output=(10, 90))
+    one = run(tr, policy=_PlainThenSpec.name, fast=True, p=0.7)
+    planned = run(tr, policy=_Planned.name, fast=True, p=0.7)
+    assert one.summary["sim_events"]["segments"] == 0 < planned.summary["sim_events"]["segments"]
+    assert one.requests.equals(planned.requests)
 
 
 def test_ema_relaxes_only_without_outcomes():

@@ -1,4 +1,4 @@
-"""Policies asked every pass that plan many passes at once (`plan_stretch`: `entropy`,
+"""Policies asked every pass that plan many passes at once (`FastPath.stretch`: `entropy`,
 `aspire:replan=pass`) give the step path's results exactly, under the latent acceptance model
 whose entropy signal carries information (the fast-policies test uses simple models), and the
 scalar rule the planner decides cycles with is `draft_more` bit for bit."""
