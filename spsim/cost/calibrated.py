@@ -723,14 +723,7 @@ class CalibratedCostModel(RooflineCostModel):
         q = np.where(verify, seg.query, 0)
         qmax = q.max(axis=1)
         cls = self.tile_class(qmax) if self.tiles else np.zeros(len(qmax), np.int64)
-        has_draft = draft.any()
-        budget = method = 0
-        if has_draft:  # one (budget, method) for all requests: the batcher's configuration
-            budget, method = int(seg.budget[0]), int(seg.method[0])
-            uniform = (seg.budget == budget).all() and (seg.method == method).all()
-            rows = max(int(q.max()), int(seg.draft_pos.max())) + 1
-        else:
-            uniform, rows = True, int(q.max()) + 1
+        has_draft, budget, method, uniform, rows = seg.drafting(draft, q)
         if uniform and self.tables_fit(int(ctx.max()) + 1, rows):
             att = np.empty(kind.shape)
             for c in np.unique(cls).tolist():

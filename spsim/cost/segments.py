@@ -68,6 +68,17 @@ class DecodeSegment:
         return cls(kind, query, ctx, dpos, budget, method)
 
 
+    def drafting(self, draft: np.ndarray, q: np.ndarray) -> tuple[bool, int, int, bool, int]:
+        """`(has_draft, budget, method, uniform, rows)` for table lookups: the run's one draft
+        budget and method (the batcher's configuration), whether every request has them, and the
+        table rows the segment reads (`q`: the verify query tokens, 0 where none)."""
+        if not draft.any():
+            return False, 0, 0, True, int(q.max()) + 1
+        budget, method = int(self.budget[0]), int(self.method[0])
+        uniform = bool((self.budget == budget).all() and (self.method == method).all())
+        return True, budget, method, uniform, max(int(q.max()), int(self.draft_pos.max())) + 1
+
+
 class SegmentCost(Protocol):
     def segment_times(self, seg: DecodeSegment) -> np.ndarray:
         """Seconds of each of the `n` passes of a decode segment, in one vectorised call."""
@@ -123,14 +134,7 @@ class RooflineSegments:
         kind, ctx = seg.kind, seg.context
         draft, verify = kind == DecodeSegment.DRAFT, kind == DecodeSegment.VERIFY
         q = np.where(verify, seg.query, 0)
-        has_draft = draft.any()
-        budget = method = 0
-        if has_draft:  # one (budget, method) for all requests: the batcher's configuration
-            budget, method = int(seg.budget[0]), int(seg.method[0])
-            uniform = (seg.budget == budget).all() and (seg.method == method).all()
-            rows = max(int(q.max()), int(seg.draft_pos.max())) + 1
-        else:
-            uniform, rows = True, int(q.max()) + 1
+        has_draft, budget, method, uniform, rows = seg.drafting(draft, q)
         if not (uniform and cm.tables_fit(int(ctx.max()) + 1, rows)):
             return self.formula(seg)
         att = cm.verify_table()[ctx, q]
