@@ -32,7 +32,7 @@ from spsim.plan import DraftMethod
 
 from . import entropy as ent
 from . import keyed
-from .store import PositionStore
+from .store import KeyedDraws, PositionStore
 
 
 
@@ -118,7 +118,7 @@ def log_ratio(context, budget) -> np.ndarray:
     return np.log(np.maximum(np.asarray(context, np.float64), b) / b)
 
 
-class LatentAcceptance:
+class LatentAcceptance(KeyedDraws):
     """AcceptanceModel backed by per-request latent arrays in a PositionStore.
 
     Per position we keep `margin` = base logit - logit(U): the token is accepted at staleness j iff
@@ -126,8 +126,8 @@ class LatentAcceptance:
     """
 
     # each draft's acceptance depends on its position alone (not on how many are verified): a
-    # verification of x drafts accepts min(x, the first rejected one's index) (outcomes.OutcomeTable.run)
-    prefix_draws = True
+    # verification of x drafts accepts min(x, the first rejected one's index) (outcomes.OutcomeTable.run;
+    # `prefix_draws`, from KeyedDraws)
 
     def __init__(self, params: LatentParams, seed: int = 0, name: str = "latent"):
         self.params, self.seed, self.name = params, int(seed), name
@@ -146,13 +146,7 @@ class LatentAcceptance:
             lu = _logit(keyed.keys_to_uniform(accept))
         return base - lu, keyed.keys_to_normal(noise)
 
-    # -- AcceptanceModel ---------------------------------------------------------------------
-    def begin(self, rid: int, prompt_tokens: int, output_tokens: int) -> None:
-        self._store.begin(rid, output_tokens)
-
-    def end(self, rid: int) -> None:
-        self._store.end(rid)
-
+    # -- AcceptanceModel (begin, end: KeyedDraws) ----------------------------------------------
     def _offsets(self, context, budget, method):
         """Per request: logit offset at staleness 0, and the logit drop per draft position."""
         lr = np.log(np.maximum(context / np.maximum(budget, 1), 1.0))
@@ -169,18 +163,12 @@ class LatentAcceptance:
         if k > len(self._j):
             self._j = np.arange(2 * k)
         j = self._j[:k]
-        first = np.asarray(out_pos, np.int64)
-        st = self._store.ensure(rid, first + k)
         off, stale = self._offsets(context, budget, method)
-        g = self._store.bufs[0][(st + first)[:, None] + j] + (off[:, None] - stale[:, None] * j)
-        fail = g <= 0.0
-        fail |= j >= drafted[:, None]
-        return fail.argmax(axis=1)
+        return self._accepted(self._rows(rid, out_pos, j) + (off[:, None] - stale[:, None] * j) <= 0.0, j, drafted)
 
     def draft_entropy(self, rid, out_pos, draft_pos, context, budget, method) -> np.ndarray:
         draft_pos = np.asarray(draft_pos, np.int64)
-        pos = np.asarray(out_pos, np.int64) + draft_pos
-        at = self._store.ensure(rid, pos + 1) + pos
+        at = self._at(rid, out_pos, draft_pos)
         off, stale = self._offsets(context, budget, method)
         acc = self._store.bufs[0][at] + off - stale * draft_pos > 0.0
         p = self.params

@@ -21,8 +21,7 @@ from scipy.special import logit as _logit
 from spsim.plan import DraftMethod
 
 from . import entropy as ent
-from . import keyed
-from .store import PositionStore
+from .store import KeyedDraws, PositionStore, accept_draws
 
 KINDS = ("constant", "position")
 
@@ -48,10 +47,8 @@ def fit_rates(ev, kind: str, max_pos: int = 16) -> dict:
     return {"kind": kind, "rates": rows, "overall": overall}
 
 
-class RateAcceptance:
+class RateAcceptance(KeyedDraws):
     """AcceptanceModel over a fitted rate table (`fit_rates`), keyed draws as `simple.py`'s."""
-
-    prefix_draws = True  # p_j by draft index, not by the count verified
 
     def __init__(self, table: dict, auc: float = 0.64, entropy_median: float = 0.6, entropy_sigma: float = 1.0,
                  seed: int = 0, name: str = "rates"):
@@ -65,10 +62,7 @@ class RateAcceptance:
         self._thr: dict[tuple[int, int], np.ndarray] = {}  # (method, budget) -> logit(p_j), 64+ positions
 
     def _build(self, rid: int, n: int):
-        accept, noise = keyed.request_keys(self.seed, (keyed.ACCEPT, keyed.ENTROPY), rid, n)
-        with np.errstate(divide="ignore"):
-            lu = _logit(keyed.keys_to_uniform(accept))
-        return lu, keyed.keys_to_normal(noise)
+        return accept_draws(self.seed, rid, n)
 
     def rates(self, method: int, budget: int) -> np.ndarray:
         """The per-position rates used for (method, budget): the cell, else the same method at the
@@ -98,28 +92,17 @@ class RateAcceptance:
         tab = np.stack([self._thresholds(int(m), int(b), k) for m, b in uniq.tolist()])
         return tab[inv.reshape(-1)]
 
-    def begin(self, rid, prompt_tokens, output_tokens) -> None:
-        self._store.begin(rid, output_tokens)
-
-    def end(self, rid) -> None:
-        self._store.end(rid)
-
     def verify(self, rid, out_pos, drafted, context, budget, method) -> np.ndarray:
         drafted = np.asarray(drafted, np.int64)
         k = max(drafted.tolist(), default=0) + 1  # one spare column: every row fails somewhere
         if k <= 1:
             return np.zeros(len(drafted), np.int64)
         j = np.arange(k)
-        first = np.asarray(out_pos, np.int64)
-        st = self._store.ensure(rid, first + k)
-        fail = self._store.bufs[0][(st + first)[:, None] + j] >= self._row_thresholds(method, budget, k)
-        fail |= j >= drafted[:, None]
-        return fail.argmax(axis=1)
+        return self._accepted(self._rows(rid, out_pos, j) >= self._row_thresholds(method, budget, k), j, drafted)
 
     def draft_entropy(self, rid, out_pos, draft_pos, context, budget, method) -> np.ndarray:
         draft_pos = np.asarray(draft_pos, np.int64)
-        pos = np.asarray(out_pos, np.int64) + draft_pos
-        at = self._store.ensure(rid, pos + 1) + pos
+        at = self._at(rid, out_pos, draft_pos)
         k = max(draft_pos.tolist(), default=0) + 1
         thr = np.take_along_axis(self._row_thresholds(method, budget, k), draft_pos[:, None], 1)[:, 0]
         acc = self._store.bufs[0][at] < thr

@@ -14,15 +14,12 @@ import numpy as np
 from scipy.special import logit as _logit
 
 from . import entropy as ent
-from . import keyed
-from .store import PositionStore
+from .store import KeyedDraws, PositionStore, accept_draws
 
 
-class _Independent:
+class _Independent(KeyedDraws):
     """Independent Bernoulli draws keyed by (seed, request, output position), stored per position
     as logit(U) so a call is one gather and one compare against logit(p_j)."""
-
-    prefix_draws = True  # as LatentAcceptance's: p_j by draft index, not by the count verified
 
     auc: float
     entropy_median: float
@@ -35,10 +32,7 @@ class _Independent:
         self._thr = self._logit_prob(np.arange(64))  # accepted iff logit(U) < logit(p_j)
 
     def _build(self, rid: int, n: int):
-        accept, noise = keyed.request_keys(self.seed, (keyed.ACCEPT, keyed.ENTROPY), rid, n)
-        with np.errstate(divide="ignore"):
-            lu = _logit(keyed.keys_to_uniform(accept))
-        return lu, keyed.keys_to_normal(noise)
+        return accept_draws(self.seed, rid, n)
 
     def prob(self, j: np.ndarray) -> np.ndarray:  # per draft position (0-based)
         raise NotImplementedError
@@ -52,29 +46,17 @@ class _Independent:
             self._thr = self._logit_prob(np.arange(2 * k))
         return self._thr[:k]
 
-    def begin(self, rid, prompt_tokens, output_tokens) -> None:
-        self._store.begin(rid, output_tokens)
-
-    def end(self, rid) -> None:
-        self._store.end(rid)
-
     def verify(self, rid, out_pos, drafted, context, budget, method) -> np.ndarray:
         drafted = np.asarray(drafted, np.int64)
         k = max(drafted.tolist(), default=0) + 1
         if k <= 1:
             return np.zeros(len(drafted), np.int64)
-        thr = self._threshold(k)
         j = np.arange(k)
-        first = np.asarray(out_pos, np.int64)
-        st = self._store.ensure(rid, first + k)
-        fail = self._store.bufs[0][(st + first)[:, None] + j] >= thr
-        fail |= j >= drafted[:, None]
-        return fail.argmax(axis=1)
+        return self._accepted(self._rows(rid, out_pos, j) >= self._threshold(k), j, drafted)
 
     def draft_entropy(self, rid, out_pos, draft_pos, context, budget, method) -> np.ndarray:
         draft_pos = np.asarray(draft_pos, np.int64)
-        pos = np.asarray(out_pos, np.int64) + draft_pos
-        at = self._store.ensure(rid, pos + 1) + pos
+        at = self._at(rid, out_pos, draft_pos)
         acc = self._store.bufs[0][at] < self._threshold(max(draft_pos.tolist(), default=0) + 1)[draft_pos]
         return ent.signal(acc, self._store.bufs[1][at], self.entropy_median, self.entropy_sigma, self._shift)
 

@@ -89,3 +89,50 @@ class PositionStore:
             if r >= len(self.length) or self.length[r] < e:
                 self.build(r, max(int(e) + PAD, self.want.pop(r, 0)))
         return self.start[rid]
+
+
+def accept_draws(seed: int, rid: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """logit(U) of each position's accept draw and its entropy noise: the independent models'
+    arrays (a draft at draft index j is accepted iff logit(U) < logit(p_j))."""
+    from scipy.special import logit
+
+    from . import keyed
+
+    accept, noise = keyed.request_keys(seed, (keyed.ACCEPT, keyed.ENTROPY), rid, n)
+    with np.errstate(divide="ignore"):
+        lu = logit(keyed.keys_to_uniform(accept))
+    return lu, keyed.keys_to_normal(noise)
+
+
+class KeyedDraws:
+    """What the keyed acceptance models share: two arrays per output position in a `PositionStore`
+    (`_store`: the accept draw, then the entropy noise), begun and ended with the request and
+    gathered per call. Draws depend on (seed, request, position) only, so p_j is by draft index
+    (`prefix_draws`: the fast path may draw a cycle's outcomes ahead)."""
+
+    prefix_draws = True
+    _store: PositionStore
+
+    def begin(self, rid, prompt_tokens, output_tokens) -> None:
+        self._store.begin(rid, output_tokens)
+
+    def end(self, rid) -> None:
+        self._store.end(rid)
+
+    def _rows(self, rid, out_pos, j: np.ndarray) -> np.ndarray:
+        """The accept arrays of each request's positions out_pos + j, as (requests, len(j))."""
+        first = np.asarray(out_pos, np.int64)
+        st = self._store.ensure(rid, first + len(j))
+        return self._store.bufs[0][(st + first)[:, None] + j]
+
+    def _at(self, rid, out_pos, draft_pos: np.ndarray) -> np.ndarray:
+        """Buffer offsets of each draft's position."""
+        pos = np.asarray(out_pos, np.int64) + draft_pos
+        return self._store.ensure(rid, pos + 1) + pos
+
+    @staticmethod
+    def _accepted(fail: np.ndarray, j: np.ndarray, drafted: np.ndarray) -> np.ndarray:
+        """Drafts accepted per row: up to the first failure, at most `drafted` (the spare column
+        past the drafts always fails)."""
+        fail |= j >= drafted[:, None]
+        return fail.argmax(axis=1)
