@@ -24,19 +24,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from harness import header
+from harness import emit, header
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main() -> None:
-    from runtime import add_blas_option, apply_blas, copy_bandwidth, graphed, switches, timed
+    from runtime import add_blas_option, graphed, random_model, switches, timed
 
     from spsim.gpu_runtime import pdl
     from spsim.gpu_runtime.kv_cache import PagedKVCache
-    from spsim.gpu_runtime.model import Transformer
-    from spsim.gpu_runtime.model_config import get_config
     from spsim.gpu_runtime.pass_attention import DraftRows, PassAttention
     from spsim.plan import DraftMethod
 
@@ -48,12 +46,7 @@ def main() -> None:
     ap.add_argument("--variants", default="0,1", help="PDL 0/1, comma-separated (one per process: see above)")
     add_blas_option(ap)
     args = ap.parse_args()
-    dev = torch.device("cuda")
-    apply_blas(args)
-    bw = copy_bandwidth(dev)
-    lc = get_config(args.model)
-    model = Transformer.random(lc, seed=0, device=dev, dtype=torch.bfloat16)
-    wbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    dev, bw, lc, model, wbytes = random_model(args)
     ps = 16
     points = [tuple(int(x) for x in p.split("x")) for p in args.points.split(",")]
     pages = max(b * (c + 64) for b, c in points) // ps + 64
@@ -94,10 +87,7 @@ def main() -> None:
            "method": "CUDA-graph replay of one decode pass per variant, median of 10 replays per round, "
                      f"{args.rounds} interleaved rounds; floor = (weights + KV) / copy bandwidth",
            "rows": rows}
-    text = json.dumps(out, indent=1) + "\n"
-    if args.out:
-        Path(args.out).write_text(text)
-    print(text)
+    emit(out, args.out)
 
 
 if __name__ == "__main__":

@@ -85,3 +85,11 @@ def write(path: str | Path, doc: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
     return path
+
+
+def emit(doc: dict, path: str | Path | None = None) -> None:
+    """Print a result as indented JSON, and write it to `path` where one is given."""
+    text = json.dumps(doc, indent=1) + "\n"
+    if path:
+        Path(path).write_text(text)
+    print(text)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from harness import header
+from harness import emit, header
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout without an install (the GPU machine)
 
@@ -94,6 +94,20 @@ def add_blas_option(ap: argparse.ArgumentParser) -> None:
                          "SPSIM_GEMV=0 (or SPSIM_GEMV_TABLE) are the environment's switches; results record them")
 
 
+def random_model(args):
+    """(device, copy bandwidth TB/s, model config, random bf16 model, weight bytes) of `--model`,
+    with the BLAS option applied: what the runtime benchmarks start from."""
+    from spsim.gpu_runtime.model import Transformer
+    from spsim.gpu_runtime.model_config import get_config
+
+    dev = torch.device("cuda")
+    apply_blas(args)
+    bw = copy_bandwidth(dev)
+    lc = get_config(args.model)
+    model = Transformer.random(lc, seed=0, device=dev, dtype=torch.bfloat16)
+    return dev, bw, lc, model, sum(p.numel() * p.element_size() for p in model.parameters())
+
+
 def apply_blas(args) -> None:
     if args.blas != "default":
         torch.backends.cuda.preferred_blas_library(args.blas)
@@ -102,8 +116,6 @@ def apply_blas(args) -> None:
 def main() -> None:
     from spsim.cost import make_cost_model
     from spsim.gpu_runtime.kv_cache import PagedKVCache
-    from spsim.gpu_runtime.model import Transformer
-    from spsim.gpu_runtime.model_config import get_config
     from spsim.gpu_runtime.pass_attention import DraftRows, PassAttention
     from spsim.gpu_runtime.selection import PageMeta
     from spsim.plan import DraftMethod, PassPlan
@@ -120,12 +132,7 @@ def main() -> None:
     from spsim.gpu_runtime import attention as A
     if args.short_tile:
         A.SHORT_TILE = tuple(int(x) for x in args.short_tile.split(","))
-    dev = torch.device("cuda")
-    apply_blas(args)
-    bw = copy_bandwidth(dev)
-    lc = get_config(args.model)
-    model = Transformer.random(lc, seed=0, device=dev, dtype=torch.bfloat16)
-    wbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    dev, bw, lc, model, wbytes = random_model(args)
     cm = make_cost_model(args.model, "h200")
     ps = 16
     points = [tuple(int(x) for x in p.split("x")) for p in args.points.split(",")]
@@ -195,10 +202,7 @@ def main() -> None:
                              "bytes_floor_ms": round(byts / (bw * 1e12) * 1e3, 3)})
         print(out["mixed"][-1], flush=True)
         del attn
-    text = json.dumps(out, indent=1) + "\n"
-    if args.out:
-        Path(args.out).write_text(text)
-    print(text)
+    emit(out, args.out)
 
 
 if __name__ == "__main__":

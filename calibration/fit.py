@@ -23,7 +23,6 @@ the roofline's assumption, and the profile says which.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from spsim.cost.roofline import RooflineParams
 from spsim.errors import InputError, SpsimError
 from spsim.plan import DraftMethod
 
-from .records import Measurement
+from .records import Measurement, json_lines
 
 PRIOR_WEIGHT = 0.001  # per constant, in units of its scale: ~0.1 % of one point's log error
 LOSS_SCALE = 0.03  # soft-L1 knee: residuals beyond ~3 % count linearly
@@ -338,17 +337,7 @@ def host_overhead_from_log(path: str | Path) -> float:
     """Mean host planning seconds per pass from `spsim run --out DIR`'s passes.jsonl."""
     path = Path(path)
     vals = []
-    try:
-        lines = path.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpsimError(f"{path}: cannot read the pass log ({e})") from None
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(path, i, None, f"not JSON ({e.msg})") from None
+    for i, rec in json_lines(path, "the pass log"):
         v = rec.get("host_ms") if isinstance(rec, dict) else None
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
             raise InputError(path, i, "host_ms", f"must be a number >= 0, got {v!r}")

@@ -101,15 +101,18 @@ def numeric(col) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return v, missing, np.isnan(v) & ~missing
 
 
+def _present(field: str, missing: np.ndarray, nan: np.ndarray, finite: np.ndarray) -> list:
+    """The checks every numeric field starts with: present, numeric, finite."""
+    return [(field, "missing", missing), (field, "not a number", nan),
+            (field, "not finite", ~finite & ~missing & ~nan)]
+
+
 def count_checks(field: str, v: np.ndarray, missing: np.ndarray, nan: np.ndarray,
                  zero_ok: bool = False) -> list[tuple[str, str, np.ndarray]]:
     """Checks for a token count: present, numeric, finite, a whole number in 1..MAX_TOKENS."""
     with np.errstate(invalid="ignore"):
         finite = np.isfinite(v)
-        return [
-            (field, "missing", missing),
-            (field, "not a number", nan),
-            (field, "not finite", ~finite & ~missing & ~nan),
+        return _present(field, missing, nan, finite) + [
             (field, "negative", finite & (v < 0)),
             (field, f"too large (max {MAX_TOKENS:,})", finite & (v > MAX_TOKENS)),  # else int64 wraps
             (field, "not a whole number", finite & (v != np.floor(v))),
@@ -124,10 +127,7 @@ def time_checks(field: str, v: np.ndarray, missing: np.ndarray, nan: np.ndarray,
     shown = f"{limit:.0e}".replace("e+", "e")
     with np.errstate(invalid="ignore"):
         finite = np.isfinite(v)
-        return [
-            (field, "missing", missing),
-            (field, "not a number", nan),
-            (field, "not finite", ~finite & ~missing & ~nan),
+        return _present(field, missing, nan, finite) + [
             (field, "negative", np.zeros(len(v), bool) if negative_ok else finite & (v < 0)),
             (field, f"too large (max {shown} {unit})", finite & (v > limit)),
             (field, f"too small (min -{shown} {unit})", finite & (v < -limit)),
