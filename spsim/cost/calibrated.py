@@ -200,6 +200,7 @@ class CalibratedCostModel(RooflineCostModel):
         self._defer_tables = False
         self._vt_cls, self._dt_cls = {}, {}  # segment tables per tile class
         self._work_cache = {}  # work_ratios: ratios by (KV block size, units)
+        self._plain_pad = {}  # _plain_times: padded (tokens, logits) of a decode of r requests
         # per tile class: the attention plan's KV block (tokens), query tokens per block, split cap
         bmt = np.maximum(np.asarray(TILES, np.int64), self.group)
         self._wi_bn = np.maximum(self.page_size, np.where(bmt <= 32, 128, 64))
@@ -330,7 +331,6 @@ class CalibratedCostModel(RooflineCostModel):
             return np.ones(n)
         if not n:
             return np.ones(0)
-        hkv = max(1, self.model.kv_heads // self.tp)
         cls = self.tile_class(np.where(live, q, 0).max(axis=1) if qmax is None else np.asarray(qmax))
         bn = self._wi_bn[cls]
         qb = self._wi_qb[cls][:, None]
@@ -347,7 +347,14 @@ class CalibratedCostModel(RooflineCostModel):
         if rank is not None:  # units of a request stay together (query blocks inner)
             o = np.argsort(rank, axis=1, kind="stable")
             code = np.take_along_axis(code, o if J <= 1 else o[:, :, None], axis=1)
-        code = code.reshape(n, -1)
+        return self._code_ratios(code.reshape(n, -1), bn)
+
+    def _code_ratios(self, code: np.ndarray, bn: np.ndarray) -> np.ndarray:
+        """`work_ratios` from each pass's units (row i: pass i's KV blocks per unit, -1 where none)
+        and KV block size."""
+        n = len(code)
+        hkv = max(1, self.model.kv_heads // self.tp)
+        S = int(self.p.attn_sms)
         bl = bn.tolist()
         if n > 1:  # runs of passes with the same units
             chg = np.empty(n, bool)
@@ -806,13 +813,38 @@ class CalibratedCostModel(RooflineCostModel):
         return t
 
     def decode_times(self, context: list[int], n: int) -> np.ndarray:
-        if self.p.attn_sms or self.p.padding != "none":  # the tail and padding are per pass: priced as a segment
-            from .segments import DecodeSegment
-
-            return self.segment_times(DecodeSegment.plain(context, n))
+        if self.p.attn_sms or self.p.padding != "none":  # the tail and padding are per pass
+            return self._plain_times(context, n)
         from .segments import RooflineSegments
 
         return RooflineSegments(self).decode_times(context, n)  # q = 1: the smallest tile, no pass terms
+
+    def _plain_times(self, context: list[int], n: int) -> np.ndarray:
+        """`segment_times` of n plain decode passes (every request verifies one token: the smallest
+        tile, no drafts, no pass terms), without building the general segment: the same floats
+        from the same operations in the same order."""
+        r = len(context)
+        ctx = np.asarray(context, np.int64) + np.arange(n, dtype=np.int64)[:, None]
+        if not (r and n and self.tables_fit(int(ctx.max()) + 1, 2)):
+            from .segments import DecodeSegment
+
+            return self.segment_times(DecodeSegment.plain(context, n))
+        c = self.tile_class(1) if self.tiles else 0
+        att = (self.verify_table_cls(c) if self.tiles else self.verify_table())[:, 1][ctx]
+        if self.p.attn_sms:
+            kern = att - self.p.verify_req_s
+            # one query block a request: its unit's KV blocks are those of its KV (context + 1)
+            bn = self._wi_bn[c]
+            ratio = self._code_ratios(-(-(ctx + 1) // bn), np.full(n, bn))
+            att = att + kern * (ratio - 1.0)[:, None]
+        if self.p.padding != "none":  # r tokens and logits rows, r verifications: the same each pass
+            pad = self._plain_pad.get(r)
+            if pad is None:
+                one = np.array([r], np.int64)
+                tp, lp = padded_vec(one, one, one * 0, one, self.p.padding, SCRATCH_PAGES * self.page_size)
+                pad = self._plain_pad[r] = (int(tp[0]), int(lp[0]))
+            return self.overhead_vec(np.full(n, pad[0], np.int64), np.full(n, pad[1], np.int64)) + att.sum(axis=1)
+        return self.overhead_table(r)[np.full(n, r, np.int64)] + att.sum(axis=1)
 
     def times(self, batch: "PlanBatch") -> np.ndarray:
         """`time(plan)` of many plans at once (vector formulas; the fit calls this per step)."""
