@@ -182,3 +182,25 @@ def test_empty_batch(name):
     cm = model(name, 128.0, 132)
     z = np.zeros((0, 3), np.int64)
     assert len(cm.work_ratios(z, z, z.astype(bool))) == 0
+
+
+@pytest.mark.parametrize("gpu_model", [("h200", "llama-3.1-8b"), ("h200", "llama-3.2-3b")])
+@pytest.mark.parametrize("variant", [{}, {"padding": "none"}, {"padding": "pow2"}, {"padding": "rule"},
+                                     {"attn_sms": 0}, {"attn_tile_eff": None}])
+def test_plain_decodes_equal_their_segment(gpu_model, variant):
+    """`decode_times` (plain decodes, priced apart) is `segment_times` of the same segment, bit for
+    bit, under the shipped profiles and variants of them."""
+    from spsim.cost import load_cost_model
+    from spsim.cost.segments import DecodeSegment
+    from spsim.cost.shipped import profile_path
+
+    cm = load_cost_model(str(profile_path(*gpu_model)))
+    if variant:
+        cm = cm.with_params(**variant)
+    rng = np.random.default_rng(7)
+    for r, n, top in [(1, 1, 50), (3, 40, 3000), (7, 200, 500), (8, 13, 70000), (40, 300, 9000), (130, 5, 2000)]:
+        context = rng.integers(0, top, r).tolist()
+        want = cm.segment_times(DecodeSegment.plain(context, n))
+        got = cm.decode_times(context, n)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert np.array_equal(got, want)
