@@ -727,6 +727,11 @@ class CalibratedCostModel(RooflineCostModel):
         drafts and verifying drafts. Simulator only: imports it."""
         kind, ctx = seg.kind, seg.context
         draft, verify = kind == type(seg).DRAFT, kind == type(seg).VERIFY
+        # plain decodes (the step path's one-pass segments too), unless their method keeps scores
+        if verify.all() and (seg.query == 1).all() and not (seg.method == DraftMethod.VERIFY_ATTN).any():
+            t = self._plain_times(ctx)
+            if t is not None:
+                return t
         q = np.where(verify, seg.query, 0)
         qmax = q.max(axis=1)
         cls = self.tile_class(qmax) if self.tiles else np.zeros(len(qmax), np.int64)
@@ -814,21 +819,25 @@ class CalibratedCostModel(RooflineCostModel):
 
     def decode_times(self, context: list[int], n: int) -> np.ndarray:
         if self.p.attn_sms or self.p.padding != "none":  # the tail and padding are per pass
-            return self._plain_times(context, n)
+            ctx = np.asarray(context, np.int64) + np.arange(n, dtype=np.int64)[:, None]
+            t = self._plain_times(ctx)
+            if t is not None:
+                return t
+            from .segments import DecodeSegment
+
+            return self.segment_times(DecodeSegment.plain(context, n))
         from .segments import RooflineSegments
 
         return RooflineSegments(self).decode_times(context, n)  # q = 1: the smallest tile, no pass terms
 
-    def _plain_times(self, context: list[int], n: int) -> np.ndarray:
-        """`segment_times` of n plain decode passes (every request verifies one token: the smallest
-        tile, no drafts, no pass terms), without building the general segment: the same floats
-        from the same operations in the same order."""
-        r = len(context)
-        ctx = np.asarray(context, np.int64) + np.arange(n, dtype=np.int64)[:, None]
+    def _plain_times(self, ctx: np.ndarray) -> np.ndarray | None:
+        """`segment_times` of plain decode passes (every request verifies one token: the smallest
+        tile, no drafts, no pass terms; `ctx`: (passes, requests) KV tokens before each pass),
+        without the general machinery: the same floats from the same operations in the same
+        order. None where the tables do not cover them."""
+        n, r = ctx.shape
         if not (r and n and self.tables_fit(int(ctx.max()) + 1, 2)):
-            from .segments import DecodeSegment
-
-            return self.segment_times(DecodeSegment.plain(context, n))
+            return None
         c = self.tile_class(1) if self.tiles else 0
         att = (self.verify_table_cls(c) if self.tiles else self.verify_table())[:, 1][ctx]
         if self.p.attn_sms:
