@@ -200,7 +200,7 @@ class CalibratedCostModel(RooflineCostModel):
         self._defer_tables = False
         self._vt_cls, self._dt_cls = {}, {}  # segment tables per tile class
         self._work_cache = {}  # work_ratios: ratios by (KV block size, units)
-        self._plain_pad = {}  # _plain_times: padded (tokens, logits) of a decode of r requests
+        self._plain_ovh = {}  # _plain_times: the padded linear part of a decode of r requests
         # per tile class: the attention plan's KV block (tokens), query tokens per block, split cap
         bmt = np.maximum(np.asarray(TILES, np.int64), self.group)
         self._wi_bn = np.maximum(self.page_size, np.where(bmt <= 32, 128, 64))
@@ -349,18 +349,20 @@ class CalibratedCostModel(RooflineCostModel):
             code = np.take_along_axis(code, o if J <= 1 else o[:, :, None], axis=1)
         return self._code_ratios(code.reshape(n, -1), bn)
 
-    def _code_ratios(self, code: np.ndarray, bn: np.ndarray) -> np.ndarray:
+    def _code_ratios(self, code: np.ndarray, bn) -> np.ndarray:
         """`work_ratios` from each pass's units (row i: pass i's KV blocks per unit, -1 where none)
-        and KV block size."""
+        and KV block size (per pass; an int: every pass's, every entry a unit, as plain decodes)."""
         n = len(code)
         hkv = max(1, self.model.kv_heads // self.tp)
         S = int(self.p.attn_sms)
-        bl = bn.tolist()
+        same = isinstance(bn, int)
+        bl = None if same else bn.tolist()
         if n > 1:  # runs of passes with the same units
             chg = np.empty(n, bool)
             chg[0] = True
             np.not_equal(code[1:], code[:-1]).any(axis=1, out=chg[1:])
-            chg[1:] |= bn[1:] != bn[:-1]
+            if not same:
+                chg[1:] |= bn[1:] != bn[:-1]
             starts = np.flatnonzero(chg).tolist()
         else:
             starts = (0,)
@@ -368,13 +370,14 @@ class CalibratedCostModel(RooflineCostModel):
         out = []
         for i in starts:
             row = code[i]
-            units = row[row >= 0]
-            key = (bl[i], units.tobytes())
+            units = row if same else row[row >= 0]
+            b = bn if same else bl[i]
+            key = (b, units.tobytes())
             r = cache.get(key)
             if r is None:
                 if len(cache) >= self.WORK_CACHE_MAX:
                     cache.clear()
-                r = cache[key] = self._units_ratio(units, bl[i], hkv, S)
+                r = cache[key] = self._units_ratio(units, b, hkv, S)
             out.append(r)
         if n == 1 or len(out) == n:
             return np.array(out)
@@ -843,17 +846,19 @@ class CalibratedCostModel(RooflineCostModel):
         if self.p.attn_sms:
             kern = att - self.p.verify_req_s
             # one query block a request: its unit's KV blocks are those of its KV (context + 1)
-            bn = self._wi_bn[c]
-            ratio = self._code_ratios(-(-(ctx + 1) // bn), np.full(n, bn))
+            bn = int(self._wi_bn[c])
+            ratio = self._code_ratios(-(-(ctx + 1) // bn), bn)
             att = att + kern * (ratio - 1.0)[:, None]
-        if self.p.padding != "none":  # r tokens and logits rows, r verifications: the same each pass
-            pad = self._plain_pad.get(r)
-            if pad is None:
-                one = np.array([r], np.int64)
-                tp, lp = padded_vec(one, one, one * 0, one, self.p.padding, SCRATCH_PAGES * self.page_size)
-                pad = self._plain_pad[r] = (int(tp[0]), int(lp[0]))
-            return self.overhead_vec(np.full(n, pad[0], np.int64), np.full(n, pad[1], np.int64)) + att.sum(axis=1)
-        return self.overhead_table(r)[np.full(n, r, np.int64)] + att.sum(axis=1)
+        if self.p.padding == "none":
+            return self.overhead_table(r)[np.full(n, r, np.int64)] + att.sum(axis=1)
+        # r tokens and logits rows, r verifications: every pass pads the same, its linear part is one
+        # number (numpy's elementwise formulas give each entry the same bits at any array length)
+        ovh = self._plain_ovh.get(r)
+        if ovh is None:
+            one = np.array([r], np.int64)
+            tp, lp = padded_vec(one, one, one * 0, one, self.p.padding, SCRATCH_PAGES * self.page_size)
+            ovh = self._plain_ovh[r] = self.overhead_vec(tp, lp)[0]
+        return ovh + att.sum(axis=1)
 
     def times(self, batch: "PlanBatch") -> np.ndarray:
         """`time(plan)` of many plans at once (vector formulas; the fit calls this per step)."""
