@@ -311,8 +311,20 @@ class CalibratedCostModel(RooflineCostModel):
         q = np.asarray(q, np.int64)
         if not self.p.attn_sms or not len(q):
             return 1.0
-        return float(self.work_ratios(q[None, :], np.asarray(kv, np.int64)[None, :], np.ones((1, len(q)), bool),
-                                      None if qmax is None else np.array([qmax]))[0])
+        # `work_ratios` of one pass, on 1-d arrays (the same integers: its units)
+        kv = np.asarray(kv, np.int64)
+        c = self.tile_class(int(q.max()) if qmax is None else int(qmax))
+        bn, qb = int(self._wi_bn[c]), int(self._wi_qb[c])
+        nqb = -(-q // qb)
+        J = int(nqb.max())
+        if J <= 1:
+            code = -(-np.minimum(kv, np.maximum(0, kv - q + np.minimum(qb, q))) // bn)
+        else:
+            j = np.arange(J)
+            q2, kv2 = q[:, None], kv[:, None]
+            u_end = np.minimum(kv2, np.maximum(0, kv2 - q2 + np.minimum((j + 1) * qb, q2)))
+            code = (-(-u_end // bn))[j < nqb[:, None]]
+        return float(self._code_ratios(code[None, :], bn)[0])
 
     def work_ratios(self, q, kv, live, qmax=None, rank=None) -> np.ndarray:
         """`work_ratio` of many passes: row i holds pass i's requests where `live` (other entries
