@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from spsim.cost import CalibratedCostModel, CalibratedParams
 from spsim.cost.calibrated import PlanBatch
-from spsim.cost.padding import SCRATCH_PAGES, bucket_vec, pad_count_vec, padded, padded_vec, pow2_vec
-from spsim.buckets import bucket, pad_count, pow2
+from spsim.cost.padding import (SCRATCH_PAGES, TABLE_N, bucket_vec, pad_count_vec, padded, padded_vec, pow2_vec,
+                                rule_size_vec)
+from spsim.buckets import bucket, pad_count, pow2, rule_size
 from spsim.gpu_runtime.padding import SCRATCH_PAGES as RUNTIME_SCRATCH
 from spsim.gpu_runtime.padding import PassPadding
 from spsim.plan import PassPlan
@@ -28,6 +29,18 @@ def test_vector_rules_are_the_runtimes():
     big = np.array([2 ** 40 - 1, 2 ** 40, 2 ** 40 + 1, 3 * 2 ** 45])
     assert np.array_equal(pow2_vec(big), [pow2(int(x)) for x in big])
     assert SCRATCH_PAGES == RUNTIME_SCRATCH
+
+
+def test_looked_up_rules_are_the_runtimes():
+    # arrays inside the tables take the lookup, the one above the arithmetic: both the scalar rules
+    n = np.arange(0, TABLE_N)
+    assert np.array_equal(pad_count_vec(n), [pad_count(int(x)) for x in n])
+    for least in (1, 8, 16):
+        assert np.array_equal(bucket_vec(n, least), [bucket(int(x), least) for x in n])
+        assert np.array_equal(pow2_vec(n[1:], least), [pow2(int(x), least) for x in n[1:]])
+        assert np.array_equal(rule_size_vec(n[1:], least), [rule_size(int(x), least) for x in n[1:]])
+        m = np.arange(TABLE_N - 3, TABLE_N + 300)
+        assert np.array_equal(rule_size_vec(m, least), [rule_size(int(x), least) for x in m])
 
 
 def _runtime(tokens: int, logits: int, n_dr: int, n_ver: int, coarse: bool) -> tuple[int, int]:

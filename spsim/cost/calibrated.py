@@ -200,6 +200,7 @@ class CalibratedCostModel(RooflineCostModel):
         self._defer_tables = False
         self._vt_cls, self._dt_cls = {}, {}  # segment tables per tile class
         self._work_cache = {}  # work_ratios: ratios by (KV block size, units)
+        self._plain_ovh = {}  # _plain_times: the padded linear part of a decode of r requests
         # per tile class: the attention plan's KV block (tokens), query tokens per block, split cap
         bmt = np.maximum(np.asarray(TILES, np.int64), self.group)
         self._wi_bn = np.maximum(self.page_size, np.where(bmt <= 32, 128, 64))
@@ -310,8 +311,20 @@ class CalibratedCostModel(RooflineCostModel):
         q = np.asarray(q, np.int64)
         if not self.p.attn_sms or not len(q):
             return 1.0
-        return float(self.work_ratios(q[None, :], np.asarray(kv, np.int64)[None, :], np.ones((1, len(q)), bool),
-                                      None if qmax is None else np.array([qmax]))[0])
+        # `work_ratios` of one pass, on 1-d arrays (the same integers: its units)
+        kv = np.asarray(kv, np.int64)
+        c = self.tile_class(int(q.max()) if qmax is None else int(qmax))
+        bn, qb = int(self._wi_bn[c]), int(self._wi_qb[c])
+        nqb = -(-q // qb)
+        J = int(nqb.max())
+        if J <= 1:
+            code = -(-np.minimum(kv, np.maximum(0, kv - q + np.minimum(qb, q))) // bn)
+        else:
+            j = np.arange(J)
+            q2, kv2 = q[:, None], kv[:, None]
+            u_end = np.minimum(kv2, np.maximum(0, kv2 - q2 + np.minimum((j + 1) * qb, q2)))
+            code = (-(-u_end // bn))[j < nqb[:, None]]
+        return float(self._code_ratios(code[None, :], bn)[0])
 
     def work_ratios(self, q, kv, live, qmax=None, rank=None) -> np.ndarray:
         """`work_ratio` of many passes: row i holds pass i's requests where `live` (other entries
@@ -330,7 +343,6 @@ class CalibratedCostModel(RooflineCostModel):
             return np.ones(n)
         if not n:
             return np.ones(0)
-        hkv = max(1, self.model.kv_heads // self.tp)
         cls = self.tile_class(np.where(live, q, 0).max(axis=1) if qmax is None else np.asarray(qmax))
         bn = self._wi_bn[cls]
         qb = self._wi_qb[cls][:, None]
@@ -347,13 +359,22 @@ class CalibratedCostModel(RooflineCostModel):
         if rank is not None:  # units of a request stay together (query blocks inner)
             o = np.argsort(rank, axis=1, kind="stable")
             code = np.take_along_axis(code, o if J <= 1 else o[:, :, None], axis=1)
-        code = code.reshape(n, -1)
-        bl = bn.tolist()
+        return self._code_ratios(code.reshape(n, -1), bn)
+
+    def _code_ratios(self, code: np.ndarray, bn) -> np.ndarray:
+        """`work_ratios` from each pass's units (row i: pass i's KV blocks per unit, -1 where none)
+        and KV block size (per pass; an int: every pass's, every entry a unit, as plain decodes)."""
+        n = len(code)
+        hkv = max(1, self.model.kv_heads // self.tp)
+        S = int(self.p.attn_sms)
+        same = isinstance(bn, int)
+        bl = None if same else bn.tolist()
         if n > 1:  # runs of passes with the same units
             chg = np.empty(n, bool)
             chg[0] = True
             np.not_equal(code[1:], code[:-1]).any(axis=1, out=chg[1:])
-            chg[1:] |= bn[1:] != bn[:-1]
+            if not same:
+                chg[1:] |= bn[1:] != bn[:-1]
             starts = np.flatnonzero(chg).tolist()
         else:
             starts = (0,)
@@ -361,13 +382,14 @@ class CalibratedCostModel(RooflineCostModel):
         out = []
         for i in starts:
             row = code[i]
-            units = row[row >= 0]
-            key = (bl[i], units.tobytes())
+            units = row if same else row[row >= 0]
+            b = bn if same else bl[i]
+            key = (b, units.tobytes())
             r = cache.get(key)
             if r is None:
                 if len(cache) >= self.WORK_CACHE_MAX:
                     cache.clear()
-                r = cache[key] = self._units_ratio(units, bl[i], hkv, S)
+                r = cache[key] = self._units_ratio(units, b, hkv, S)
             out.append(r)
         if n == 1 or len(out) == n:
             return np.array(out)
@@ -720,6 +742,11 @@ class CalibratedCostModel(RooflineCostModel):
         drafts and verifying drafts. Simulator only: imports it."""
         kind, ctx = seg.kind, seg.context
         draft, verify = kind == type(seg).DRAFT, kind == type(seg).VERIFY
+        # plain decodes (the step path's one-pass segments too), unless their method keeps scores
+        if verify.all() and (seg.query == 1).all() and not (seg.method == DraftMethod.VERIFY_ATTN).any():
+            t = self._plain_times(ctx)
+            if t is not None:
+                return t
         q = np.where(verify, seg.query, 0)
         qmax = q.max(axis=1)
         cls = self.tile_class(qmax) if self.tiles else np.zeros(len(qmax), np.int64)
@@ -806,13 +833,44 @@ class CalibratedCostModel(RooflineCostModel):
         return t
 
     def decode_times(self, context: list[int], n: int) -> np.ndarray:
-        if self.p.attn_sms or self.p.padding != "none":  # the tail and padding are per pass: priced as a segment
+        if self.p.attn_sms or self.p.padding != "none":  # the tail and padding are per pass
+            ctx = np.asarray(context, np.int64) + np.arange(n, dtype=np.int64)[:, None]
+            t = self._plain_times(ctx)
+            if t is not None:
+                return t
             from .segments import DecodeSegment
 
             return self.segment_times(DecodeSegment.plain(context, n))
         from .segments import RooflineSegments
 
         return RooflineSegments(self).decode_times(context, n)  # q = 1: the smallest tile, no pass terms
+
+    def _plain_times(self, ctx: np.ndarray) -> np.ndarray | None:
+        """`segment_times` of plain decode passes (every request verifies one token: the smallest
+        tile, no drafts, no pass terms; `ctx`: (passes, requests) KV tokens before each pass),
+        without the general machinery: the same floats from the same operations in the same
+        order. None where the tables do not cover them."""
+        n, r = ctx.shape
+        if not (r and n and self.tables_fit(int(ctx.max()) + 1, 2)):
+            return None
+        c = self.tile_class(1) if self.tiles else 0
+        att = (self.verify_table_cls(c) if self.tiles else self.verify_table())[:, 1][ctx]
+        if self.p.attn_sms:
+            kern = att - self.p.verify_req_s
+            # one query block a request: its unit's KV blocks are those of its KV (context + 1)
+            bn = int(self._wi_bn[c])
+            ratio = self._code_ratios(-(-(ctx + 1) // bn), bn)
+            att = att + kern * (ratio - 1.0)[:, None]
+        if self.p.padding == "none":
+            return self.overhead_table(r)[np.full(n, r, np.int64)] + att.sum(axis=1)
+        # r tokens and logits rows, r verifications: every pass pads the same, its linear part is one
+        # number (numpy's elementwise formulas give each entry the same bits at any array length)
+        ovh = self._plain_ovh.get(r)
+        if ovh is None:
+            one = np.array([r], np.int64)
+            tp, lp = padded_vec(one, one, one * 0, one, self.p.padding, SCRATCH_PAGES * self.page_size)
+            ovh = self._plain_ovh[r] = self.overhead_vec(tp, lp)[0]
+        return ovh + att.sum(axis=1)
 
     def times(self, batch: "PlanBatch") -> np.ndarray:
         """`time(plan)` of many plans at once (vector formulas; the fit calls this per step)."""

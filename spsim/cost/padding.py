@@ -25,6 +25,8 @@ from spsim.buckets import RULE_FINE, SCRATCH_PAGES, bucket, pad_count, pow2, rul
 
 MODES = ("none", "bucket", "pow2", "rule")
 LEAST = 8  # padded token and logits counts are at least this (PassPadding._size(..., 8))
+TABLE_N = 1 << 12  # counts below this are looked up in tables of the scalar rules' own values
+_TABLES: dict = {}
 
 
 def padded(tokens: int, logits: int, n_draft: int, n_verify: int, mode: str, scratch_tokens: int,
@@ -72,21 +74,46 @@ def padded_vec(tokens, logits, n_draft, n_verify, mode: str, scratch_tokens: int
     return np.where(fits, row + fill, row), np.where(fits | (dummies > 0), np.maximum(lpad, logits), logits)
 
 
+def _looked_up(f, n: np.ndarray, *args) -> np.ndarray | None:
+    """`f(x, *args)` of each entry of `n` from a table of f over 0..TABLE_N-1 (the segments' request
+    and token counts: one indexing instead of a dozen array operations), or None where some entry
+    is outside it."""
+    if not n.ndim or not n.size or n.min() < 0 or n.max() >= TABLE_N:
+        return None
+    key = (f, args)
+    t = _TABLES.get(key)
+    if t is None:
+        t = _TABLES[key] = np.array([f(x, *args) for x in range(TABLE_N)], np.int64)
+    return t[n]
+
+
 def rule_size_vec(n, least: int = 8) -> np.ndarray:
     """`buckets.rule_size` of an integer array."""
+    n = np.asarray(n, np.int64)
+    t = _looked_up(rule_size, n, least)
+    if t is not None:
+        return t
     p = pow2_vec(n, least)
     return np.where(p <= RULE_FINE, p, bucket_vec(n, least))
 
 
 def pow2_vec(n, least: int = 1) -> np.ndarray:
     """`buckets.pow2` of an integer array (exact: through bit lengths, not floating logs)."""
-    m = np.maximum(np.asarray(n, np.int64), least) - 1
+    n = np.asarray(n, np.int64)
+    t = _looked_up(pow2, n, least)
+    if t is not None:
+        return t
+    m = np.maximum(n, least) - 1
     return np.left_shift(np.int64(1), _bit_length(m))
 
 
 def bucket_vec(n, least: int = 16) -> np.ndarray:
     """`buckets.bucket` of an integer array: 2^k x {1, 1.25, 1.5, 1.75}, at least `least`."""
-    n = np.maximum(np.asarray(n, np.int64), least)
+    n = np.asarray(n, np.int64)
+    t = _looked_up(bucket, n, least)
+    if t is not None:
+        return t
+    n = np.maximum(n, least)
     p = np.left_shift(np.int64(1), _bit_length(n - 1))
     out = p.copy()
     for num in (7, 6, 5):  # largest step first: the smallest step >= n (and >= least) wins last
@@ -98,6 +125,9 @@ def bucket_vec(n, least: int = 16) -> np.ndarray:
 def pad_count_vec(n) -> np.ndarray:
     """`buckets.pad_count` of an integer array: 0, 1, 2, 3, 4, 6, 8, 12, 16, ..."""
     n = np.asarray(n, np.int64)
+    t = _looked_up(pad_count, n)
+    if t is not None:
+        return t
     p = np.left_shift(np.int64(1), _bit_length(np.maximum(n, 1) - 1))
     return np.where(n <= 2, n, np.where(n <= p * 3 // 4, p * 3 // 4, p))
 
