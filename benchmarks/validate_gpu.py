@@ -102,8 +102,8 @@ def fail(msg: str):
 
 def run_key(r: dict) -> tuple:
     """What makes two index rows the same run of a matrix: trace, window, load and policy."""
-    return (r.get("trace"), r.get("limit"), r.get("window_s"), r.get("speed"), json.dumps(r.get("mode"), sort_keys=True),
-            r.get("policy"))
+    return (r.get("trace"), r.get("limit"), r.get("window_s"), r.get("speed"),
+            json.dumps(r.get("mode"), sort_keys=True), r.get("policy"))
 
 
 def load_earlier(path: Path, version: str) -> list[dict]:

@@ -155,8 +155,12 @@ def startup_reserve_bytes(lc: LlamaConfig, cfg: ServingConfig, pool_pages: int) 
     serving = build(cfg, prefix_cache=False, capacity=max(1, pool_pages), max_context=lc.max_context)
     bc = serving.batcher_config
     rule = rule_for(bc, cfg.draft_budget, serving.policy.make().longest_run(bc.max_draft))
-    n = sum(1 for _ in shape_set_for(rule, bc, lc, serving.method, max(1, pool_pages)).passes())
-    return STARTUP_BYTES_BASE + n * STARTUP_BYTES_PER_PASS
+    return reserve_for(sum(1 for _ in shape_set_for(rule, bc, lc, serving.method, max(1, pool_pages)).passes()))
+
+
+def reserve_for(passes: int) -> int:
+    """The start-up reserve of a shape set of `passes` made-up passes."""
+    return STARTUP_BYTES_BASE + passes * STARTUP_BYTES_PER_PASS
 
 
 
@@ -244,11 +248,12 @@ def new_server(model, cfg: ServingConfig, opts: RuntimeOptions, serving, b, tabl
             say = opts.say or (lambda msg: None)
             say("capturing the start-up shape set (CUDA graphs of every pass shape these settings allow)")
             st = graphs.startup(ex, shapes, progress=opts.startup_progress, warm=opts.startup_warm)
+            # the set just made up, not the pool estimate's (counted again would cost seconds of start-up)
             st["reserve_bytes"] = (int(opts.startup_reserve_gib * 2**30) if opts.startup_reserve_gib is not None
-                                   else startup_reserve_bytes(lc, cfg, pages))
+                                   else reserve_for(st["passes"]))
+            aside = "" if cfg.kv_pages else f" (set aside from the KV pool: {st['reserve_bytes'] / 2**20:,.0f} MiB)"
             say(f"start-up capture: {st['graphs']:,} graphs in {st['seconds']:.1f} s, "
-                f"{st['bytes'] / 2**20:,.0f} MiB of graph memory (set aside from the KV pool: "
-                f"{st['reserve_bytes'] / 2**20:,.0f} MiB)")
+                f"{st['bytes'] / 2**20:,.0f} MiB of graph memory{aside}")
             if cfg.kv_pages is None and st["bytes"] > st["reserve_bytes"]:
                 say("warning: the start-up graphs took more memory than was set aside for them: "
                     "--kv-pages or a lower memory fraction leaves the allocator more room")
