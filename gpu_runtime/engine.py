@@ -295,8 +295,8 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
     graphed = opts.cuda_graphs and model.device.type == "cuda"
     bc = serving.batcher_config
     startup = bool(graphed and opts.shape_rule and opts.startup_shapes)
-    if opts.startup_shapes and not graphed and opts.say:
-        opts.say("--startup-shapes: no CUDA graphs here (CPU, or --no-cuda-graphs): nothing to capture")
+    if opts.startup_shapes and not graphed and model.device.type == "cuda" and opts.say:
+        opts.say("--startup-shapes: --no-cuda-graphs, so nothing to capture")  # (on the CPU there never is)
     # a start-up set is captured once per process: a later run of the same settings on the same
     # model (a validation's warm-up, then its measured run) serves over the same cache, executor
     # and graphs, as a server serves every request over what it captured at start
