@@ -50,8 +50,8 @@ def cycle_costs(cost, view: DecodeView, k_max: int, k_min: int = 0) -> tuple[np.
         K = len(ks)
         # 2-D arrays: one vectorised cost-model call for every (request, k) (repeat, not
         # broadcast_to: the same arrays for ~1 us instead of ~7 us each, asked every decision)
-        m = cost.marginal(view.context[:, None].repeat(K, 1), view.budget[:, None].repeat(K, 1),
-                          view.method[:, None].repeat(K, 1), kp1[None, :].repeat(len(view.ids), 0))
+        m = cost.marginal(view.context[:, None].repeat(K, 1), view.budget, view.method,
+                          kp1[None, :].repeat(len(view.ids), 0))
     draft_m, verify_m = m
     # a pass carrying a prefill chunk is longer for every request in it: drafting then costs more
     nd = max(view.num_decode, 1)
@@ -71,11 +71,9 @@ def _table_marginal(cost, view: DecodeView, query: np.ndarray):
     ctx = view.context
     if getattr(type(cost), "marginal", None) not in _GRID_MARGINALS or not len(ctx):
         return None
-    b, m = view.budget, view.method
-    b0, m0 = int(b[0]), int(m[0])
-    if not ((b == b0).all() and (m == m0).all() and cost.tables_fit(int(ctx.max()) + 1, int(query[-1]) + 1)):
+    if not cost.tables_fit(int(ctx.max()) + 1, int(query[-1]) + 1):
         return None
-    return cost.draft_table(b0, m0)[ctx, 0][:, None], cost.verify_table()[ctx[:, None], query]
+    return cost.draft_table(view.budget, view.method)[ctx, 0][:, None], cost.verify_table()[ctx[:, None], query]
 
 
 def zero_holds(ks: np.ndarray, cycle: np.ndarray, targets: np.ndarray, context: np.ndarray, short: int) -> np.ndarray:
@@ -146,8 +144,8 @@ class Aspire(RatePlanner):
         i = np.arange(n, dtype=np.int64)[:, None]
         rows = DecodeView(ids=np.tile(view.ids, n), context=(view.context[None, :] + i).ravel(),
                           drafted=np.zeros(n * r, np.int64), remaining=(view.remaining[None, :] - i).ravel(),
-                          committed=(view.committed[None, :] + i).ravel(), budget=np.tile(view.budget, n),
-                          method=np.tile(view.method, n), last_entropy=np.tile(view.last_entropy, n),
+                          committed=(view.committed[None, :] + i).ravel(), budget=view.budget,
+                          method=view.method, last_entropy=np.tile(view.last_entropy, n),
                           sum_entropy=np.tile(view.sum_entropy, n), num_decode=view.num_decode,
                           prefill_tokens=view.prefill_tokens, max_draft=view.max_draft)
         ks, cycle = cycle_costs(self.ctx.cost, rows, self.k_max or view.max_draft)

@@ -143,14 +143,14 @@ class StretchPlanner(StretchBase):
             # grid for the draft cost (one column read), whole table rows for the verify costs
             ctx = view.context[:, None] + np.arange(H, dtype=np.int64)
             if cost.tables_fit(int(ctx.max()) + 1, c + 1):
-                dt = cost.draft_table(int(view.budget[0]), int(view.method[0]))
+                dt = cost.draft_table(view.budget, view.method)
                 self._cd = dt[ctx, 0] + share + d_add
                 self._vc = cost.verify_table().take(ctx, axis=0)[:, :, 1:c + 1] + share + v_add
                 return
         ctx = (view.context[:, None] + np.arange(H, dtype=np.int64)).ravel()
         k = len(ctx)
-        dm, vm = cost.marginal(ctx[:, None].repeat(c, 1), np.full((k, c), view.budget[0]),
-                                            np.full((k, c), view.method[0]), np.arange(1, c + 1)[None, :].repeat(k, 0))
+        dm, vm = cost.marginal(ctx[:, None].repeat(c, 1), view.budget, view.method,
+                               np.arange(1, c + 1)[None, :].repeat(k, 0))
         self._cd, self._vc = (dm[:, 0] + share + d_add).reshape(r, H), (vm + share + v_add).reshape(r, H, c)
 
     def _ent_tables(self, J: list[int], reach: list[int] | None = None) -> None:

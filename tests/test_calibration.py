@@ -99,7 +99,7 @@ def test_point_round_trips_and_builds_its_plan():
                                                                          p.verifies).key
     plan = p.plan()
     assert plan.prefill_ids.tolist() == [0] and plan.draft_ids.tolist() == [1, 2] and plan.verify_ids.tolist() == [3]
-    assert plan.draft_pos.tolist() == [0, 2] and plan.draft_budget.tolist() == [512, 512]
+    assert plan.draft_pos.tolist() == [0, 2] and plan.draft_budget == 512
     assert plan.verify_query.tolist() == [3] and plan.prefill_last.tolist() == [True]
     with pytest.raises(ValueError):
         Point.from_dict({**p.to_dict(), "group": "nope"})

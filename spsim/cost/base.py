@@ -27,11 +27,11 @@ class CostModel(Protocol):
         head, sampling, host scheduling (and TP communication). Shared by every request in the
         pass. `prefill_tokens`: a prefill chunk's tokens in the same pass (one logits row)."""
 
-    def marginal(self, context: np.ndarray, budget: np.ndarray, method: np.ndarray,
+    def marginal(self, context: np.ndarray, budget: int, method: int,
                  query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per request, the seconds it adds to a pass (attention and its share of nothing else)
-        when it drafts one token, and when it verifies `query` tokens. Cheap: cost-aware policies
-        call it every pass."""
+        when it drafts one token with the run's draft `budget` and `method`, and when it verifies
+        `query` tokens. Cheap: cost-aware policies call it every pass."""
 
     def spec_overhead(self, method: int) -> tuple[float, float, float, float]:
         """Seconds a pass pays once because of speculation, beyond its requests' own costs: a pass

@@ -30,7 +30,7 @@ class DecodeSegment:
     synchronous batch's request waiting for the batch's verification), `query[i, j]` the query
     tokens (1 for a draft), `context[i, j]` the KV tokens before that pass, `draft_pos[i, j]` the
     provisional drafted tokens held before that pass (PassPlan.draft_pos for drafts; for a verify,
-    query - 1). `budget`, `method` are per request. A segment cost returns the n pass times from
+    query - 1). `budget`, `method`: the run's draft settings (one value each). A segment cost returns the n pass times from
     this in one call; entry i must equal what the step path pays for the same pass.
     """
 
@@ -38,8 +38,8 @@ class DecodeSegment:
     query: np.ndarray  # (n, r) int64
     context: np.ndarray  # (n, r) int64
     draft_pos: np.ndarray  # (n, r) int64
-    budget: np.ndarray  # (r,) int64
-    method: np.ndarray  # (r,) int64
+    budget: int
+    method: int  # a DraftMethod code; verify-attn: passes verifying keep page scores
 
     DRAFT = 1
     VERIFY = 2
@@ -50,8 +50,8 @@ class DecodeSegment:
         """n plain decode passes (every request verifies one token) from `context`."""
         r = len(context)
         ctx = np.asarray(context, I64) + np.arange(n, dtype=I64)[:, None]
-        one, zero = np.ones((n, r), I64), np.zeros(r, I64)
-        return cls(np.full((n, r), cls.VERIFY, np.int8), one, ctx, one - 1, zero, zero)
+        one = np.ones((n, r), I64)
+        return cls(np.full((n, r), cls.VERIFY, np.int8), one, ctx, one - 1, 0, 0)
 
     @classmethod
     def from_plan(cls, plan: PassPlan) -> "DecodeSegment":
@@ -62,21 +62,16 @@ class DecodeSegment:
         query = np.concatenate([np.ones(nd, I64), plan.verify_query])[None, :]
         ctx = np.concatenate([plan.draft_context, plan.verify_context])[None, :]
         dpos = np.concatenate([plan.draft_pos, plan.verify_query - 1])[None, :]
-        budget = np.concatenate([plan.draft_budget, np.zeros(nv, I64)])
-        vm = int(DraftMethod.VERIFY_ATTN) if plan.keep_scores else 0  # the run's method, where it shows
-        method = np.concatenate([plan.draft_method, np.full(nv, vm, I64)])
-        return cls(kind, query, ctx, dpos, budget, method)
+        # the run's method, where it shows: its drafts, or verifications keeping page scores
+        method = int(DraftMethod.VERIFY_ATTN) if plan.keep_scores else plan.draft_method if nd else 0
+        return cls(kind, query, ctx, dpos, plan.draft_budget, method)
 
-
-    def drafting(self, draft: np.ndarray, q: np.ndarray) -> tuple[bool, int, int, bool, int]:
-        """`(has_draft, budget, method, uniform, rows)` for table lookups: the run's one draft
-        budget and method (the batcher's configuration), whether every request has them, and the
-        table rows the segment reads (`q`: the verify query tokens, 0 where none)."""
+    def drafting(self, draft: np.ndarray, q: np.ndarray) -> tuple[bool, int]:
+        """`(has_draft, rows)` for table lookups: whether any pass drafts, and the table rows the
+        segment reads (`q`: the verify query tokens, 0 where none)."""
         if not draft.any():
-            return False, 0, 0, True, int(q.max()) + 1
-        budget, method = int(self.budget[0]), int(self.method[0])
-        uniform = bool((self.budget == budget).all() and (self.method == method).all())
-        return True, budget, method, uniform, max(int(q.max()), int(self.draft_pos.max())) + 1
+            return False, int(q.max()) + 1
+        return True, max(int(q.max()), int(self.draft_pos.max())) + 1
 
 
 class SegmentCost(Protocol):
@@ -114,8 +109,8 @@ class PerPass:
             v = seg.kind[i] == DecodeSegment.VERIFY
             ids = np.arange(len(d), dtype=np.int64)
             out[i] = self.cost.time(PassPlan(
-                draft_ids=ids[d], draft_context=seg.context[i][d], draft_budget=seg.budget[d],
-                draft_method=seg.method[d], draft_pos=seg.draft_pos[i][d],
+                draft_ids=ids[d], draft_context=seg.context[i][d], draft_pos=seg.draft_pos[i][d],
+                draft_budget=seg.budget, draft_method=seg.method,
                 verify_ids=ids[v], verify_query=seg.query[i][v], verify_context=seg.context[i][v]))
         return out
 
@@ -134,12 +129,12 @@ class RooflineSegments:
         kind, ctx = seg.kind, seg.context
         draft, verify = kind == DecodeSegment.DRAFT, kind == DecodeSegment.VERIFY
         q = np.where(verify, seg.query, 0)
-        has_draft, budget, method, uniform, rows = seg.drafting(draft, q)
-        if not (uniform and cm.tables_fit(int(ctx.max()) + 1, rows)):
+        has_draft, rows = seg.drafting(draft, q)
+        if not cm.tables_fit(int(ctx.max()) + 1, rows):
             return self.formula(seg)
         att = cm.verify_table()[ctx, q]
         if has_draft:
-            att = np.where(draft, cm.draft_table(budget, method)[ctx, seg.draft_pos], att)
+            att = np.where(draft, cm.draft_table(seg.budget, seg.method)[ctx, seg.draft_pos], att)
         tokens = q.sum(axis=1) + draft.sum(axis=1)
         return cm.overhead_table(int(tokens.max()))[tokens] + att.sum(axis=1)
 
@@ -169,9 +164,7 @@ class RooflineSegments:
         q = np.where(verify, seg.query, 0)
         att = np.where(verify, cm.full_attn(ctx, q), 0.0)
         if draft.any():
-            shape = kind.shape
-            att = att + np.where(draft, cm.draft_attn(ctx, np.broadcast_to(seg.budget, shape),
-                                                      np.broadcast_to(seg.method, shape), seg.draft_pos), 0.0)
+            att = att + np.where(draft, cm.draft_attn(ctx, seg.budget, seg.method, seg.draft_pos), 0.0)
         tokens = q.sum(axis=1) + draft.sum(axis=1)
         return cm.overhead_vec(tokens, tokens) + att.sum(axis=1)
 
