@@ -21,8 +21,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from spsim.plan import DraftMethod
-from spsim.cost.calibrated import CalibratedCostModel
-from spsim.cost.roofline import RooflineCostModel
 
 from .acceptance_ema import AcceptanceEMA
 from .aspire_stretch import AspireStretch
@@ -31,9 +29,6 @@ from .registry import register
 
 
 _KS: dict = {}  # (k_min, k_max) -> (ks, ks + 1), read-only: made once, asked every decision
-# cost models whose `marginal` prices a (request, k) grid from the roofline's tables (the
-# calibrated model hands grids to the roofline's)
-_GRID_MARGINALS = (RooflineCostModel.marginal, CalibratedCostModel.marginal)
 
 
 def cycle_costs(cost, view: DecodeView, k_max: int, k_min: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -64,16 +59,17 @@ def cycle_costs(cost, view: DecodeView, k_max: int, k_min: int = 0) -> tuple[np.
 
 
 def _table_marginal(cost, view: DecodeView, query: np.ndarray):
-    """`cost.marginal` of the (request, k) grid of these contexts and verify queries, where it
-    would read the roofline's tables: the same lookups, without building the grids (this runs
-    at every decision, on a few requests, where building them was most of the cost). None where
-    the tables would not be read (the caller asks `marginal` itself)."""
+    """`cost.marginal` of the (request, k) grid of these contexts and verify queries from the
+    model's tables (`CostModel.tables`), without building the grids (this runs at every
+    decision, on a few requests, where building them was most of the cost). None where it has
+    none (the caller asks `marginal` itself)."""
     ctx = view.context
-    if getattr(type(cost), "marginal", None) not in _GRID_MARGINALS or not len(ctx):
+    if not len(ctx):
         return None
-    if not cost.tables_fit(int(ctx.max()) + 1, int(query[-1]) + 1):
+    tb = cost.tables(view.budget, view.method, int(ctx.max()) + 1, int(query[-1]) + 1)
+    if tb is None:
         return None
-    return cost.draft_table(view.budget, view.method)[ctx, 0][:, None], cost.verify_table()[ctx[:, None], query]
+    return tb[0][ctx, 0][:, None], tb[1][ctx[:, None], query]
 
 
 def zero_holds(ks: np.ndarray, cycle: np.ndarray, targets: np.ndarray, context: np.ndarray, short: int) -> np.ndarray:

@@ -116,15 +116,16 @@ class Sync(Policy):
         cost = self.ctx.cost
         context = view.context
         K = k_max + 1
-        if not (hasattr(cost, "verify_table") and cost.tables_fit(int(context.max()) + 1, K + 1)):
+        tb = cost.tables(view.budget, view.method, int(context.max()) + 1, K + 1)
+        if tb is None:
             return None
         r = len(a)
         ks, _ = _aranges(K)
         caps = np.maximum(view.remaining - 1, 0)
         eff = np.minimum(ks, caps[None, :, None])  # (1, r, K), as `_rates`
         tok = expected_tokens(a[None, :, None], eff)[0].tolist()
-        draft = cost.draft_table(view.budget, view.method)[context, :k_max].tolist()
-        verify = cost.verify_table()[context, 1:K + 1].tolist()
+        draft = tb[0][context, :k_max].tolist()
+        verify = tb[1][context, 1:K + 1].tolist()
         tbl = self._overheads(r * (K + 1))
         got = getattr(self, "_ovh_list", None)
         if got is None or got[0] is not tbl:
@@ -251,8 +252,9 @@ def _prices(cost, context: np.ndarray, budget: int, method: int, k_max: int) -> 
     draft positions priced apart: a verify-refreshed index is scored on a cycle's first draft
     only); otherwise one `cost.marginal` call (the protocol's prices: every draft as a first one)."""
     K = k_max + 1
-    if hasattr(cost, "verify_table") and cost.tables_fit(int(context.max()) + 1, K + 1):
-        return cost.draft_table(budget, method)[context, :k_max], cost.verify_table()[context, 1:K + 1]
+    tb = cost.tables(budget, method, int(context.max()) + 1, K + 1)
+    if tb is not None:
+        return tb[0][context, :k_max], tb[1][context, 1:K + 1]
     shape = context.shape
     flat = context.reshape(-1)
     rows = len(flat)

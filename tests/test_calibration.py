@@ -14,7 +14,8 @@ import pytest
 from spsim.calibration.design import GROUPS, Point, default_design, sweep_order
 from spsim.calibration.fit import fit
 from spsim.calibration.records import Measurement, read_measurements
-from spsim.cost.calibrated import CalibratedCostModel, CalibratedParams, PlanBatch
+from spsim.cost.batch import PlanBatch
+from spsim.cost.calibrated import CalibratedCostModel, CalibratedParams
 from spsim.errors import InputError, SpsimError
 from spsim.plan import DraftMethod
 

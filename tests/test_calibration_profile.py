@@ -17,7 +17,7 @@ import pytest
 from spsim.build import build, build_cost_model
 from spsim.config import ServingConfig
 from spsim.cost import CalibratedCostModel, CalibratedParams, load_cost_model, make_cost_model, save_profile
-from spsim.cost.calibrated import PlanBatch
+from spsim.cost.batch import PlanBatch
 from spsim.errors import SpsimError
 from spsim.plan import DraftMethod, PassPlan
 
@@ -436,7 +436,7 @@ def test_a_verify_attn_run_pays_for_its_page_scores_in_every_pass_that_verifies(
     verifies (pass_attention.py), drafts in it or not; measured 1.3-1.5x on the H200 for 16 x 32K
     verifications of 5 and 9 tokens. The plan, batch and segment prices agree, and a run of
     another method pays nothing."""
-    from spsim.cost.calibrated import PlanBatch
+    from spsim.cost.batch import PlanBatch
     from spsim.cost.segments import DecodeSegment
 
     def plan(keep, drafts=0):

@@ -88,6 +88,9 @@ class _ProtocolOnly:
     def marginal(self, context, budget, method, query):
         return self.cm.marginal(context, budget, method, query)
 
+    def tables(self, budget, method, width, rows):
+        return None  # the policies then price through `marginal`
+
     def time(self, plan):
         from dataclasses import replace
 

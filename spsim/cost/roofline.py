@@ -318,6 +318,24 @@ class RooflineCostModel:
             self._ovh_tbl = self.overhead_vec(t, t)
         return self._ovh_tbl
 
+    def tables(self, budget: int, method: int, width: int, rows: int):
+        if not self.tables_fit(width, rows):
+            return None
+        return self.draft_table(budget, method), self.verify_table()
+
+    def times(self, batch) -> np.ndarray:
+        """`time` of many plans (a PlanBatch) in a few vector operations."""
+        n = batch.n
+        att = np.zeros(n)
+        if len(batch.pre_of):
+            att += np.bincount(batch.pre_of, self.full_attn(batch.pre_ctx, batch.pre_q), n)
+        if len(batch.dr_of):
+            att += np.bincount(batch.dr_of, self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method,
+                                                            batch.dr_pos), n)
+        if len(batch.ver_of):
+            att += np.bincount(batch.ver_of, self.full_attn(batch.ver_ctx, batch.ver_q), n)
+        return np.where(batch.tokens > 0, self.overhead_vec(batch.tokens, batch.logits) + att, 0.0)
+
     def spec_overhead(self, method: int) -> tuple[float, float, float, float]:
         """(drafting pass, first-draft pass, verifying pass, mixed pass) once-per-pass seconds: the
         roofline prices speculation per request only."""
