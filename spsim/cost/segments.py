@@ -3,8 +3,8 @@ the shared `CostModel` protocol (the runtime never needs it).
 
 `segment_cost(cost)` gives a `SegmentCost` for any cost model: the model itself if it prices
 segments, a registered adapter for its type (the roofline's lookup tables), else `PerPass`, which
-prices each pass with `time()`, so a measured profile works in the simulator before anyone writes
-a fast path for it. Entry i of `segment_times(seg)` must equal what the step path pays for the
+prices the segment's passes as a batch with the protocol's `times()`, so a measured profile works
+in the simulator before anyone writes a fast path for it. Entry i of `segment_times(seg)` must equal what the step path pays for the
 same pass, which prices one-pass segments through the same object.
 """
 
@@ -17,6 +17,7 @@ import numpy as np
 
 from spsim.plan import DraftMethod, PassPlan
 
+from .batch import PlanBatch
 from .roofline import RooflineCostModel
 
 I64 = np.int64
@@ -66,6 +67,17 @@ class DecodeSegment:
         method = int(DraftMethod.VERIFY_ATTN) if plan.keep_scores else plan.draft_method if nd else 0
         return cls(kind, query, ctx, dpos, plan.draft_budget, method)
 
+    def plans(self) -> list[PassPlan]:
+        """Each pass as a plan (its requests numbered by column)."""
+        out = []
+        ids = np.arange(self.kind.shape[1], dtype=I64)
+        for i in range(self.kind.shape[0]):
+            d, v = self.kind[i] == self.DRAFT, self.kind[i] == self.VERIFY
+            out.append(PassPlan(draft_ids=ids[d], draft_context=self.context[i][d], draft_pos=self.draft_pos[i][d],
+                                draft_budget=self.budget, draft_method=self.method, verify_ids=ids[v],
+                                verify_query=self.query[i][v], verify_context=self.context[i][v]))
+        return out
+
     def drafting(self, draft: np.ndarray, q: np.ndarray) -> tuple[bool, int]:
         """`(has_draft, rows)` for table lookups: whether any pass drafts, and the table rows the
         segment reads (`q`: the verify query tokens, 0 where none)."""
@@ -97,22 +109,13 @@ def segment_cost(cost) -> SegmentCost:
 
 
 class PerPass:
-    """The generic fallback: one `time()` call per pass."""
+    """The generic fallback: the segment's passes priced as one batch (`CostModel.times`)."""
 
     def __init__(self, cost):
         self.cost = cost
 
     def segment_times(self, seg: DecodeSegment) -> np.ndarray:
-        out = np.empty(seg.kind.shape[0])
-        for i in range(len(out)):
-            d = seg.kind[i] == DecodeSegment.DRAFT
-            v = seg.kind[i] == DecodeSegment.VERIFY
-            ids = np.arange(len(d), dtype=np.int64)
-            out[i] = self.cost.time(PassPlan(
-                draft_ids=ids[d], draft_context=seg.context[i][d], draft_pos=seg.draft_pos[i][d],
-                draft_budget=seg.budget, draft_method=seg.method,
-                verify_ids=ids[v], verify_query=seg.query[i][v], verify_context=seg.context[i][v]))
-        return out
+        return np.asarray(self.cost.times(PlanBatch.of(seg.plans())), np.float64)
 
     def decode_times(self, context: list[int], n: int) -> np.ndarray:
         return self.segment_times(DecodeSegment.plain(context, n))
