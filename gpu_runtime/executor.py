@@ -232,6 +232,10 @@ class RuntimeExecutor:
     def _prepare(self, plan: PassPlan):
         """A pass's inputs on the device: `(attention, tokens, logits rows, graphable, request ids)`
         (attention None when nothing runs: a synthetic prefill alone)."""
+        if len(plan.draft_ids) and (plan.draft_method, plan.draft_budget) != (self.method, self.budget):
+            # the selectors, draft store and captured graphs are built for the run's one setting
+            raise ValueError(f"a plan drafting with method {plan.draft_method}, budget {plan.draft_budget} on a "
+                             f"runtime built for method {self.method}, budget {self.budget}")
         rids, tables, start, qlen, toks = [], [], [], [], []
         score_rows, logit_rows = [], []
         row = 0
@@ -411,8 +415,7 @@ class RuntimeExecutor:
         plan = PassPlan(prefill_ids=i64([r for r, _, _ in pre]), prefill_tokens=i64([n for _, n, _ in pre]),
                         prefill_context=i64([c for _, _, c in pre]), prefill_last=np.ones(len(pre), bool),
                         draft_ids=i64([r for r, _, _ in dr]), draft_context=i64([c for _, c, _ in dr]),
-                        draft_budget=np.full(len(dr), self.budget, np.int64),
-                        draft_method=np.full(len(dr), self.method, np.int64), draft_pos=i64([p for _, _, p in dr]),
+                        draft_budget=self.budget, draft_method=self.method, draft_pos=i64([p for _, _, p in dr]),
                         verify_ids=i64([r for r, _, _ in ver]), verify_query=i64([q for _, q, _ in ver]),
                         verify_context=i64([c for _, _, c in ver]))
         self.req.update(fake)
