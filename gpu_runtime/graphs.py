@@ -179,6 +179,19 @@ class GraphedPasses:
         self.max_graphs = max(self.max_graphs, len(specs))
         self.out_rows_hint = max(self.out_rows_hint, shape_set.max_logit_rows())
         phases = dict.fromkeys(("prepare", "key", "warm", "capture", "eager"), 0.0)
+        t = time.perf_counter()
+        eager = 0
+        # the passes past the graph limit run once: their kernels compile now, not mid-serving. First:
+        # their drafts at the longest contexts widen the draft store's score rows (verify-attn),
+        # which the graphs then capture as they will stay
+        with torch.no_grad():
+            for spec in shape_set.eager_passes():
+                attn, tok, rows, _, _ = ex.synthetic(**spec)
+                if attn is not None:
+                    if self.capture:  # (without a GPU only prepared: nothing compiles)
+                        self.model(tok, attn.positions, attn, logit_rows=rows)
+                    eager += 1
+        phases["eager"] = time.perf_counter() - t
         made, warmed = 0, set()
         for i, spec in enumerate(specs):
             t = time.perf_counter()
@@ -202,16 +215,6 @@ class GraphedPasses:
             made += 1
             if progress is not None:
                 progress(i + 1, len(specs), made)
-        t = time.perf_counter()
-        eager = 0
-        with torch.no_grad():  # the passes past the graph limit run once: their kernels compile now, not mid-serving
-            for spec in shape_set.eager_passes():
-                attn, tok, rows, _, _ = ex.synthetic(**spec)
-                if attn is not None:
-                    if self.capture:  # (without a GPU only prepared: nothing compiles)
-                        self.model(tok, attn.positions, attn, logit_rows=rows)
-                    eager += 1
-        phases["eager"] = time.perf_counter() - t
         if cuda:
             torch.cuda.synchronize(dev)
         if ex.padding is not None:

@@ -248,6 +248,16 @@ class ShapeSet:
                 for state in states:
                     drafts = [(ctx, 0 if state == 2 else 1)] if state else []
                     yield dict(prefill=[(chunk, before)], drafts=drafts, verifies=[] if state else [(1, ctx)])
+        # Outside the graphs the drafting rows' widths follow their contexts (no width classes), and
+        # the page selection's top-k kernel takes powers of two of them as block sizes: one pass per
+        # power of two of pages, so each block size compiles now (a fixed-k run on an H100 once
+        # stalled 0.6 s, then 0.1-0.2 s three times, as its drafting contexts grew beside long chunks)
+        ps, p = self.rule.page_size, 8
+        while len(states) > 1 and p <= 2 * self.rule.max_pages:
+            c = min((p - 1) * ps - 2, self.rule.max_context)  # `p` pages with its draft, at most the longest
+            for state in states[1:]:
+                yield dict(prefill=[(self.token_limit + 1, 0)], drafts=[(c, 0 if state == 2 else 1)], verifies=[])
+            p *= 2
 
     def passes(self):
         """Every made-up pass, as `RuntimeExecutor.synthetic`'s arguments: each composition over
