@@ -471,3 +471,27 @@ def test_startup_eager_passes_run_on_the_padded_path(policy="aspire"):
             attn, t, rows, _, _ = ex.synthetic(**spec)
             assert int(t.shape[0]) > 256
             assert torch.isfinite(model(t, attn.positions, attn, logit_rows=rows)).all(), spec
+
+
+def test_startup_context_ladder_loses_no_shape(monkeypatch, policy="aspire"):
+    """The start-up set walks fewer contexts per width class (`ShapeSet.LADDER`) than it once did
+    (four): the graphs it keys are the same as a finer ladder's (stand-in model, CPU)."""
+    import importlib.util
+    from pathlib import Path
+
+    from spsim.gpu_runtime.shapes import ShapeSet
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "graph_shapes.py"
+    spec = importlib.util.spec_from_file_location("graph_shapes", path)
+    gs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gs)
+
+    def keys(ladder):
+        monkeypatch.setattr(ShapeSet, "LADDER", ladder)
+        r = gs.count_shapes("1x512", policy, 16, 6000, startup=True, max_batch=16)
+        return set(map(str, r["_startup_keys"])), r["startup"]["passes"]
+
+    default = ShapeSet.LADDER
+    fine, n_fine = keys((0.0, 0.25, 0.5, 0.75, 1.0))
+    ours, n_ours = keys(default)
+    assert ours == fine and n_ours < n_fine
