@@ -50,7 +50,7 @@ def check_device(device: str, model: str, weights: str | None = None) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(epilog="Examples:\n\n  spsim run my.jsonl --model tiny --device cpu --offline --policy fixed-k:k=4 --out runs/tiny\n\n"
+    @app.command(epilog="Examples:\n\n  spsim run my.jsonl --model tiny --device cpu --draft-budget 128 --offline --policy fixed-k:k=4 --out runs/tiny\n\n"
                         "  spsim run my.jsonl --device cuda --model llama-3.1-8b --acceptance sparsespec-llama8b --offline")
     @serving_options(exclude=("replicas", "router"), defaults={"acceptance": "real"})
     def run(
