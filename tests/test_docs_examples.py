@@ -162,3 +162,11 @@ def test_readme_runtime_example_serves_its_requests(tmp_path):
     assert r.returncode == 0, r.stderr
     limit = int(line.split("--limit ")[1].split()[0])
     assert json.loads(r.stdout)["completed"] == limit and "drafts are not sparse" not in r.stderr
+
+
+@pytest.mark.parametrize("name", [n for n in COMMANDS if n], ids=str)
+def test_command_summary_is_one_line(name):
+    """The first paragraph of a command's help is its line in the parent's command list, which keeps
+    the docstring's line breaks: a summary wrapped in the source prints broken mid-sentence."""
+    summary = (COMMANDS[name].help or "").strip().split("\n\n")[0]
+    assert summary and "\n" not in summary, (name, summary)

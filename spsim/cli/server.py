@@ -32,8 +32,9 @@ def bench_serve_cmd(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write summary.json and requests.csv here."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ):
-    """Replay a trace against an OpenAI-compatible server (spsim serve, vLLM, SGLang, ...) and
-    summarise what the client measured in spsim replay's schema."""
+    """Replay a trace against an OpenAI-compatible server; summarise in spsim replay's schema.
+
+    Any such server (spsim serve, vLLM, SGLang, ...); the figures are what the client measured."""
     from spsim.build import arrival_times
     from spsim.cli_options import check_out_dir
     from rich.console import Console
@@ -97,9 +98,11 @@ def bench_tokenizer_cmd(
                                         "file (default: a built-in sample of prose, digits, code and scripts)."),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ):
-    """Export a GGUF's tokenizer for load generators and clients, check that transformers loading it
-    gives the server's exact tokens (raw and through the chat template), and measure how fast each
-    side tokenizes."""
+    """Export a GGUF's tokenizer for clients and check that it tokenizes as the server does.
+
+    Writes it for load generators and clients, checks that transformers loading it gives the
+    server's exact tokens (raw and through the chat template), and measures how fast each side
+    tokenizes."""
     from spsim.gpu_runtime.weights import resolve_weights
 
     from spsim.server.tokenizer_check import check
@@ -158,8 +161,9 @@ def register(app: typer.Typer) -> None:
                                       "flight get to finish before they are aborted."),
         serving=None,
     ):
-        """Serve the runtime on an OpenAI-compatible HTTP endpoint (/v1/completions,
-        /v1/chat/completions, /v1/models, /health, /metrics), under any policy."""
+        """Serve the runtime on an OpenAI-compatible HTTP endpoint, under any policy.
+
+        Endpoints: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics."""
         if temperature < 0 or temperature != temperature:
             raise SpsimError(f"--temperature must be >= 0 (got {temperature})")
         if not 0 < port < 65536:
