@@ -165,8 +165,20 @@ def test_readme_runtime_example_serves_its_requests(tmp_path):
 
 
 @pytest.mark.parametrize("name", [n for n in COMMANDS if n], ids=str)
-def test_command_summary_is_one_line(name):
-    """The first paragraph of a command's help is its line in the parent's command list, which keeps
-    the docstring's line breaks: a summary wrapped in the source prints broken mid-sentence."""
+def test_command_summary_is_one_short_line(name):
+    """The first paragraph of a command's help is its line in the parent's command list."""
     summary = (COMMANDS[name].help or "").strip().split("\n\n")[0]
-    assert summary and "\n" not in summary, (name, summary)
+    assert summary and "\n" not in summary.strip() and len(summary) <= 120, (name, summary)
+
+
+def test_help_paragraphs_flow_at_the_terminal_width():
+    """Rich help keeps a docstring's line breaks: `spsim` unwraps each paragraph, so none prints
+    broken mid-sentence (here: `acceptance fit`'s wrapped paragraphs)."""
+    from click.testing import CliRunner
+
+    from spsim.cli import command
+
+    r = CliRunner().invoke(command(), ["acceptance", "fit", "--help"])
+    lines = [ln.strip(" │") for ln in r.stdout.splitlines()]
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("Candidates:"))
+    assert lines[i + 1].startswith("the latent model; the one"), lines[i:i + 3]  # not "the latent model;" alone
