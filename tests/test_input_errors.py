@@ -27,3 +27,21 @@ def test_a_spec_missing_a_required_parameter_says_which(cls, name, params, words
     with pytest.raises(SpecError) as e:
         build(cls, name, params)
     assert str(e.value) == words and "__init__" not in str(e.value)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["-n", "0"], "-n must be >= 1 (got 0)"),
+    (["--qps", "0"], "--qps must be a finite number > 0 (got 0.0)"),
+    (["--qps", "nan"], "--qps must be a finite number > 0 (got nan)"),
+    (["--arrival", "gamma", "--cv", "0"], "--cv must be a finite number > 0 (got 0.0)"),
+    (["--slo-ttft", "-1"], "--slo-ttft must be a finite number > 0 (got -1.0)"),  # wrote a trace no reader takes
+    (["--slo-tpot", "inf"], "--slo-tpot must be a finite number > 0 (got inf)"),
+])
+def test_trace_gen_names_the_option_out_of_range(tmp_path, args, words):
+    from typer.testing import CliRunner
+
+    from spsim.cli import app
+
+    out = tmp_path / "t.jsonl"
+    r = CliRunner().invoke(app, ["trace", "gen", str(out), "-n", "3", *args])
+    assert isinstance(r.exception, SpecError) and str(r.exception) == words and not out.exists()

@@ -194,6 +194,10 @@ def gen(dst: str = typer.Argument(..., help="Output canonical JSONL ('-' for std
         slo_ttft: Optional[float] = typer.Option(None, "--slo-ttft", help="Attach a TTFT SLO (s) to every request."),
         slo_tpot: Optional[float] = typer.Option(None, "--slo-tpot", help="Attach a TPOT SLO (s) to every request.")):
     """Generate a synthetic trace (Poisson/Gamma arrivals, length specs, or a named long-context preset)."""
+    _count("-n", n)
+    for opt, v in (("--qps", qps), ("--cv", cv), ("--slo-ttft", slo_ttft), ("--slo-tpot", slo_tpot)):
+        if v is not None and not 0 < v < float("inf"):  # also NaN; a negative SLO would write an unreadable trace
+            raise SpecError(f"{opt} must be a finite number > 0 (got {v})")
     p = {"arrival": "poisson", "cv": 1.0, "prompt": "lognormal:median=8000,sigma=0.8",
          "output": "lognormal:median=256,sigma=0.8"}
     if preset is not None:
