@@ -45,3 +45,12 @@ def test_trace_gen_names_the_option_out_of_range(tmp_path, args, words):
     out = tmp_path / "t.jsonl"
     r = CliRunner().invoke(app, ["trace", "gen", str(out), "-n", "3", *args])
     assert isinstance(r.exception, SpecError) and str(r.exception) == words and not out.exists()
+
+
+def test_a_csv_trace_named_jsonl_says_so(tmp_path):
+    p = tmp_path / "az.jsonl"
+    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n")
+    with pytest.raises(InputError, match=r"az\.jsonl:1: a CSV trace \(azure header\) in a file named as JSON lines: "
+                                         r"rename it \.csv or pass --format azure$"):
+        read_trace(str(p))
+    assert len(read_trace(str(p), format="azure")) == 1
