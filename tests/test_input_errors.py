@@ -54,3 +54,19 @@ def test_a_csv_trace_named_jsonl_says_so(tmp_path):
                                          r"rename it \.csv or pass --format azure$"):
         read_trace(str(p))
     assert len(read_trace(str(p), format="azure")) == 1
+
+
+def test_record_files_share_one_reader_naming_line_and_column(tmp_path):
+    """Accept events, calibration points and measurements read through `spsim.jsonlines`."""
+    from spsim.calibration.trace_points import read_points
+    from spsim.events import read_events
+
+    p = tmp_path / "r.jsonl"
+    p.write_text('\n{"a": 2\n')
+    for read in (read_events, read_points):
+        with pytest.raises(InputError, match=r"r\.jsonl:2: not JSON \(Expecting ',' delimiter at column 8\)$"):
+            read(p)
+    p.write_text("[1]\n")
+    for read in (read_events, read_points):
+        with pytest.raises(InputError, match=r"r\.jsonl:1: expected a JSON object$"):
+            read(p)
