@@ -94,8 +94,8 @@ def mixed_plan(r: int, rng) -> PassPlan:
     nd = r // 2
     nv = r - nd
     return PassPlan(
-        draft_ids=np.arange(nd), draft_context=rng.integers(1000, 64000, nd), draft_budget=np.full(nd, 2048),
-        draft_method=rng.integers(0, 3, nd), draft_pos=rng.integers(0, 8, nd),
+        draft_ids=np.arange(nd), draft_context=rng.integers(1000, 64000, nd), draft_budget=2048,
+        draft_method=int(rng.integers(0, 3)), draft_pos=rng.integers(0, 8, nd),
         verify_ids=np.arange(nd, r), verify_query=rng.integers(1, 10, nv), verify_context=rng.integers(1000, 64000, nv))
 
 

@@ -60,8 +60,8 @@ def plan_passes(out: str, profile: str = "calibration/profiles/h200-llama-3.1-8b
                        "prefill": pairs(plan.prefill_context, plan.prefill_tokens),
                        "verifies": pairs(plan.verify_context, plan.verify_query), "predicted_ms": t * 1e3}
                 if len(plan.draft_ids):  # one method and budget per run
-                    row.update(drafts=pairs(plan.draft_context, plan.draft_pos), method=int(plan.draft_method[0]),
-                               budget=int(plan.draft_budget[0]))
+                    row.update(drafts=pairs(plan.draft_context, plan.draft_pos), method=int(plan.draft_method),
+                               budget=int(plan.draft_budget))
                 rows.append(row)
             self.n += 1
 

@@ -73,6 +73,12 @@ def machine() -> dict:
     return out
 
 
+def gpu_slug(name: str) -> str:
+    """A file-name tag for a GPU name: "NVIDIA H100 80GB HBM3" -> "h100" (its model word)."""
+    words = name.split()
+    return next((w.lower() for w in words if w[:1].isalpha() and w[1:2].isdigit()), words[-1].lower() if words else "gpu")
+
+
 def header(benchmark: str, libs: tuple[str, ...] = (), **extra) -> dict:
     """The metadata block every result file starts with (`libs`: versions to record beyond the usual)."""
     return {"benchmark": benchmark, "date": now(), "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),

@@ -61,7 +61,7 @@ def verify(n: int, ctx: int, q: int, rid0: int = 0) -> dict:
 
 def drafts(n: int, ctx: int, method: int, pos: int = 0, rid0: int = 0) -> dict:
     return dict(draft_ids=_ints(range(rid0, rid0 + n)), draft_context=np.full(n, ctx - 1, np.int64),
-                draft_budget=np.full(n, BUDGET, np.int64), draft_method=np.full(n, int(method), np.int64),
+                draft_budget=BUDGET, draft_method=int(method),
                 draft_pos=np.full(n, pos, np.int64))
 
 

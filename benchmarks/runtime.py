@@ -190,8 +190,8 @@ def main() -> None:
                              int(method), 2048, None, meta if method in quest else None, list(range(nd, nd + nv)))
         ms = timed(lambda: model(tok, attn.positions, attn), dev)
         ms_g = timed(graphed(lambda: model(tok, attn.positions, attn), dev), dev)
-        plan = PassPlan(draft_ids=np.arange(nd), draft_context=np.full(nd, ctx), draft_budget=np.full(nd, 2048),
-                        draft_method=np.full(nd, int(method), np.int64), draft_pos=np.zeros(nd, np.int64),
+        plan = PassPlan(draft_ids=np.arange(nd), draft_context=np.full(nd, ctx), draft_budget=2048,
+                        draft_method=int(method), draft_pos=np.zeros(nd, np.int64),
                         verify_ids=np.arange(nd, nd + nv), verify_query=np.full(nv, k + 1),
                         verify_context=np.full(nv, ctx))
         rl = cm.time(plan) * 1e3

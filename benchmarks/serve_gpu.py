@@ -3,8 +3,8 @@ simulator's prediction for the same requests, and against `spsim run` on the sam
 
     python3 benchmarks/serve_gpu.py --out benchmarks/results [--policies ar,aspire] [--window 45] [--rates 1,4]
 
-Per policy: `spsim serve` starts in a subprocess (Llama-3.1-8B shape, random bf16 weights, preset
-acceptance sparsespec-llama8b, fixed KV pages, loopback), a few requests warm it up, then `spsim
+Per policy: `spsim serve --startup-shapes` starts in a subprocess (Llama-3.1-8B shape, random bf16
+weights, preset acceptance sparsespec-llama8b, fixed KV pages, loopback), a few requests warm it up, then `spsim
 bench serve` (in this process) replays the Azure conversation requests arriving in the first
 --window seconds at the trace's own times and at each multiple of that rate in --rates; the server
 stops; the simulator predicts each replay (`spsim validate --measured`); `spsim run` serves the
@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from harness import header
+from harness import gpu_slug, header
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # a checkout without an install
@@ -47,6 +47,7 @@ def main() -> None:
     ap.add_argument("--rates", default="1,4", help="multiples of the trace's own rate")
     ap.add_argument("--kv-pages", type=int, default=16384)
     ap.add_argument("--acceptance", default="sparsespec-llama8b")
+    ap.add_argument("--profile", default=None, help="cost profile of this GPU (default: spsim's shipped one)")
     ap.add_argument("--no-run", action="store_true", help="skip the spsim run comparison")
     a = ap.parse_args()
 
@@ -65,7 +66,7 @@ def main() -> None:
     ensure_vendored("uvicorn", "serve_gpu")
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     name = torch.cuda.get_device_name(0) if dev == "cuda" else platform.processor()
-    gpu = name.split()[-1].lower() if dev == "cuda" else "cpu"
+    gpu = gpu_slug(name) if dev == "cuda" else "cpu"
     tr = select(read_trace("azure-conv"), None, a.window)
     rates = [float(x) for x in a.rates.split(",")]
     span = float(tr.arrival_s[-1] - tr.arrival_s[0])
@@ -76,14 +77,15 @@ def main() -> None:
     def write():
         res = {**header("serve_gpu"), "model": a.model, "weights": "random bf16", "acceptance": a.acceptance,
                "trace": f"azure-conv, first {a.window:g} s ({len(tr)} requests, {native:.2f} req/s)",
-               "kv_pages": a.kv_pages, "rows": rows}
+               "kv_pages": a.kv_pages, "profile": a.profile, "rows": rows}
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / f"serve_gpu_{gpu}.json").write_text(json.dumps(res, indent=1, default=float) + "\n")
 
     Path(a.out).mkdir(parents=True, exist_ok=True)
     for policy in filter(None, a.policies.split(",")):
-        cfg = ServingConfig(model=a.model, policy=policy, acceptance=a.acceptance, kv_pages=a.kv_pages).validate()
+        cfg = ServingConfig(model=a.model, policy=policy, acceptance=a.acceptance, kv_pages=a.kv_pages,
+                            profile=a.profile).validate()
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), wheels,
@@ -93,7 +95,8 @@ def main() -> None:
         log = open(Path(a.out) / f"serve_{policy.replace(':', '_')}.log", "w+")
         srv = subprocess.Popen([sys.executable, "-m", "spsim.cli", "serve", "--model", a.model, "--device", dev,
                                 "--policy", policy, "--acceptance", a.acceptance, "--kv-pages", str(a.kv_pages),
-                                "--port", str(port), "--drain-s", "1"], env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+                                "--port", str(port), "--drain-s", "1", "--startup-shapes"]
+                               + (["--profile", a.profile] if a.profile else []), env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
         row = {"policy": policy, "replays": []}
         try:
             while True:
@@ -127,14 +130,15 @@ def main() -> None:
             log.close()
         for rep in row["replays"]:
             q = None if rep["rate_x"] == 1 else native * rep["rate_x"]
-            v = validate_measured(tr, cfg.with_(qps=q), rep["measured"], padded=dev == "cuda")
+            v = validate_measured(tr, cfg.with_(qps=q), rep["measured"], padded=dev == "cuda", shape_rule=True)
             rep["predicted"] = {k: {kk: m[kk] for kk in ("measured", "predicted", "rel_error", "within")}
                                 for k, m in v["metrics"].items() if m["target"] is not None}
             rep["targets_met"] = v["targets_met"]
         if not a.no_run:
             from spsim.gpu_runtime.engine import RuntimeOptions, release_served, run_trace
 
-            r = run_trace(tr, cfg, RuntimeOptions(device=dev, record_events=False)).result.summary
+            r = run_trace(tr, cfg, RuntimeOptions(device=dev, record_events=False, shape_rule=True,
+                                                           startup_shapes=True)).result.summary
             row["spsim_run"] = {k: r.get(k) for k in ("mean_tpot_ms", "p99_tpot_ms", "mean_ttft_ms",
                                                       "output_throughput", "completed")}
             first = row["replays"][0]["measured"] if row["replays"] else None

@@ -101,8 +101,7 @@ class Point:
         last = np.ones(n_pre, bool)
         return PassPlan(prefill_ids=ids[:n_pre], prefill_tokens=a(self.prefill, 1), prefill_context=a(self.prefill, 0),
                         prefill_last=last, draft_ids=ids[n_pre:n_pre + n_dr], draft_context=a(self.drafts, 0),
-                        draft_budget=np.full(n_dr, self.budget, np.int64),
-                        draft_method=np.full(n_dr, self.method, np.int64), draft_pos=a(self.drafts, 1),
+                        draft_budget=int(self.budget), draft_method=int(self.method), draft_pos=a(self.drafts, 1),
                         verify_ids=ids[n_pre + n_dr:], verify_query=a(self.verifies, 1),
                         verify_context=a(self.verifies, 0), keep_scores=self.method == DraftMethod.VERIFY_ATTN)
 

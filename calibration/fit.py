@@ -28,7 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from spsim.cost.calibrated import N_METHODS, CalibratedCostModel, CalibratedParams, PlanBatch
+from spsim.cost.batch import PlanBatch
+from spsim.cost.calibrated import N_METHODS, CalibratedCostModel, CalibratedParams
 from spsim.cost.roofline import RooflineParams
 from spsim.errors import InputError, SpsimError
 from spsim.plan import DraftMethod

@@ -301,8 +301,8 @@ class Bench:
             for rid in ids[later].tolist():
                 ex.req[rid].drafts.clear()
             k = int(later.sum())
-            ex.execute(PassPlan(draft_ids=ids[later], draft_context=ctx[later], draft_budget=plan.draft_budget[later],
-                                draft_method=plan.draft_method[later], draft_pos=np.zeros(k, np.int64)))
+            ex.execute(PassPlan(draft_ids=ids[later], draft_context=ctx[later], draft_budget=plan.draft_budget,
+                                draft_method=plan.draft_method, draft_pos=np.zeros(k, np.int64)))
 
 
 # ---------------------------------------------------------------------------- the sweep

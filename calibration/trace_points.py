@@ -27,7 +27,7 @@ import numpy as np
 from spsim.cost.recording import RecordingCost
 from spsim.errors import InputError, SpsimError
 from spsim.jsonlines import json_lines
-from spsim.plan import DraftMethod
+from spsim.plan import DRAFT_BUDGET, DraftMethod
 
 from .design import GROUPS, Point
 
@@ -62,10 +62,10 @@ def plan_point(plan, method: int, speculative: bool) -> Point:
     dr = tuple(zip(plan.draft_context.tolist(), plan.draft_pos.tolist()))
     ver = tuple(zip(plan.verify_context.tolist(), plan.verify_query.tolist()))
     if len(plan.draft_ids):
-        method = int(plan.draft_method[0])
-        budget = int(plan.draft_budget.max())
-    else:
-        budget = 2048
+        method = int(plan.draft_method)
+        budget = int(plan.draft_budget)
+    else:  # no drafts: every such pass under one key, whatever the run's budget
+        budget = DRAFT_BUDGET
     if pre:
         group = "prefill"
     elif dr:

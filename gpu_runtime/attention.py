@@ -271,7 +271,9 @@ def choose_block_m(q_len: np.ndarray, group: int) -> int:
     """Tile height: fits the tallest short request (decode/draft/verify) whole, 16..128 rows."""
     short = np.minimum(np.asarray(q_len, dtype=np.int64), max(1, 128 // group))
     need = int(short.max(initial=1)) * group
-    return int(min(max(16, triton.next_power_of_2(need)), max(128, triton.next_power_of_2(group))))
+    # spsim.buckets.pow2, not triton.next_power_of_2: triton's is a constexpr function costing
+    # microseconds a call on the host, and plans call this per pass
+    return min(max(16, pow2(need)), max(128, pow2(group)))
 
 
 def _units(nqb: np.ndarray, hkv: int, qb_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

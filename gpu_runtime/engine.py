@@ -142,6 +142,11 @@ def kv_pages_for(lc: LlamaConfig, cfg: ServingConfig, opts: RuntimeOptions, dtyp
 # shape (1.24): the graphs' nodes and kept buffers, not the model's size, set it.
 STARTUP_BYTES_PER_PASS = int(1.6 * 2**20)
 STARTUP_BYTES_BASE = 2**30
+# The passes past the graph limit run eager (at start-up once, then while serving): their
+# activations come from the allocator's general pool beside the graphs'. Per token of the largest
+# chunk and per unit of hidden + intermediate width: an H100 with Llama-3.1-8B took 2.2 GiB more at
+# start-up for 8,192-token chunks once they ran there (14.6 B), with a margin.
+EAGER_BYTES_PER_TOKEN_UNIT = 16
 
 
 def startup_reserve_bytes(lc: LlamaConfig, cfg: ServingConfig, pool_pages: int) -> int:
@@ -155,12 +160,21 @@ def startup_reserve_bytes(lc: LlamaConfig, cfg: ServingConfig, pool_pages: int) 
     serving = build(cfg, prefix_cache=False, capacity=max(1, pool_pages), max_context=lc.max_context)
     bc = serving.batcher_config
     rule = rule_for(bc, cfg.draft_budget, serving.policy.make().longest_run(bc.max_draft))
-    return reserve_for(sum(1 for _ in shape_set_for(rule, bc, lc, serving.method, max(1, pool_pages)).passes()))
+    shapes = shape_set_for(rule, bc, lc, serving.method, max(1, pool_pages))
+    return reserve_for(sum(1 for _ in shapes.passes()), eager_bytes(lc, shapes))
 
 
-def reserve_for(passes: int) -> int:
-    """The start-up reserve of a shape set of `passes` made-up passes."""
-    return STARTUP_BYTES_BASE + passes * STARTUP_BYTES_PER_PASS
+def eager_bytes(lc: LlamaConfig, shapes) -> int:
+    """Activations of the largest pass that runs eager (a prefill chunk past the graph limit)."""
+    if shapes.token_budget <= shapes.token_limit:
+        return 0
+    return shapes.token_budget * (lc.hidden + lc.intermediate) * EAGER_BYTES_PER_TOKEN_UNIT
+
+
+def reserve_for(passes: int, eager: int = 0) -> int:
+    """The start-up reserve of a shape set of `passes` made-up passes, beside `eager` bytes of
+    the largest eager pass's activations."""
+    return STARTUP_BYTES_BASE + passes * STARTUP_BYTES_PER_PASS + int(eager)
 
 
 
@@ -250,7 +264,7 @@ def new_server(model, cfg: ServingConfig, opts: RuntimeOptions, serving, b, tabl
             st = graphs.startup(ex, shapes, progress=opts.startup_progress, warm=opts.startup_warm)
             # the set just made up, not the pool estimate's (counted again would cost seconds of start-up)
             st["reserve_bytes"] = (int(opts.startup_reserve_gib * 2**30) if opts.startup_reserve_gib is not None
-                                   else reserve_for(st["passes"]))
+                                   else reserve_for(st["passes"], eager_bytes(lc, shapes)))
             aside = "" if cfg.kv_pages else f" (set aside from the KV pool: {st['reserve_bytes'] / 2**20:,.0f} MiB)"
             say(f"start-up capture: {st['graphs']:,} graphs in {st['seconds']:.1f} s, "
                 f"{st['bytes'] / 2**20:,.0f} MiB of graph memory{aside}")
@@ -295,8 +309,8 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
     graphed = opts.cuda_graphs and model.device.type == "cuda"
     bc = serving.batcher_config
     startup = bool(graphed and opts.shape_rule and opts.startup_shapes)
-    if opts.startup_shapes and not graphed and opts.say:
-        opts.say("--startup-shapes: no CUDA graphs here (CPU, or --no-cuda-graphs): nothing to capture")
+    if opts.startup_shapes and not graphed and model.device.type == "cuda" and opts.say:
+        opts.say("--startup-shapes: --no-cuda-graphs, so nothing to capture")  # (on the CPU there never is)
     # a start-up set is captured once per process: a later run of the same settings on the same
     # model (a validation's warm-up, then its measured run) serves over the same cache, executor
     # and graphs, as a server serves every request over what it captured at start

@@ -44,6 +44,26 @@ class RequestTokens:
     clean: int = 0  # tokens[:clean] hold no placeholder (overlapped loop: see `Slab`)
 
 
+class _Zeros:
+    """A made-up request's token ids (`synthetic`): n zeros, read only, without a list of n
+    (start-up makes ~600K such requests of contexts up to the longest the settings admit)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [0] * len(range(*i.indices(self.n)))
+        if not -self.n <= i < self.n:
+            raise IndexError(i)
+        return 0
+
+
 @dataclass
 class Ticket:
     """A launched pass (`RuntimeExecutor.launch`): its outcome as the host knows it at launch
@@ -94,6 +114,7 @@ class RuntimeExecutor:
                                 slots=max(1, int(store_slots)), scores=self.method == DraftMethod.VERIFY_ATTN)
         self._tables: dict[int, tuple] = {}  # rid -> (pool stamp, page table as an array): see _table
         self._synth: dict[int, np.ndarray] = {}  # made-up requests' page tables (`synthetic`)
+        self._synth_tables: dict[int, np.ndarray] = {}  # the scratch table resized, by page count
         self.synthetic_prefill = synthetic_prefill
         self.last_prep_s = 0.0  # host time of the last pass's input preparation (part of its elapsed time)
         # CUDA events around the forward (calibration's split of a pass into device and host time);
@@ -211,6 +232,10 @@ class RuntimeExecutor:
     def _prepare(self, plan: PassPlan):
         """A pass's inputs on the device: `(attention, tokens, logits rows, graphable, request ids)`
         (attention None when nothing runs: a synthetic prefill alone)."""
+        if len(plan.draft_ids) and (plan.draft_method, plan.draft_budget) != (self.method, self.budget):
+            # the selectors, draft store and captured graphs are built for the run's one setting
+            raise ValueError(f"a plan drafting with method {plan.draft_method}, budget {plan.draft_budget} on a "
+                             f"runtime built for method {self.method}, budget {self.budget}")
         rids, tables, start, qlen, toks = [], [], [], [], []
         score_rows, logit_rows = [], []
         row = 0
@@ -372,10 +397,15 @@ class RuntimeExecutor:
 
         def add(ctx: int, tokens: int, n_drafts: int) -> int:
             rid = self.SYNTH_RID - len(fake)
-            st = RequestTokens([0] * (ctx + tokens + 1), ctx + tokens + 1 - n_drafts)
+            n = ctx + tokens + 1
+            st = RequestTokens(_Zeros(n), n - n_drafts)
             st.drafts = [0] * n_drafts
             fake[rid] = st
-            self._synth[rid] = np.resize(table, -(-(ctx + tokens + 1) // ps))
+            pages = -(-n // ps)
+            t = self._synth_tables.get(pages)  # read-only: shared by every made-up request of that length
+            if t is None:
+                t = self._synth_tables[pages] = np.resize(table, pages)
+            self._synth[rid] = t
             return rid
 
         pre = [(add(c, n, 0), n, c) for n, c in prefill]
@@ -385,8 +415,7 @@ class RuntimeExecutor:
         plan = PassPlan(prefill_ids=i64([r for r, _, _ in pre]), prefill_tokens=i64([n for _, n, _ in pre]),
                         prefill_context=i64([c for _, _, c in pre]), prefill_last=np.ones(len(pre), bool),
                         draft_ids=i64([r for r, _, _ in dr]), draft_context=i64([c for _, c, _ in dr]),
-                        draft_budget=np.full(len(dr), self.budget, np.int64),
-                        draft_method=np.full(len(dr), self.method, np.int64), draft_pos=i64([p for _, _, p in dr]),
+                        draft_budget=self.budget, draft_method=self.method, draft_pos=i64([p for _, _, p in dr]),
                         verify_ids=i64([r for r, _, _ in ver]), verify_query=i64([q for _, q, _ in ver]),
                         verify_context=i64([c for _, _, c in ver]))
         self.req.update(fake)

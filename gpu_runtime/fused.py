@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+from spsim.buckets import pow2  # host-side: triton.next_power_of_2 costs microseconds a call
+
 from .interpret import INTERPRET  # noqa: F401  (applies the interpreter fix before decoration)
 from . import pdl
 
@@ -47,7 +49,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     n = x.shape[-1]
     out = torch.empty_like(x)
     rows = x.numel() // n
-    _rmsnorm[(rows,)](x, x, x, weight, out, out, n, eps, ADD=False, BLOCK=triton.next_power_of_2(n), num_warps=8,
+    _rmsnorm[(rows,)](x, x, x, weight, out, out, n, eps, ADD=False, BLOCK=pow2(n), num_warps=8,
                       **pdl.kw())
     return out
 
@@ -58,7 +60,7 @@ def add_rmsnorm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: flo
     n = x.shape[-1]
     res, out = torch.empty_like(x), torch.empty_like(x)
     rows = x.numel() // n
-    _rmsnorm[(rows,)](x, y, x, weight, out, res, n, eps, ADD=True, BLOCK=triton.next_power_of_2(n), num_warps=8,
+    _rmsnorm[(rows,)](x, y, x, weight, out, res, n, eps, ADD=True, BLOCK=pow2(n), num_warps=8,
                       **pdl.kw())
     return res, out
 

@@ -7,6 +7,8 @@ import torch
 import triton
 import triton.language as tl
 
+from spsim.buckets import pow2  # host-side: triton.next_power_of_2 costs microseconds a call
+
 from .interpret import INTERPRET  # noqa: F401  (applies the interpreter fix before decoration)
 
 
@@ -101,7 +103,7 @@ def topk_pages(scores: torch.Tensor, counts: torch.Tensor, k_cols: int) -> torch
     """`[rows, k_cols]` int64: each row's `counts[row]` (device int32) best columns, ascending, -1 after."""
     rows, n = scores.shape
     out = torch.empty((rows, k_cols), dtype=torch.int64, device=scores.device)
-    block = triton.next_power_of_2(n)
+    block = pow2(n)
     _topk_pages[(rows,)](scores, counts, out, scores.stride(0), out.stride(0), n, k_cols,
-                         BLOCK=block, BLOCK_K=triton.next_power_of_2(k_cols), num_warps=4 if block <= 2048 else 8)
+                         BLOCK=block, BLOCK_K=pow2(k_cols), num_warps=4 if block <= 2048 else 8)
     return out

@@ -27,6 +27,7 @@ Opt-in: `RuntimeOptions.shape_rule` and `startup_shapes` (`--startup-shapes`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from spsim.buckets import pow2
 
@@ -87,6 +88,7 @@ def rule_for(batcher_config, draft_budget: int, longest_run: int | None = None) 
 
 # ----------------------------------------------------------------------------- the start-up set
 
+@lru_cache(maxsize=None)
 def _tile_rows(q: int, group: int) -> int:
     from .attention import choose_block_m
 

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from spsim.plan import DraftMethod
-from spsim.cost.calibrated import CalibratedCostModel
-from spsim.cost.roofline import RooflineCostModel
 
 from .acceptance_ema import AcceptanceEMA
 from .aspire_stretch import AspireStretch
@@ -31,9 +29,6 @@ from .registry import register
 
 
 _KS: dict = {}  # (k_min, k_max) -> (ks, ks + 1), read-only: made once, asked every decision
-# cost models whose `marginal` prices a (request, k) grid from the roofline's tables (the
-# calibrated model hands grids to the roofline's)
-_GRID_MARGINALS = (RooflineCostModel.marginal, CalibratedCostModel.marginal)
 
 
 def cycle_costs(cost, view: DecodeView, k_max: int, k_min: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -50,8 +45,8 @@ def cycle_costs(cost, view: DecodeView, k_max: int, k_min: int = 0) -> tuple[np.
         K = len(ks)
         # 2-D arrays: one vectorised cost-model call for every (request, k) (repeat, not
         # broadcast_to: the same arrays for ~1 us instead of ~7 us each, asked every decision)
-        m = cost.marginal(view.context[:, None].repeat(K, 1), view.budget[:, None].repeat(K, 1),
-                          view.method[:, None].repeat(K, 1), kp1[None, :].repeat(len(view.ids), 0))
+        m = cost.marginal(view.context[:, None].repeat(K, 1), view.budget, view.method,
+                          kp1[None, :].repeat(len(view.ids), 0))
     draft_m, verify_m = m
     # a pass carrying a prefill chunk is longer for every request in it: drafting then costs more
     nd = max(view.num_decode, 1)
@@ -64,18 +59,17 @@ def cycle_costs(cost, view: DecodeView, k_max: int, k_min: int = 0) -> tuple[np.
 
 
 def _table_marginal(cost, view: DecodeView, query: np.ndarray):
-    """`cost.marginal` of the (request, k) grid of these contexts and verify queries, where it
-    would read the roofline's tables: the same lookups, without building the grids (this runs
-    at every decision, on a few requests, where building them was most of the cost). None where
-    the tables would not be read (the caller asks `marginal` itself)."""
+    """`cost.marginal` of the (request, k) grid of these contexts and verify queries from the
+    model's tables (`CostModel.tables`), without building the grids (this runs at every
+    decision, on a few requests, where building them was most of the cost). None where it has
+    none (the caller asks `marginal` itself)."""
     ctx = view.context
-    if getattr(type(cost), "marginal", None) not in _GRID_MARGINALS or not len(ctx):
+    if not len(ctx):
         return None
-    b, m = view.budget, view.method
-    b0, m0 = int(b[0]), int(m[0])
-    if not ((b == b0).all() and (m == m0).all() and cost.tables_fit(int(ctx.max()) + 1, int(query[-1]) + 1)):
+    tb = cost.tables(view.budget, view.method, int(ctx.max()) + 1, int(query[-1]) + 1)
+    if tb is None:
         return None
-    return cost.draft_table(b0, m0)[ctx, 0][:, None], cost.verify_table()[ctx[:, None], query]
+    return tb[0][ctx, 0][:, None], tb[1][ctx[:, None], query]
 
 
 def zero_holds(ks: np.ndarray, cycle: np.ndarray, targets: np.ndarray, context: np.ndarray, short: int) -> np.ndarray:
@@ -146,8 +140,8 @@ class Aspire(RatePlanner):
         i = np.arange(n, dtype=np.int64)[:, None]
         rows = DecodeView(ids=np.tile(view.ids, n), context=(view.context[None, :] + i).ravel(),
                           drafted=np.zeros(n * r, np.int64), remaining=(view.remaining[None, :] - i).ravel(),
-                          committed=(view.committed[None, :] + i).ravel(), budget=np.tile(view.budget, n),
-                          method=np.tile(view.method, n), last_entropy=np.tile(view.last_entropy, n),
+                          committed=(view.committed[None, :] + i).ravel(), budget=view.budget,
+                          method=view.method, last_entropy=np.tile(view.last_entropy, n),
                           sum_entropy=np.tile(view.sum_entropy, n), num_decode=view.num_decode,
                           prefill_tokens=view.prefill_tokens, max_draft=view.max_draft)
         ks, cycle = cycle_costs(self.ctx.cost, rows, self.k_max or view.max_draft)

@@ -37,7 +37,7 @@ class AspireStretch(StretchBase):
         k = len(ctx)
         rows = DecodeView(ids=np.repeat(view.ids, H), context=ctx, drafted=np.zeros(k, np.int64),
                           remaining=np.zeros(k, np.int64), committed=np.zeros(k, np.int64),
-                          budget=np.full(k, view.budget[0]), method=np.full(k, view.method[0]),
+                          budget=view.budget, method=view.method,
                           last_entropy=np.full(k, np.nan), sum_entropy=np.zeros(k), num_decode=view.num_decode,
                           prefill_tokens=view.prefill_tokens, max_draft=view.max_draft)
         self._ks, cyc = cycle_costs(self.pol.ctx.cost, rows, k_max)

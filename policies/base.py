@@ -27,20 +27,21 @@ from typing import ClassVar
 import numpy as np
 
 from spsim.cost import CostModel
-from spsim.plan import DraftMethod
+from spsim.plan import DRAFT_METHOD, DraftMethod
 
 
 @dataclass
 class DecodeView:
-    """Decode requests needing a decision this pass (parallel arrays, one entry per request)."""
+    """Decode requests needing a decision this pass (parallel arrays, one entry per request, and
+    the run's draft settings)."""
 
     ids: np.ndarray  # int64 request ids
     context: np.ndarray  # KV tokens (prompt + committed)
     drafted: np.ndarray  # provisional drafts held since the last verification
     remaining: np.ndarray  # output tokens still to emit
     committed: np.ndarray  # output tokens emitted so far (the next draft's output position)
-    budget: np.ndarray  # sparse draft budget (tokens)
-    method: np.ndarray  # DraftMethod codes
+    budget: int  # the run's sparse draft budget (tokens)
+    method: int  # the run's DraftMethod code
     last_entropy: np.ndarray  # entropy of each request's latest draft (NaN if none)
     sum_entropy: np.ndarray  # sum of entropies of the drafts held
     num_decode: int  # decode requests in the batch (including those not in this view)
@@ -64,7 +65,7 @@ class Policy:
     needs_entropy: ClassVar[bool] = False
     oracle: ClassVar[bool] = False  # may ask the simulator's acceptance model for outcomes
     speculative: ClassVar[bool] = True
-    default_draft_method: ClassVar[DraftMethod] = DraftMethod.VERIFY_QUEST
+    default_draft_method: ClassVar[DraftMethod] = DRAFT_METHOD
     description: ClassVar[str] = ""
 
     def bind(self, ctx: PolicyContext) -> None:
@@ -126,7 +127,7 @@ def spec_shares(cost, view: "DecodeView", width: int = 0):
     A pass drafts beside verifications (mixed) unless the request is alone; its first draft
     selects pages; its verification checks drafts."""
     nd = max(view.num_decode, 1)
-    dp, fp, sp, mx = cost.spec_overhead(int(view.method[0])) if len(view.method) else (0.0,) * 4
+    dp, fp, sp, mx = cost.spec_overhead(view.method)
     d, v = (dp + (mx if nd > 1 else 0.0)) / nd, (fp + sp) / nd
     if not width:
         return d, v

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spsim.plan import DraftMethod, Outcome, PassPlan
+from spsim.plan import DRAFT_BUDGET, DRAFT_METHOD, DraftMethod, Outcome, PassPlan
 
 from .base import DecodeView, Policy
 from .kv import KVPool, private_pages
@@ -41,8 +41,8 @@ NO_IDS = np.zeros(0, I64)
 NO_IDS.flags.writeable = False
 NO_BOOL = np.zeros(0, bool)
 NO_BOOL.flags.writeable = False
-NO_DECODE = dict.fromkeys(("draft_ids", "draft_context", "draft_budget", "draft_method", "draft_pos",
-                           "verify_ids", "verify_query", "verify_context"), NO_IDS)  # PassPlan groups
+NO_DECODE = dict.fromkeys(("draft_ids", "draft_context", "draft_pos", "verify_ids", "verify_query",
+                           "verify_context"), NO_IDS)  # PassPlan groups
 # plain ints: IntEnum attribute access is slow in per-pass code
 WAITING, PREFILL, DECODE, DONE, REJECTED = (int(p) for p in (Phase.WAITING, Phase.PREFILL, Phase.DECODE,
                                                              Phase.DONE, Phase.REJECTED))
@@ -55,8 +55,8 @@ class BatcherConfig:
     max_batch: int = 256
     token_budget: int = 8192
     page_size: int = 16
-    draft_method: int = 1
-    draft_budget: int = 2048
+    draft_method: int = int(DRAFT_METHOD)
+    draft_budget: int = DRAFT_BUDGET
     max_draft: int = 16
     prefix_cache: bool = True
     block_size: int | None = None
@@ -93,12 +93,7 @@ class Batcher:
         # time stamps of a pass applied before its end is known (`apply(..., t_end=None)`, the
         # runtime's overlapped loop): replayed in order by `stamp` once the pass has ended
         self._deferred: list = []
-        # per-request constants, sliced (views) instead of made for every plan and view;
-        # read-only: a batch never holds more than max_batch requests
-        self._budget = np.full(cfg.max_batch, cfg.draft_budget, I64)
-        self._method = np.full(cfg.max_batch, cfg.draft_method, I64)
         self._keep_scores = cfg.draft_method == DraftMethod.VERIFY_ATTN  # PassPlan.keep_scores
-        self._budget.flags.writeable = self._method.flags.writeable = False
 
     # ---------------------------------------------------------------- arrivals and admission
     @property
@@ -282,7 +277,7 @@ class Batcher:
         committed = t.committed[ask]
         view = DecodeView(
             ids=ask, context=t.ctx[ask], drafted=t.drafted[ask], remaining=t.output[ask] - committed,
-            budget=self._budget[:n], method=self._method[:n],
+            budget=cfg.draft_budget, method=cfg.draft_method,
             last_entropy=t.last_entropy[ask], sum_entropy=t.sum_entropy[ask], num_decode=len(dec),
             prefill_tokens=self._prefill_load(len(dec)), max_draft=cfg.max_draft, committed=committed)
         tg = np.asarray(pol.targets(view), I64)
@@ -352,8 +347,7 @@ class Batcher:
                 d = dec[~verify]
             v = dec[verify]
             q = t.drafted[v] + 1
-            decode = dict(draft_ids=d, draft_context=t.ctx[d], draft_budget=self._budget[:len(d)],
-                          draft_method=self._method[:len(d)], draft_pos=t.drafted[d],
+            decode = dict(draft_ids=d, draft_context=t.ctx[d], draft_pos=t.drafted[d],
                           verify_ids=v, verify_query=q, verify_context=t.ctx[v])
             self.decode_order = (dec, verify, idle)
             used = len(d) + sum(q.tolist())
@@ -372,9 +366,11 @@ class Batcher:
             last.append(chunk == todo)
             left -= chunk
         keep = self._keep_scores
-        plan = (PassPlan(NO_IDS, NO_IDS, NO_IDS, NO_BOOL, **decode, keep_scores=keep) if not ids else
+        b, m = cfg.draft_budget, cfg.draft_method
+        plan = (PassPlan(NO_IDS, NO_IDS, NO_IDS, NO_BOOL, **decode, draft_budget=b, draft_method=m, keep_scores=keep)
+                if not ids else
                 PassPlan(np.asarray(ids, I64), np.asarray(toks, I64), np.asarray(ctxs, I64), np.asarray(last), **decode,
-                         keep_scores=keep))
+                         draft_budget=b, draft_method=m, keep_scores=keep))
         if self.announce:
             self._announce(plan)
         return plan

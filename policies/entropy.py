@@ -104,9 +104,7 @@ class Entropy(Policy):
         # only (draft_more clips larger counts to the last column): the same columns, no others
         rows, n_max = n * r, min(view.max_draft, self.lookahead)
         c = n_max + 1  # the (rows, c) grids by ndarray.repeat: np.broadcast_to/np.tile cost more
-        dm, vm = self.ctx.cost.marginal(ctx[:, None].repeat(c, 1),
-                                        view.budget[None, :].repeat(n, 0).reshape(rows, 1).repeat(c, 1),
-                                        view.method[None, :].repeat(n, 0).reshape(rows, 1).repeat(c, 1),
+        dm, vm = self.ctx.cost.marginal(ctx[:, None].repeat(c, 1), view.budget, view.method,
                                         np.arange(1, c + 1)[None, :].repeat(rows, 0))
         nd = max(view.num_decode, 1)
         share = self.ctx.cost.pass_overhead(nd, prefill_tokens=view.prefill_tokens) / nd
@@ -141,8 +139,7 @@ class Entropy(Policy):
         if stale:
             sj = np.asarray(stale)
             c = n_max + 1  # (stale, c) grids by ndarray.repeat: np.broadcast_to costs more
-            dm, vm = self.ctx.cost.marginal(view.context[sj, None].repeat(c, 1), view.budget[sj, None].repeat(c, 1),
-                                            view.method[sj, None].repeat(c, 1),
+            dm, vm = self.ctx.cost.marginal(view.context[sj, None].repeat(c, 1), view.budget, view.method,
                                             np.arange(1, c + 1)[None, :].repeat(len(sj), 0))
             for row, j in enumerate(stale):
                 self._costs[ids[j]] = (ctx[j], float(dm[row, 0]), vm[row])

@@ -42,17 +42,6 @@ from .stretch import Stretch, StretchBase
 _FMAX = float(np.finfo(np.float64).max)
 
 
-def _table_marginals() -> tuple:
-    """Cost models whose `marginal` on (request, k) grids reads `draft_table` / `verify_table`
-    where they fit (one budget and method)."""
-    from spsim.cost.calibrated import CalibratedCostModel
-    from spsim.cost.roofline import RooflineCostModel
-    return (RooflineCostModel.marginal, CalibratedCostModel.marginal)
-
-
-_TABLE_MARGINALS = _table_marginals()
-
-
 def _odds(x: float) -> float:
     """token_acceptance's clip of a prior to [1e-6, 1 - 1e-6] and its odds, on a Python float (IEEE
     operations: the same bits as numpy's)."""
@@ -139,18 +128,18 @@ class StretchPlanner(StretchBase):
         r, c = len(view.ids), view.max_draft + 1
         cost = self.pol.ctx.cost
         d_add, v_add = spec_shares(cost, view, c)  # as the step path adds them
-        if getattr(type(cost), "marginal", None) in _TABLE_MARGINALS:  # its table path, taken directly: no (request, k)
-            # grid for the draft cost (one column read), whole table rows for the verify costs
-            ctx = view.context[:, None] + np.arange(H, dtype=np.int64)
-            if cost.tables_fit(int(ctx.max()) + 1, c + 1):
-                dt = cost.draft_table(int(view.budget[0]), int(view.method[0]))
-                self._cd = dt[ctx, 0] + share + d_add
-                self._vc = cost.verify_table().take(ctx, axis=0)[:, :, 1:c + 1] + share + v_add
-                return
+        # the model's tables where it has them: no (request, k) grid for the draft cost (one column
+        # read), whole table rows for the verify costs
+        ctx = view.context[:, None] + np.arange(H, dtype=np.int64)
+        tb = cost.tables(view.budget, view.method, int(ctx.max()) + 1, c + 1)
+        if tb is not None:
+            self._cd = tb[0][ctx, 0] + share + d_add
+            self._vc = tb[1].take(ctx, axis=0)[:, :, 1:c + 1] + share + v_add
+            return
         ctx = (view.context[:, None] + np.arange(H, dtype=np.int64)).ravel()
         k = len(ctx)
-        dm, vm = cost.marginal(ctx[:, None].repeat(c, 1), np.full((k, c), view.budget[0]),
-                                            np.full((k, c), view.method[0]), np.arange(1, c + 1)[None, :].repeat(k, 0))
+        dm, vm = cost.marginal(ctx[:, None].repeat(c, 1), view.budget, view.method,
+                               np.arange(1, c + 1)[None, :].repeat(k, 0))
         self._cd, self._vc = (dm[:, 0] + share + d_add).reshape(r, H), (vm + share + v_add).reshape(r, H, c)
 
     def _ent_tables(self, J: list[int], reach: list[int] | None = None) -> None:

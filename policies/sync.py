@@ -114,26 +114,25 @@ class Sync(Policy):
         zeros of requests not drafting add nothing), the transcendental part (`expected_tokens`)
         by the same numpy call. The roofline's tables only (None: `_rates` prices it)."""
         cost = self.ctx.cost
-        b, m = view.budget.tolist(), view.method.tolist()
         context = view.context
         K = k_max + 1
-        if not (hasattr(cost, "verify_table") and b.count(b[0]) == len(b) and m.count(m[0]) == len(m)
-                and cost.tables_fit(int(context.max()) + 1, K + 1)):
+        tb = cost.tables(view.budget, view.method, int(context.max()) + 1, K + 1)
+        if tb is None:
             return None
         r = len(a)
         ks, _ = _aranges(K)
         caps = np.maximum(view.remaining - 1, 0)
         eff = np.minimum(ks, caps[None, :, None])  # (1, r, K), as `_rates`
         tok = expected_tokens(a[None, :, None], eff)[0].tolist()
-        draft = cost.draft_table(b[0], m[0])[context, :k_max].tolist()
-        verify = cost.verify_table()[context, 1:K + 1].tolist()
+        draft = tb[0][context, :k_max].tolist()
+        verify = tb[1][context, 1:K + 1].tolist()
         tbl = self._overheads(r * (K + 1))
         got = getattr(self, "_ovh_list", None)
         if got is None or got[0] is not tbl:
             got = self._ovh_list = (tbl, tbl.tolist())  # the same floats, read as Python floats
         ovh = got[1]
         cl = caps.tolist()
-        dp, fp, sp, _ = cost.spec_overhead(m[0])  # once per pass: drafting, first drafts, verifying drafts
+        dp, fp, sp, _ = cost.spec_overhead(view.method)  # once per pass: drafting, first drafts, verifying drafts
         best, best_k = None, 0
         cum = 0.0  # the draft passes' cumulative time (np.cumsum's running sum)
         for k in range(K):
@@ -184,7 +183,7 @@ class Sync(Policy):
         ovh = self._overheads(r * (K + 1))
         t = ovh[r + eff.sum(axis=1)] + v  # the verification pass
         # speculation's once-per-pass terms (the calibrated model's; the roofline has none)
-        dp, fp, sp, _ = self.ctx.cost.spec_overhead(int(view.method[0]))
+        dp, fp, sp, _ = self.ctx.cost.spec_overhead(view.method)
         if sp:
             t = t + np.where(eff.sum(axis=1) > 0, sp, 0.0)
         if k_max:
@@ -246,22 +245,19 @@ def _aranges(K: int) -> tuple:
     return got
 
 
-def _prices(cost, context: np.ndarray, budget: np.ndarray, method: np.ndarray, k_max: int) -> tuple:
+def _prices(cost, context: np.ndarray, budget: int, method: int, k_max: int) -> tuple:
     """(draft, verify) attention seconds of requests at `context` ((m, r) ints): draft[..., j]
     a draft at position j (j < k_max), verify[..., k] a verification of k + 1 tokens (k <= k_max).
     From the roofline's lookup tables where it has them (bit-identical to its vector formulas,
     draft positions priced apart: a verify-refreshed index is scored on a cycle's first draft
     only); otherwise one `cost.marginal` call (the protocol's prices: every draft as a first one)."""
     K = k_max + 1
-    b, m = budget.tolist(), method.tolist()
-    if (hasattr(cost, "verify_table") and b.count(b[0]) == len(b) and m.count(m[0]) == len(m)
-            and cost.tables_fit(int(context.max()) + 1, K + 1)):  # one (budget, method): the batcher's
-        return cost.draft_table(b[0], m[0])[context, :k_max], cost.verify_table()[context, 1:K + 1]
+    tb = cost.tables(budget, method, int(context.max()) + 1, K + 1)
+    if tb is not None:
+        return tb[0][context, :k_max], tb[1][context, 1:K + 1]
     shape = context.shape
     flat = context.reshape(-1)
     rows = len(flat)
-    bb = np.broadcast_to(budget, shape).reshape(-1).repeat(K)
-    mm = np.broadcast_to(method, shape).reshape(-1).repeat(K)
-    d, v = cost.marginal(flat.repeat(K), bb, mm, np.tile(np.arange(1, K + 1, dtype=np.int64), rows))
+    d, v = cost.marginal(flat.repeat(K), budget, method, np.tile(np.arange(1, K + 1, dtype=np.int64), rows))
     d = np.asarray(d, np.float64).reshape(*shape, K)
     return d[..., :1].repeat(k_max, axis=-1), np.asarray(v, np.float64).reshape(*shape, K)

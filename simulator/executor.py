@@ -26,7 +26,8 @@ class SimExecutor:
         self.t = table
         self.want_entropy = want_entropy
         self.one_pass = one_pass
-        # read-only per-request constants, sliced for each call instead of made
+        # read-only per-request copies of the run's draft settings for the acceptance model (whose
+        # draws take one per request), sliced for each call instead of made
         self._budget = np.full(len(table.output), budget, np.int64)
         self._method = np.full(len(table.output), method, np.int64)
         self._budget.flags.writeable = self._method.flags.writeable = False
@@ -42,8 +43,9 @@ class SimExecutor:
         d = plan.draft_ids
         if not self.want_entropy or len(d) == 0:
             return np.full(len(d), np.nan)
-        return self.acc.draft_entropy(d, self.t.committed[d], plan.draft_pos, plan.draft_context,
-                                      plan.draft_budget, plan.draft_method)
+        n = len(d)
+        return self.acc.draft_entropy(d, self.t.committed[d], plan.draft_pos, plan.draft_context, self._budget[:n],
+                                      self._method[:n])
 
     def verify(self, ids: np.ndarray, drafted: np.ndarray) -> np.ndarray:
         acc = np.zeros(len(ids), np.int64)

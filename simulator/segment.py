@@ -95,7 +95,8 @@ class FastPath:
         self.t, self.cfg, self.pool, self.running = batcher.t, batcher.cfg, batcher.pool, batcher.running
         self.itl = batcher.itl  # emission gaps, one array per pass or segment
         cfg = batcher.cfg
-        # read-only per-request constants, sliced instead of made per segment
+        # read-only per-request copies of the run's draft settings for the acceptance model (whose
+        # draws take one per request), sliced instead of made per segment
         self._budget = np.full(cfg.max_batch, cfg.draft_budget, I64)
         self._method = np.full(cfg.max_batch, cfg.draft_method, I64)
         self._budget.flags.writeable = self._method.flags.writeable = False
@@ -118,7 +119,7 @@ class FastPath:
             kind[idle] = DecodeSegment.IDLE
         return DecodeSegment(kind[None, :],
                              np.where(verify, d + 1, 1)[None, :], t.ctx[dec][None, :], d[None, :],
-                             self._budget[:len(dec)], self._method[:len(dec)])
+                             self.cfg.draft_budget, self.cfg.draft_method)
 
     def plan(self, max_passes: int) -> SegmentPlan | None:
         """The next passes as one segment, or None when the step path must plan: a prefill is in
@@ -198,7 +199,7 @@ class FastPath:
         query = np.where(is_verify, dpos + 1, 1)
         ctx = ctx0 + np.where(ar_like, i, 0)
         verify_at = np.where(ar_like, n, wait)
-        seg = DecodeSegment(kind, query, ctx, dpos, self._budget[:len(run)], self._method[:len(run)])
+        seg = DecodeSegment(kind, query, ctx, dpos, self.cfg.draft_budget, self.cfg.draft_method)
         return SegmentPlan(run, n, seg, None, ar_like, verify_at)
 
     def zero(self, max_passes: int) -> SegmentPlan | None:
@@ -283,7 +284,8 @@ class FastPath:
         return tab
 
     def _consts(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Draft budget and method for k rows (views of the per-request constants where they fit)."""
+        """The acceptance model's draft budget and method for k rows (views of the per-request
+        copies where they fit)."""
         if k <= len(self._budget):
             return self._budget[:k], self._method[:k]
         return np.full(k, self.cfg.draft_budget, I64), np.full(k, self.cfg.draft_method, I64)
@@ -391,9 +393,9 @@ class FastPath:
 
     def view(self, ids, context, committed, remaining, drafted, last_entropy, sum_entropy, num_decode) -> DecodeView:
         """The view the batcher's `ask_policy` builds for these rows, no prefill in progress."""
-        budget, method = self._consts(len(ids))
-        return DecodeView(ids=ids, context=context, drafted=drafted, remaining=remaining, budget=budget,
-                          method=method, last_entropy=last_entropy, sum_entropy=sum_entropy, num_decode=num_decode,
+        cfg = self.cfg
+        return DecodeView(ids=ids, context=context, drafted=drafted, remaining=remaining, budget=cfg.draft_budget,
+                          method=cfg.draft_method, last_entropy=last_entropy, sum_entropy=sum_entropy, num_decode=num_decode,
                           prefill_tokens=0, max_draft=self.cfg.max_draft, committed=committed)
 
     def _ask_after(self, after, rids, com, ctx, out, r, drafted, accepted, state):
@@ -747,7 +749,7 @@ class FastPath:
                 dpos[p0:p1 + 1, j] = x  # through its verification at p1 (when inside the segment)
         query = np.where(V, dpos + 1, 1)
         need = private_pages(ctx + dpos + 1, self.t.shared_tokens[run], self.cfg.page_size)
-        return DecodeSegment(kind, query, ctx, dpos, self._budget[:r], self._method[:r]), need
+        return DecodeSegment(kind, query, ctx, dpos, self.cfg.draft_budget, self.cfg.draft_method), need
 
     def _plain_passes(self, max_passes: int) -> int:
         """Passes until the first finish (at most max_passes) if every running request decodes

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 
 from .errors import SpsimError
+from .plan import DRAFT_BUDGET
 
 
 def opt(default, help: str, *flags: str, type=None):
@@ -47,7 +48,7 @@ class ServingConfig:
     page_size: int = opt(16, "KV page size in tokens.", "--page-size")
     draft_kv: str = opt("auto", "Draft-KV method: static, verify-quest, verify-attn, step-layer, step-quest, or "
                         "auto (the policy's own); old names verify-refresh, step-refresh.", "--draft-kv")
-    draft_budget: int = opt(2048, "Sparse draft KV budget in tokens (sink and recent pages included).",
+    draft_budget: int = opt(DRAFT_BUDGET, "Sparse draft KV budget in tokens (sink and recent pages included).",
                             "--draft-budget")
     max_draft: int = opt(16, "The batcher forces a verification at this many drafts (0..64).", "--max-draft")
     weight_dtype: str = opt("bf16", "bf16 or fp8.", "--weight-dtype")

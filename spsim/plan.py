@@ -5,8 +5,9 @@ three groups, each a set of parallel numpy arrays (one entry per request):
 
 - prefill chunks: `(request, tokens, context, last)`; `last`: the prompt's final chunk, which
   samples the first output token;
-- drafting requests: `(request, context, draft-KV method, budget)`: one query token with sparse
-  attention over `budget` tokens (sink and recent pages included) of the `context` in the KV cache;
+- drafting requests: `(request, context, draft position)`: one query token with sparse attention
+  over `draft_budget` tokens (sink and recent pages included) of the `context` in the KV cache,
+  chosen by `draft_method`; budget and method are the run's settings, one value per pass;
 - verifying requests: `(request, query tokens = drafted + 1, context)`: full attention over the
   whole `context` plus a causal tail of `query` tokens. `query == 1` is a plain autoregressive
   decode step.
@@ -77,6 +78,11 @@ def _ints(a=()) -> np.ndarray:
     return np.asarray(a, dtype=I64)
 
 
+# the run-wide draft settings' defaults, declared here once (ServingConfig, BatcherConfig and the
+# policies read them)
+DRAFT_BUDGET = 2048  # tokens
+DRAFT_METHOD = DraftMethod.VERIFY_QUEST
+
 _EMPTY = np.zeros(0, I64)
 _EMPTY.flags.writeable = False
 
@@ -93,9 +99,10 @@ class PassPlan:
 
     draft_ids: np.ndarray = field(default_factory=_ints)
     draft_context: np.ndarray = field(default_factory=_ints)
-    draft_budget: np.ndarray = field(default_factory=_ints)  # tokens; min(budget, context) are read
-    draft_method: np.ndarray = field(default_factory=_ints)  # DraftMethod codes
     draft_pos: np.ndarray = field(default_factory=_ints)  # drafts already held before this one (0-based)
+    # the run's settings, one value for every draft of the pass
+    draft_budget: int = DRAFT_BUDGET  # tokens; min(budget, context) are read
+    draft_method: int = int(DRAFT_METHOD)  # a DraftMethod code
 
     verify_ids: np.ndarray = field(default_factory=_ints)
     verify_query: np.ndarray = field(default_factory=_ints)  # drafted + 1

@@ -17,7 +17,7 @@ from conftest import make_trace, run
 def view(context: int, num_decode: int, prefill_tokens: int) -> DecodeView:
     z = np.zeros(1, np.int64)
     return DecodeView(ids=z, context=z + context, drafted=z, remaining=z + 500, committed=z + 10,
-                      budget=z + 2048, method=z + 2, last_entropy=np.full(1, np.nan), sum_entropy=np.zeros(1),
+                      budget=2048, method=2, last_entropy=np.full(1, np.nan), sum_entropy=np.zeros(1),
                       num_decode=num_decode, prefill_tokens=prefill_tokens, max_draft=16)
 
 

@@ -48,7 +48,7 @@ def test_no_probe_where_speculation_cannot_pay():
     assert pol.exploring
     one = np.ones(1, np.int64)
     short = DecodeView(ids=np.zeros(1, np.int64), context=np.full(1, 1200), drafted=0 * one, remaining=200 * one,
-                       committed=one, budget=np.full(1, 2048), method=one, last_entropy=np.full(1, np.nan),
+                       committed=one, budget=2048, method=1, last_entropy=np.full(1, np.nan),
                        sum_entropy=np.zeros(1), num_decode=2, prefill_tokens=0, max_draft=16)
     assert int(pol.targets(short)[0]) == 0  # cost-bound: perfect acceptance would lose too
 

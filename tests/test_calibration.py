@@ -14,7 +14,8 @@ import pytest
 from spsim.calibration.design import GROUPS, Point, default_design, sweep_order
 from spsim.calibration.fit import fit
 from spsim.calibration.records import Measurement, read_measurements
-from spsim.cost.calibrated import CalibratedCostModel, CalibratedParams, PlanBatch
+from spsim.cost.batch import PlanBatch
+from spsim.cost.calibrated import CalibratedCostModel, CalibratedParams
 from spsim.errors import InputError, SpsimError
 from spsim.plan import DraftMethod
 
@@ -99,7 +100,7 @@ def test_point_round_trips_and_builds_its_plan():
                                                                          p.verifies).key
     plan = p.plan()
     assert plan.prefill_ids.tolist() == [0] and plan.draft_ids.tolist() == [1, 2] and plan.verify_ids.tolist() == [3]
-    assert plan.draft_pos.tolist() == [0, 2] and plan.draft_budget.tolist() == [512, 512]
+    assert plan.draft_pos.tolist() == [0, 2] and plan.draft_budget == 512
     assert plan.verify_query.tolist() == [3] and plan.prefill_last.tolist() == [True]
     with pytest.raises(ValueError):
         Point.from_dict({**p.to_dict(), "group": "nope"})

@@ -17,7 +17,7 @@ import pytest
 from spsim.build import build, build_cost_model
 from spsim.config import ServingConfig
 from spsim.cost import CalibratedCostModel, CalibratedParams, load_cost_model, make_cost_model, save_profile
-from spsim.cost.calibrated import PlanBatch
+from spsim.cost.batch import PlanBatch
 from spsim.errors import SpsimError
 from spsim.plan import DraftMethod, PassPlan
 
@@ -128,15 +128,15 @@ def random_plans(seed: int, n_plans: int = 40, big: bool = False):
     out = []
     for _ in range(n_plans):
         n = int(rng.integers(70, 120) if big else rng.integers(1, 12))
-        ctx, bud = rng.integers(0, 130000, n), rng.integers(1, 9000, n)
-        meth, pos = rng.integers(0, len(DraftMethod), n), rng.integers(0, 20, n)
+        ctx, bud = rng.integers(0, 130000, n), int(rng.integers(1, 9000))  # one budget, method a pass
+        meth, pos = int(rng.integers(0, len(DraftMethod))), rng.integers(0, 20, n)
         q = rng.integers(1, 3000, n)
         k = [rng.random() < 0.5 for _ in range(3)]
         pick = lambda on, a: a if on else a[:0]  # noqa: E731
         ids = np.arange(n)
         out.append(PassPlan(prefill_ids=pick(k[0], ids), prefill_tokens=pick(k[0], q), prefill_context=pick(k[0], ctx),
-                            draft_ids=pick(k[1], ids), draft_context=pick(k[1], ctx), draft_budget=pick(k[1], bud),
-                            draft_method=pick(k[1], meth), draft_pos=pick(k[1], pos), verify_ids=pick(k[2], ids),
+                            draft_ids=pick(k[1], ids), draft_context=pick(k[1], ctx), draft_budget=bud,
+                            draft_method=meth, draft_pos=pick(k[1], pos), verify_ids=pick(k[2], ids),
                             verify_query=pick(k[2], q % 40 + 1), verify_context=pick(k[2], ctx)))
     return [p for p in out if not p.is_empty()]
 
@@ -146,9 +146,9 @@ def test_neutral_constants_are_the_roofline():
     for p in random_plans(1) + random_plans(2, 8, big=True):
         assert cal.time(p) == pytest.approx(roof.time(p), rel=1e-12)
     ctx, q = np.array([100, 5000, 120000]), np.array([1, 5, 9])
-    for a, b in zip(cal.marginal(ctx, np.full(3, 2048), np.array([0, 1, 2]), q),
-                    roof.marginal(ctx, np.full(3, 2048), np.array([0, 1, 2]), q)):
-        np.testing.assert_allclose(a, b, rtol=1e-12)
+    for m in (0, 1, 2):
+        for a, b in zip(cal.marginal(ctx, 2048, m, q), roof.marginal(ctx, 2048, m, q)):
+            np.testing.assert_allclose(a, b, rtol=1e-12)
 
 
 def test_every_path_prices_a_pass_alike(cm):
@@ -162,15 +162,14 @@ def test_every_path_prices_a_pass_alike(cm):
     # marginals: scalar twins, vector formulas and the policies' table grids
     rng = np.random.default_rng(5)
     ctx, q = rng.integers(1, 60000, 10), rng.integers(1, 17, 10)
-    b, m = np.full(10, 2048), np.full(10, int(DraftMethod.VERIFY_QUEST))
+    b, m = 2048, int(DraftMethod.VERIFY_QUEST)
     d1, v1 = cm.marginal(ctx, b, m, q)
     d2, v2 = vec.marginal(ctx, b, m, q)
-    d3, v3 = cm.marginal(ctx[:, None].repeat(3, 1), b[:, None].repeat(3, 1), m[:, None].repeat(3, 1),
-                         q[:, None].repeat(3, 1))
+    d3, v3 = cm.marginal(ctx[:, None].repeat(3, 1), b, m, q[:, None].repeat(3, 1))
     for a, c in ((d1, d2), (v1, v2), (d1, d3[:, 0]), (v1, v3[:, 0])):
         np.testing.assert_allclose(a, c, rtol=1e-12)
     # the extra terms are in: a first verify-quest draft pays the per-request and per-page costs
-    args = np.array([65536]), np.array([2048]), np.array([1]), np.array([1])
+    args = np.array([65536]), 2048, 1, np.array([1])
     bare = cm.with_params(draft_req_s=((0.0, 0.0),) * 5, draft_page_s=((0.0, 0.0),) * 5, verify_req_s=0.0)
     (d0, v0), (d1, v1) = cm.marginal(*args), bare.marginal(*args)
     assert d0[0] - d1[0] == pytest.approx(60e-6 + 4096 * 2e-7) and v0[0] - v1[0] == pytest.approx(30e-6)
@@ -191,18 +190,17 @@ def test_simulator_segments_equal_per_pass_time(cm):
         query = np.where(kind == 2, rng.integers(1, 40, (n, r)), 1)
         ctx = rng.integers(0, 131000, (n, r))
         dpos = np.where(kind == 2, query - 1, rng.integers(0, 20, (n, r)))
-        uniform = rng.random() < 0.7
-        budget = np.full(r, 2048) if uniform else rng.integers(1, 8192, r)
-        method = np.full(r, int(rng.integers(0, 5))) if uniform else rng.integers(0, 5, r)
+        budget = 2048 if rng.random() < 0.7 else int(rng.integers(1, 8192))
+        method = int(rng.integers(0, 5))
         seg = DecodeSegment(kind, query, ctx, dpos, budget, method)
         got = sc.segment_times(seg)
         for i in range(n):
             d, v = kind[i] == 1, kind[i] == 2
-            # a verify-attn run keeps its verifications' page scores (the segment: any request's method)
-            plan = PassPlan(draft_ids=np.flatnonzero(d), draft_context=ctx[i, d], draft_budget=budget[d],
-                            draft_method=method[d], draft_pos=dpos[i, d], verify_ids=np.flatnonzero(v),
+            # a verify-attn run keeps its verifications' page scores
+            plan = PassPlan(draft_ids=np.flatnonzero(d), draft_context=ctx[i, d], draft_budget=budget,
+                            draft_method=method, draft_pos=dpos[i, d], verify_ids=np.flatnonzero(v),
                             verify_query=query[i, v], verify_context=ctx[i, v],
-                            keep_scores=bool((method[d | v] == DraftMethod.VERIFY_ATTN).any()))
+                            keep_scores=method == DraftMethod.VERIFY_ATTN)
             assert got[i] == pytest.approx(cm.time(plan), rel=1e-12)
     for context in ([5000], [100, 70000, 3000], list(range(1000, 30000, 2500))):
         assert np.array_equal(sc.decode_times(context, 5), sc.segment_times(DecodeSegment.plain(context, 5)))
@@ -337,8 +335,8 @@ def test_pass_terms_tile_height_and_acceptance_path(cm_plain):
     assert [cm.tile_class(q) for q in (1, 4, 5, 8, 9, 16, 17, 33, 4096)] == [0, 0, 1, 1, 2, 2, 3, 3, 3]
     P = cm.p
     one = lambda q, pos=3, m=1: PassPlan(  # noqa: E731
-        draft_ids=np.array([0]), draft_context=np.array([32768]), draft_budget=np.array([2048]),
-        draft_method=np.array([m]), draft_pos=np.array([pos]), verify_ids=np.array([1]),
+        draft_ids=np.array([0]), draft_context=np.array([32768]), draft_budget=2048,
+        draft_method=m, draft_pos=np.array([pos]), verify_ids=np.array([1]),
         verify_query=np.array([q]), verify_context=np.array([32768]))
     alone = PassPlan(verify_ids=np.array([1]), verify_query=np.array([9]), verify_context=np.array([32768]))
 
@@ -419,8 +417,8 @@ def test_selection_pays_the_longest_page_list(cm):
     step-quest's drafts select every step."""
     ps = 16
     plan = lambda ctx, pos, m: PassPlan(  # noqa: E731
-        draft_ids=np.arange(len(ctx)), draft_context=np.array(ctx), draft_budget=np.full(len(ctx), 2048),
-        draft_method=np.full(len(ctx), m), draft_pos=np.array(pos))
+        draft_ids=np.arange(len(ctx)), draft_context=np.array(ctx), draft_budget=2048,
+        draft_method=m, draft_pos=np.array(pos))
     off = cm.with_params(select_col_s=(0.0,) * 5)
     sel = lambda p: cm.time(p) - off.time(p)  # noqa: E731
     assert -(-(100_000 + 1) // ps) <= 8192
@@ -438,12 +436,12 @@ def test_a_verify_attn_run_pays_for_its_page_scores_in_every_pass_that_verifies(
     verifies (pass_attention.py), drafts in it or not; measured 1.3-1.5x on the H200 for 16 x 32K
     verifications of 5 and 9 tokens. The plan, batch and segment prices agree, and a run of
     another method pays nothing."""
-    from spsim.cost.calibrated import PlanBatch
+    from spsim.cost.batch import PlanBatch
     from spsim.cost.segments import DecodeSegment
 
     def plan(keep, drafts=0):
         return PassPlan(draft_ids=np.arange(drafts), draft_context=np.full(drafts, 32768),
-                        draft_budget=np.full(drafts, 2048), draft_method=np.full(drafts, 3 if keep else 1),
+                        draft_budget=2048, draft_method=3 if keep else 1,
                         draft_pos=np.zeros(drafts, np.int64), verify_ids=np.arange(drafts, drafts + 16),
                         verify_query=np.full(16, 9), verify_context=np.full(16, 32768), keep_scores=keep)
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spsim.cost import CalibratedCostModel, CalibratedParams
-from spsim.cost.calibrated import PlanBatch
+from spsim.cost.batch import PlanBatch
 from spsim.cost.padding import (SCRATCH_PAGES, TABLE_N, bucket_vec, pad_count_vec, padded, padded_vec, pow2_vec,
                                 rule_size_vec)
 from spsim.buckets import bucket, pad_count, pow2, rule_size

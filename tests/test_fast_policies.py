@@ -88,6 +88,9 @@ class _ProtocolOnly:
     def marginal(self, context, budget, method, query):
         return self.cm.marginal(context, budget, method, query)
 
+    def tables(self, budget, method, width, rows):
+        return None  # the policies then price through `marginal`
+
     def time(self, plan):
         from dataclasses import replace
 
@@ -115,8 +118,8 @@ def _cycle_rates(pol, view):
             d = cap > j
             if not d.any():
                 break  # every request capped: the batch verifies now
-            t += cost.time(PassPlan(draft_ids=view.ids[d], draft_context=ctx[d], draft_budget=b[d],
-                                    draft_method=m[d], draft_pos=np.full(int(d.sum()), j)))
+            t += cost.time(PassPlan(draft_ids=view.ids[d], draft_context=ctx[d], draft_budget=b,
+                                    draft_method=m, draft_pos=np.full(int(d.sum()), j)))
         t += cost.time(PassPlan(verify_ids=view.ids, verify_query=eff + 1, verify_context=ctx))
         rates.append(float(expected_tokens(a, eff).sum()) / t)
     return rates
@@ -146,8 +149,8 @@ def test_sync_choose_prices_the_cycle_pass_by_pass(seed, n, k_max, method, ctx_h
         pols.append(pol)
     view = DecodeView(ids=np.arange(n, dtype=np.int64), context=rng.integers(1, ctx_hi, n),
                       drafted=np.zeros(n, np.int64), remaining=rng.integers(1, rem_hi, n),
-                      committed=rng.integers(0, 300, n), budget=np.full(n, 2048, np.int64),
-                      method=np.full(n, method, np.int64), last_entropy=np.full(n, np.nan),
+                      committed=rng.integers(0, 300, n), budget=2048,
+                      method=method, last_entropy=np.full(n, np.nan),
                       sum_entropy=np.zeros(n), num_decode=n, prefill_tokens=0, max_draft=16)
     want = _cycle_rates(pols[0], view)
     K = min(k_max, 16)
@@ -173,8 +176,8 @@ def test_sync_auto_k_counts_requests_at_their_end():
         n = 32
         view = DecodeView(ids=np.arange(n, dtype=np.int64), context=np.full(n, 32000, np.int64),
                           drafted=np.zeros(n, np.int64), remaining=np.asarray(remaining, np.int64),
-                          committed=np.full(n, 10, np.int64), budget=np.full(n, 2048, np.int64),
-                          method=np.full(n, 1, np.int64), last_entropy=np.full(n, np.nan),
+                          committed=np.full(n, 10, np.int64), budget=2048,
+                          method=1, last_entropy=np.full(n, np.nan),
                           sum_entropy=np.zeros(n), num_decode=n, prefill_tokens=0, max_draft=16)
         return pol._choose(view)
 

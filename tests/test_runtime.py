@@ -50,6 +50,12 @@ class CheapDrafts:
     def spec_overhead(self, method):
         return 0.0, 0.0, 0.0, 0.0
 
+    def times(self, batch):
+        return np.full(batch.n, 1e-3)
+
+    def tables(self, budget, method, width, rows):
+        return None
+
     def marginal(self, context, budget, method, query, draft_pos=None):
         context = np.asarray(context)
         q = np.asarray(query, float)
@@ -267,3 +273,19 @@ def test_a_rehearsed_run_is_the_plain_run(tiny, policy, method):
     rt, rp = rehearsed.result.summary["runtime"], plain.result.summary["runtime"]
     assert rt["padding"] == rp["padding"] and rp["rehearsal"] is None
     assert rt["rehearsal"]["passes"] == len(plain.passes)
+
+
+def test_a_plan_drafting_with_another_setting_is_refused(tiny):
+    """The runtime's selectors, draft store and graphs are built for the run's one draft budget
+    and method: a plan that says another is an error, not silently run with the runtime's own."""
+    from spsim.gpu_runtime.executor import RuntimeExecutor
+    from spsim.gpu_runtime.kv_cache import PagedKVCache
+    from spsim.plan import PassPlan
+
+    cache = PagedKVCache(tiny.cfg, 8, 16, device="cpu", dtype=torch.float64)
+    ex = RuntimeExecutor(tiny, cache, None, None, lambda rid: [], method=1, budget=48)
+    one = dict(draft_ids=np.array([0]), draft_context=np.array([10]), draft_pos=np.array([0]))
+    with pytest.raises(ValueError, match="budget 64"):
+        ex._prepare(PassPlan(**one, draft_budget=64, draft_method=1))
+    with pytest.raises(ValueError, match="method 0"):
+        ex._prepare(PassPlan(**one, draft_budget=48, draft_method=0))

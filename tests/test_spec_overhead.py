@@ -25,8 +25,8 @@ def cm():
 
 def _plan(nd, nv, ctx, q, pos):
     i = lambda a: np.asarray(a, np.int64)  # noqa: E731
-    return PassPlan(draft_ids=i(range(nd)), draft_context=i([ctx] * nd), draft_budget=i([2048] * nd),
-                    draft_method=i([int(DraftMethod.VERIFY_QUEST)] * nd), draft_pos=i([pos] * nd),
+    return PassPlan(draft_ids=i(range(nd)), draft_context=i([ctx] * nd), draft_budget=2048,
+                    draft_method=int(DraftMethod.VERIFY_QUEST), draft_pos=i([pos] * nd),
                     verify_ids=i(range(nd, nd + nv)), verify_query=i([q] * nv), verify_context=i([ctx] * nv))
 
 

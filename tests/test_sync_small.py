@@ -45,7 +45,7 @@ def test_small_batches_choose_as_the_array_path(seed, n, k_max, method, ctx_hi, 
     pol.acc.update(ids, rng.integers(1, 9, n), rng.integers(0, 9, n))
     view = DecodeView(ids=ids, context=rng.integers(1, ctx_hi, n), drafted=np.zeros(n, np.int64),
                       remaining=rng.integers(1, rem_hi + 1, n), committed=rng.integers(0, 300, n),
-                      budget=np.full(n, 2048, np.int64), method=np.full(n, method, np.int64),
+                      budget=2048, method=method,
                       last_entropy=np.full(n, np.nan), sum_entropy=np.zeros(n), num_decode=n, prefill_tokens=0,
                       max_draft=16)
     a = pol.acc.get(view.ids, view.committed)

@@ -27,7 +27,7 @@ def _plan(pre=(), dr=(), ver=(), method=VQ, budget=1024):
     ids = np.arange(n1 + len(ver))
     return PassPlan(prefill_ids=ids[:n0], prefill_tokens=a(pre, 1), prefill_context=a(pre, 0),
                     prefill_last=np.ones(n0, bool), draft_ids=ids[n0:n1], draft_context=a(dr, 0),
-                    draft_budget=np.full(len(dr), budget), draft_method=np.full(len(dr), method), draft_pos=a(dr, 1),
+                    draft_budget=budget, draft_method=method, draft_pos=a(dr, 1),
                     verify_ids=ids[n1:], verify_query=a(ver, 1), verify_context=a(ver, 0))
 
 

@@ -80,6 +80,7 @@ from spsim.models import ModelConfig
 from spsim.plan import DraftMethod, PassPlan
 from spsim.worklist import MIN_SPLIT_TOKENS, WAVES, split_of_units
 
+from .batch import PlanBatch
 from .padding import MODES as PADDING_MODES
 from .padding import SCRATCH_PAGES, padded, padded_vec
 from .roofline import RooflineCostModel, RooflineParams
@@ -285,7 +286,7 @@ class CalibratedCostModel(RooflineCostModel):
         sparse = np.minimum(budget, context) + pos + 1
         ts = self._attn(sparse, sparse, 1, cls)
         t = ts + self.score_tbl[method, np.minimum(pos, 1)] * ((context + (self.page_size - 1)) // self.page_size)
-        if (method == DraftMethod.STEP_LAYER).any():  # the designated layer reads all the KV
+        if np.any(method == DraftMethod.STEP_LAYER):  # the designated layer reads all the KV
             full = context + pos + 1
             t = t + np.where(method == DraftMethod.STEP_LAYER, (self._attn(full, full, 1, cls) - ts) / self.L, 0.0)
         return t + self.req_tbl[method, np.minimum(pos, 1)]
@@ -569,17 +570,14 @@ class CalibratedCostModel(RooflineCostModel):
             tokens += int(t.sum())
         methods = ()
         if n_dr:
+            b, m = plan.draft_budget, plan.draft_method
             if scalar:
                 f = self._draft1
-                ml = plan.draft_method.tolist()
-                for c, b, m, pos in zip(plan.draft_context.tolist(), plan.draft_budget.tolist(), ml,
-                                        plan.draft_pos.tolist()):
+                for c, pos in zip(plan.draft_context.tolist(), plan.draft_pos.tolist()):
                     total += f(c, b, m, pos, cls)
-                methods = set(ml)
             else:
-                total += float(self.draft_attn(plan.draft_context, plan.draft_budget, plan.draft_method,
-                                                plan.draft_pos, cls).sum())
-                methods = np.unique(plan.draft_method).tolist()
+                total += float(self.draft_attn(plan.draft_context, b, m, plan.draft_pos, cls).sum())
+            methods = (m,)
         if n_ver:
             if scalar:
                 f = self._verify1
@@ -615,10 +613,8 @@ class CalibratedCostModel(RooflineCostModel):
             tokens, logits = padded(tokens, logits, n_dr, n_ver, self.p.padding, SCRATCH_PAGES * self.page_size, n_pre,
                                     self.p.rule_max_query)
         t = self.pass_overhead(tokens, num_logits=logits) + total + self.pass_terms(eager, methods)
-        if n_dr:
-            pos0 = plan.draft_pos == 0
-            if pos0.any():
-                t += max(self._first_pass_list[m] for m in set(plan.draft_method[pos0].tolist()))
+        if n_dr and 0 in plan.draft_pos.tolist():
+            t += self._first_pass_list[plan.draft_method]
         if n_ver and int(plan.verify_query.max()) > 1:
             t += self.p.spec_pass_s
         if n_dr and n_ver:
@@ -659,9 +655,8 @@ class CalibratedCostModel(RooflineCostModel):
             c = self._select_list[m]
             if not c:
                 continue
-            sel = plan.draft_method == m
-            pos = plan.draft_pos[sel]
-            pages = (plan.draft_context[sel] + pos + ps) // ps  # (context + pos + 1) tokens
+            pos = plan.draft_pos
+            pages = (plan.draft_context + pos + ps) // ps  # (context + pos + 1) tokens
             if DraftMethod(m).refresh == "verify":
                 first = pos == 0
                 n = int(first.sum())
@@ -693,13 +688,13 @@ class CalibratedCostModel(RooflineCostModel):
         m = int(method)
         return self._draft_pass_list[m], self._first_pass_list[m], self.p.spec_pass_s, self.p.mixed_pass_s
 
-    def marginal(self, context, budget, method, query, draft_pos=None):
-        context, budget, method, query = (np.asarray(a, dtype=np.int64) for a in (context, budget, method, query))
+    def marginal(self, context, budget: int, method: int, query, draft_pos=None):
+        context, query = np.asarray(context, dtype=np.int64), np.asarray(query, dtype=np.int64)
         if context.ndim == 1 and len(context) <= self.SCALAR_MAX:
             pos = np.zeros_like(context) if draft_pos is None else np.asarray(draft_pos, dtype=np.int64)
-            g, v = self._draft1, self._verify1
+            g, v, b, m = self._draft1, self._verify1, int(budget), int(method)
             cl = context.tolist()
-            d = [g(c, b, m, p) for c, b, m, p in zip(cl, budget.tolist(), method.tolist(), pos.tolist())]
+            d = [g(c, b, m, p) for c, p in zip(cl, pos.tolist())]
             return np.array(d), np.array([v(c, q) for c, q in zip(cl, query.tolist())])
         return super().marginal(context, budget, method, query, draft_pos)  # tables / vector formulas
 
@@ -743,15 +738,16 @@ class CalibratedCostModel(RooflineCostModel):
         kind, ctx = seg.kind, seg.context
         draft, verify = kind == type(seg).DRAFT, kind == type(seg).VERIFY
         # plain decodes (the step path's one-pass segments too), unless their method keeps scores
-        if verify.all() and (seg.query == 1).all() and not (seg.method == DraftMethod.VERIFY_ATTN).any():
+        if verify.all() and (seg.query == 1).all() and seg.method != DraftMethod.VERIFY_ATTN:
             t = self._plain_times(ctx)
             if t is not None:
                 return t
         q = np.where(verify, seg.query, 0)
         qmax = q.max(axis=1)
         cls = self.tile_class(qmax) if self.tiles else np.zeros(len(qmax), np.int64)
-        has_draft, budget, method, uniform, rows = seg.drafting(draft, q)
-        if uniform and self.tables_fit(int(ctx.max()) + 1, rows):
+        has_draft, rows = seg.drafting(draft, q)
+        budget, method = seg.budget, seg.method
+        if self.tables_fit(int(ctx.max()) + 1, rows):
             att = np.empty(kind.shape)
             for c in np.unique(cls).tolist():
                 sel = cls == c
@@ -767,21 +763,19 @@ class CalibratedCostModel(RooflineCostModel):
             att = np.where(verify, self.full_attn(ctx, np.maximum(q, 1), cb) if self.tiles
                            else self.full_attn(ctx, q), 0.0)
             if has_draft:
-                b, m = np.broadcast_to(seg.budget, shape), np.broadcast_to(seg.method, shape)
-                d = self.draft_attn(ctx, b, m, seg.draft_pos, cb) if self.tiles else \
-                    self.draft_attn(ctx, b, m, seg.draft_pos)
+                d = self.draft_attn(ctx, budget, method, seg.draft_pos, cb) if self.tiles else \
+                    self.draft_attn(ctx, budget, method, seg.draft_pos)
                 att = att + np.where(draft, d, 0.0)
         tokens = q.sum(axis=1) + draft.sum(axis=1)
-        # passes keeping page scores: the run's method (every request's) is verify-attn, and they verify
-        keep = verify.any(axis=1) & ((seg.method == DraftMethod.VERIFY_ATTN)[None, :] & (draft | verify)).any(axis=1)
+        # passes keeping page scores: the run's method is verify-attn, and they verify
+        keep = verify.any(axis=1) if method == DraftMethod.VERIFY_ATTN else np.zeros(len(kind), bool)
         frac = self.p.score_attn_frac if keep.any() else 0.0
         if self.p.attn_sms or frac:  # the attention kernel, less the per-request extras
             kern = att - np.where(verify, self.p.verify_req_s, 0.0)
             if has_draft:
-                b, m = np.broadcast_to(seg.budget, kind.shape), np.broadcast_to(seg.method, kind.shape)
-                kern = kern - np.where(draft, self.draft_extra(ctx, b, m, seg.draft_pos), 0.0)
+                kern = kern - np.where(draft, self.draft_extra(ctx, budget, method, seg.draft_pos), 0.0)
             if self.p.attn_sms:  # its tail (see work_ratio), pass by pass
-                sparse = np.minimum(np.broadcast_to(seg.budget, kind.shape), ctx) + seg.draft_pos + 1
+                sparse = np.minimum(budget, ctx) + seg.draft_pos + 1
                 # pass order (of the passes of more than one round): drafts, then verifications
                 r = self.work_ratios(np.where(draft, 1, q), np.where(draft, sparse, ctx + q), draft | verify,
                                      rank=verify)
@@ -796,19 +790,19 @@ class CalibratedCostModel(RooflineCostModel):
         else:
             t = self.overhead_table(int(tokens.max()))[tokens] + att.sum(axis=1)
         if has_draft:  # no prefill here
-            t = t + np.where(draft, self.draft_pass[seg.method][None, :], 0.0).max(axis=1)
-            t = t + np.where(draft & (seg.draft_pos == 0), self.first_pass[seg.method][None, :], 0.0).max(axis=1)
+            t = t + np.where(draft.any(axis=1), self.draft_pass[method], 0.0)
+            t = t + np.where((draft & (seg.draft_pos == 0)).any(axis=1), self.first_pass[method], 0.0)
         if self.p.spec_pass_s:
             t = t + np.where(qmax > 1, self.p.spec_pass_s, 0.0)
         if has_draft and self.p.mixed_pass_s:
             t = t + np.where(draft.any(axis=1) & verify.any(axis=1), self.p.mixed_pass_s, 0.0)
         if has_draft and self._selects:
             ps = self.page_size
-            for m in np.unique(seg.method).tolist():
+            for m in (method,):
                 c = self._select_list[m]
                 if not c:
                     continue
-                dm = draft & (seg.method == m)[None, :]
+                dm = draft
                 pages = (ctx + seg.draft_pos + ps) // ps
                 if DraftMethod(m).refresh == "verify":
                     who = dm & (seg.draft_pos == 0)
@@ -872,7 +866,7 @@ class CalibratedCostModel(RooflineCostModel):
             ovh = self._plain_ovh[r] = self.overhead_vec(tp, lp)[0]
         return ovh + att.sum(axis=1)
 
-    def times(self, batch: "PlanBatch") -> np.ndarray:
+    def times(self, batch: PlanBatch) -> np.ndarray:
         """`time(plan)` of many plans at once (vector formulas; the fit calls this per step)."""
         n = batch.n
         qmax = np.ones(n, np.int64)
@@ -940,9 +934,9 @@ class CalibratedCostModel(RooflineCostModel):
             h, e = P.host_overhead_s, P.eager_p
             rest = np.maximum(t - h, 0.0)
             t = np.where(eager, h + (rest ** e + P.eager_launch_s ** e) ** (1.0 / e), t)
-        return t
+        return np.where(batch.tokens > 0, t, 0.0)  # an empty pass costs nothing (as time())
 
-    def _select_batch(self, batch: "PlanBatch") -> np.ndarray:
+    def _select_batch(self, batch: PlanBatch) -> np.ndarray:
         """`_select1` of many plans (vector)."""
         n, ps = batch.n, self.page_size
         out = np.zeros(n)
@@ -972,7 +966,7 @@ class CalibratedCostModel(RooflineCostModel):
             out += c * cnt * _pow2(w)
         return out
 
-    def _scores_batch(self, batch: "PlanBatch", keep: np.ndarray) -> np.ndarray:
+    def _scores_batch(self, batch: PlanBatch, keep: np.ndarray) -> np.ndarray:
         """`_scores1` of many plans (vector); `keep`: `batch.keeps()`."""
         n, ps = batch.n, self.page_size
         w = np.zeros(n, np.int64)
@@ -1019,81 +1013,6 @@ class CalibratedCostModel(RooflineCostModel):
 def _pow2(x: np.ndarray) -> np.ndarray:
     """The next power of two of each positive integer (exact: powers of two have exact logs)."""
     return np.left_shift(1, np.ceil(np.log2(x)).astype(np.int64))
-
-
-@dataclass
-class PlanBatch:
-    """Many plans as flat arrays (each group's requests, with the index of their plan): what
-    `CalibratedCostModel.times` prices in a few vector operations."""
-
-    n: int
-    pre_of: np.ndarray
-    pre_ctx: np.ndarray
-    pre_q: np.ndarray
-    dr_of: np.ndarray
-    dr_ctx: np.ndarray
-    dr_budget: np.ndarray
-    dr_method: np.ndarray
-    dr_pos: np.ndarray
-    ver_of: np.ndarray
-    ver_ctx: np.ndarray
-    ver_q: np.ndarray
-    tokens: np.ndarray
-    logits: np.ndarray
-    has_prefill: np.ndarray
-    has_draft: np.ndarray
-    keep_scores: np.ndarray | None = None  # PassPlan.keep_scores of each plan
-    plans: list | None = None
-    _ratios: dict | None = None
-
-    def keeps(self) -> np.ndarray:
-        """Plans whose pass keeps page scores (verify-attn runs, or drafts of that method beside
-        them): those with a verification or a prefill chunk."""
-        n = self.n
-        va = np.bincount(self.dr_of[self.dr_method == DraftMethod.VERIFY_ATTN], minlength=n) > 0
-        if self.keep_scores is not None:
-            va = va | self.keep_scores
-        return va & ((np.bincount(self.ver_of, minlength=n) > 0) | self.has_prefill)
-
-    def work_ratios(self, model: CalibratedCostModel) -> tuple[np.ndarray, np.ndarray]:
-        """`plan_work_ratio` of every plan: its launch's, its split prefill chunks' (cached: they
-        depend on no fitted constant)."""
-        P = model.p
-        key = (model.group, model.model.kv_heads // model.tp, model.page_size, P.attn_sms, P.attn_item_tokens,
-               P.prefill_split)
-        if self._ratios is None:
-            self._ratios = {}
-        r = self._ratios.get(key)
-        if r is None:
-            r = self._ratios[key] = np.array([model.plan_work_ratio(p) for p in self.plans]).reshape(-1, 2).T
-        return r[0], r[1]
-
-    def split_prefill(self, model: CalibratedCostModel) -> np.ndarray:
-        """`CalibratedCostModel.split_prefill` of every prefill chunk (a mask over `pre_of`)."""
-        if not model.p.prefill_split or not len(self.pre_of):
-            return np.zeros(len(self.pre_of), bool)
-        tall = model.tile_class(self.pre_q) == len(TILES) - 1
-        n = self.n
-        n_req = np.bincount(self.pre_of, minlength=n) + np.bincount(self.dr_of, minlength=n) + \
-            np.bincount(self.ver_of, minlength=n)
-        return tall & (np.bincount(self.pre_of[tall], minlength=n) < n_req)[self.pre_of]
-
-    @classmethod
-    def of(cls, plans: list[PassPlan]) -> "PlanBatch":
-        cat = lambda xs: np.concatenate(xs).astype(np.int64) if xs else np.zeros(0, np.int64)  # noqa: E731
-        idx = lambda f: cat([np.full(len(f(p)), i) for i, p in enumerate(plans)])  # noqa: E731
-        n_pre = np.array([len(p.prefill_ids) for p in plans], np.int64)
-        n_dr = np.array([len(p.draft_ids) for p in plans], np.int64)
-        ver_tok = np.array([int(p.verify_query.sum()) for p in plans], np.int64)
-        pre_tok = np.array([int(p.prefill_tokens.sum()) for p in plans], np.int64)
-        return cls(
-            len(plans), idx(lambda p: p.prefill_ids), cat([p.prefill_context for p in plans]),
-            cat([p.prefill_tokens for p in plans]), idx(lambda p: p.draft_ids),
-            cat([p.draft_context for p in plans]), cat([p.draft_budget for p in plans]),
-            cat([p.draft_method for p in plans]), cat([p.draft_pos for p in plans]),
-            idx(lambda p: p.verify_ids), cat([p.verify_context for p in plans]), cat([p.verify_query for p in plans]),
-            tokens=pre_tok + n_dr + ver_tok, logits=n_pre + n_dr + ver_tok, has_prefill=n_pre > 0,
-            has_draft=n_dr > 0, keep_scores=np.array([bool(p.keep_scores) for p in plans], bool), plans=list(plans))
 
 
 def _load(prof: dict) -> CalibratedCostModel:

@@ -20,6 +20,12 @@ class ConstantCostModel:
     def pass_overhead(self, num_tokens: int, prefill_tokens: int = 0) -> float:
         return self.c  # every pass, prefill or not
 
+    def times(self, batch) -> np.ndarray:
+        return np.full(batch.n, self.c)
+
+    def tables(self, budget: int, method: int, width: int, rows: int) -> None:
+        return None  # marginal's prices depend on nothing a table would index
+
     def marginal(self, context, budget, method, query):
         n = len(context)
         return np.full(n, self.c * self.f * 1e-3), np.full(n, self.c * 1e-3) * np.asarray(query, float)

@@ -3,6 +3,8 @@ what `--calibration-points` chooses its points from."""
 
 from __future__ import annotations
 
+import numpy as np
+
 
 class RecordingCost:
     """The run's cost model, recording each pass the simulator prices. With the step path
@@ -10,7 +12,7 @@ class RecordingCost:
     pricing is offered (those attributes are hidden), so the generic per-pass adapter is used.
     Subclasses keep something else per pass by overriding `record`."""
 
-    _HIDDEN = ("segment_times", "decode_times", "times")
+    _HIDDEN = ("segment_times", "decode_times")
 
     def __init__(self, cost):
         self.inner = cost
@@ -20,6 +22,10 @@ class RecordingCost:
         t = float(self.inner.time(plan))
         self.record(plan, t)
         return t
+
+    def times(self, batch):
+        """Each plan priced and recorded in order, as `time` does."""
+        return np.array([self.time(p) for p in batch.plans])
 
     def record(self, plan, seconds: float) -> None:
         self.passes.append({"category": plan.category, "prefill_tokens": int(plan.prefill_tokens.sum()),

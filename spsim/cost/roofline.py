@@ -184,7 +184,7 @@ class RooflineCostModel:
         # page scoring: the first draft of a run (VERIFY_*), or every step (STEP_QUEST)
         score = self.score_tbl[method, np.minimum(pos, 1)]
         t = t + score * ((context + (self.page_size - 1)) // self.page_size)
-        if (method == DraftMethod.STEP_LAYER).any():  # the designated layer reads all the KV
+        if np.any(method == DraftMethod.STEP_LAYER):  # the designated layer reads all the KV
             full = context + pos + 1
             t = t + np.where(method == DraftMethod.STEP_LAYER, self._layer_attn(full, full, 1) - t_sparse, 0.0)
         return t
@@ -229,9 +229,8 @@ class RooflineCostModel:
             tokens += int(t.sum())
         if n_dr:
             if scalar:
-                f = self._draft1
-                for c, b, m, pos in zip(plan.draft_context.tolist(), plan.draft_budget.tolist(),
-                                        plan.draft_method.tolist(), plan.draft_pos.tolist()):
+                f, b, m = self._draft1, plan.draft_budget, plan.draft_method
+                for c, pos in zip(plan.draft_context.tolist(), plan.draft_pos.tolist()):
                     total += f(c, b, m, pos)
             else:
                 total += float(self.draft_attn(plan.draft_context, plan.draft_budget, plan.draft_method,
@@ -319,31 +318,48 @@ class RooflineCostModel:
             self._ovh_tbl = self.overhead_vec(t, t)
         return self._ovh_tbl
 
+    def tables(self, budget: int, method: int, width: int, rows: int):
+        if not self.tables_fit(width, rows):
+            return None
+        return self.draft_table(budget, method), self.verify_table()
+
+    def times(self, batch) -> np.ndarray:
+        """`time` of many plans (a PlanBatch) in a few vector operations."""
+        n = batch.n
+        att = np.zeros(n)
+        if len(batch.pre_of):
+            att += np.bincount(batch.pre_of, self.full_attn(batch.pre_ctx, batch.pre_q), n)
+        if len(batch.dr_of):
+            att += np.bincount(batch.dr_of, self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method,
+                                                            batch.dr_pos), n)
+        if len(batch.ver_of):
+            att += np.bincount(batch.ver_of, self.full_attn(batch.ver_ctx, batch.ver_q), n)
+        return np.where(batch.tokens > 0, self.overhead_vec(batch.tokens, batch.logits) + att, 0.0)
+
     def spec_overhead(self, method: int) -> tuple[float, float, float, float]:
         """(drafting pass, first-draft pass, verifying pass, mixed pass) once-per-pass seconds: the
         roofline prices speculation per request only."""
         return 0.0, 0.0, 0.0, 0.0
 
-    def marginal(self, context, budget, method, query, draft_pos=None):
+    def marginal(self, context, budget: int, method: int, query, draft_pos=None):
         """Attention seconds a request adds when it drafts one token (at `draft_pos`, default 0)
-        and when it verifies `query` tokens; the shared linear part is `pass_overhead`."""
-        context, budget, method, query = (np.asarray(a, dtype=np.int64) for a in (context, budget, method, query))
+        with the run's `budget` and `method`, and when it verifies `query` tokens; the shared
+        linear part is `pass_overhead`."""
+        context, query = np.asarray(context, dtype=np.int64), np.asarray(query, dtype=np.int64)
+        b, m = int(budget), int(method)
         scalar = context.ndim == 1 and len(context) <= self.SCALAR_MAX
-        if draft_pos is None and not scalar and context.shape == query.shape:
-            # policies' (request, k) grids (first draft of a run): table lookups, when (budget,
-            # method) is one pair, as the batcher configures it
-            b, m = int(budget.flat[0]), int(method.flat[0])
-            if ((budget == b).all() and (method == m).all()
-                    and self.tables_fit(int(context.max()) + 1, int(query.max()) + 1)):
-                return self.draft_table(b, m)[context, 0], self.verify_table()[context, query]
+        if (draft_pos is None and not scalar and context.shape == query.shape
+                and self.tables_fit(int(context.max()) + 1, int(query.max()) + 1)):
+            # policies' (request, k) grids (first draft of a run): table lookups
+            return self.draft_table(b, m)[context, 0], self.verify_table()[context, query]
         pos = np.zeros_like(context) if draft_pos is None else np.asarray(draft_pos, dtype=np.int64)
         if scalar:
             L, f, g = self.L, self._layer1, self._draft1
             cl, ql = context.tolist(), query.tolist()
-            d = [g(c, b, m, p) for c, b, m, p in zip(cl, budget.tolist(), method.tolist(), pos.tolist())]
+            d = [g(c, b, m, p) for c, p in zip(cl, pos.tolist())]
             v = [L * f(c + q, c + (q + 1) * 0.5, q) for c, q in zip(cl, ql)]
             return np.array(d), np.array(v)
-        return self.draft_attn(context, budget, method, pos), self.full_attn(context, query)
+        return self.draft_attn(context, b, m, pos), self.full_attn(context, query)
 
     def kv_capacity_pages(self, reserve_frac: float | None = None, selection_metadata: bool = True) -> int:
         """KV pages a replica holds with this model's GPU, model, tp, dtypes and page size (works for

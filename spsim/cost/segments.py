@@ -3,8 +3,8 @@ the shared `CostModel` protocol (the runtime never needs it).
 
 `segment_cost(cost)` gives a `SegmentCost` for any cost model: the model itself if it prices
 segments, a registered adapter for its type (the roofline's lookup tables), else `PerPass`, which
-prices each pass with `time()`, so a measured profile works in the simulator before anyone writes
-a fast path for it. Entry i of `segment_times(seg)` must equal what the step path pays for the
+prices the segment's passes as a batch with the protocol's `times()`, so a measured profile works
+in the simulator before anyone writes a fast path for it. Entry i of `segment_times(seg)` must equal what the step path pays for the
 same pass, which prices one-pass segments through the same object.
 """
 
@@ -17,6 +17,7 @@ import numpy as np
 
 from spsim.plan import DraftMethod, PassPlan
 
+from .batch import PlanBatch
 from .roofline import RooflineCostModel
 
 I64 = np.int64
@@ -30,7 +31,7 @@ class DecodeSegment:
     synchronous batch's request waiting for the batch's verification), `query[i, j]` the query
     tokens (1 for a draft), `context[i, j]` the KV tokens before that pass, `draft_pos[i, j]` the
     provisional drafted tokens held before that pass (PassPlan.draft_pos for drafts; for a verify,
-    query - 1). `budget`, `method` are per request. A segment cost returns the n pass times from
+    query - 1). `budget`, `method`: the run's draft settings (one value each). A segment cost returns the n pass times from
     this in one call; entry i must equal what the step path pays for the same pass.
     """
 
@@ -38,8 +39,8 @@ class DecodeSegment:
     query: np.ndarray  # (n, r) int64
     context: np.ndarray  # (n, r) int64
     draft_pos: np.ndarray  # (n, r) int64
-    budget: np.ndarray  # (r,) int64
-    method: np.ndarray  # (r,) int64
+    budget: int
+    method: int  # a DraftMethod code; verify-attn: passes verifying keep page scores
 
     DRAFT = 1
     VERIFY = 2
@@ -50,8 +51,8 @@ class DecodeSegment:
         """n plain decode passes (every request verifies one token) from `context`."""
         r = len(context)
         ctx = np.asarray(context, I64) + np.arange(n, dtype=I64)[:, None]
-        one, zero = np.ones((n, r), I64), np.zeros(r, I64)
-        return cls(np.full((n, r), cls.VERIFY, np.int8), one, ctx, one - 1, zero, zero)
+        one = np.ones((n, r), I64)
+        return cls(np.full((n, r), cls.VERIFY, np.int8), one, ctx, one - 1, 0, 0)
 
     @classmethod
     def from_plan(cls, plan: PassPlan) -> "DecodeSegment":
@@ -62,21 +63,27 @@ class DecodeSegment:
         query = np.concatenate([np.ones(nd, I64), plan.verify_query])[None, :]
         ctx = np.concatenate([plan.draft_context, plan.verify_context])[None, :]
         dpos = np.concatenate([plan.draft_pos, plan.verify_query - 1])[None, :]
-        budget = np.concatenate([plan.draft_budget, np.zeros(nv, I64)])
-        vm = int(DraftMethod.VERIFY_ATTN) if plan.keep_scores else 0  # the run's method, where it shows
-        method = np.concatenate([plan.draft_method, np.full(nv, vm, I64)])
-        return cls(kind, query, ctx, dpos, budget, method)
+        # the run's method, where it shows: its drafts, or verifications keeping page scores
+        method = int(DraftMethod.VERIFY_ATTN) if plan.keep_scores else plan.draft_method if nd else 0
+        return cls(kind, query, ctx, dpos, plan.draft_budget, method)
 
+    def plans(self) -> list[PassPlan]:
+        """Each pass as a plan (its requests numbered by column)."""
+        out = []
+        ids = np.arange(self.kind.shape[1], dtype=I64)
+        for i in range(self.kind.shape[0]):
+            d, v = self.kind[i] == self.DRAFT, self.kind[i] == self.VERIFY
+            out.append(PassPlan(draft_ids=ids[d], draft_context=self.context[i][d], draft_pos=self.draft_pos[i][d],
+                                draft_budget=self.budget, draft_method=self.method, verify_ids=ids[v],
+                                verify_query=self.query[i][v], verify_context=self.context[i][v]))
+        return out
 
-    def drafting(self, draft: np.ndarray, q: np.ndarray) -> tuple[bool, int, int, bool, int]:
-        """`(has_draft, budget, method, uniform, rows)` for table lookups: the run's one draft
-        budget and method (the batcher's configuration), whether every request has them, and the
-        table rows the segment reads (`q`: the verify query tokens, 0 where none)."""
+    def drafting(self, draft: np.ndarray, q: np.ndarray) -> tuple[bool, int]:
+        """`(has_draft, rows)` for table lookups: whether any pass drafts, and the table rows the
+        segment reads (`q`: the verify query tokens, 0 where none)."""
         if not draft.any():
-            return False, 0, 0, True, int(q.max()) + 1
-        budget, method = int(self.budget[0]), int(self.method[0])
-        uniform = bool((self.budget == budget).all() and (self.method == method).all())
-        return True, budget, method, uniform, max(int(q.max()), int(self.draft_pos.max())) + 1
+            return False, int(q.max()) + 1
+        return True, max(int(q.max()), int(self.draft_pos.max())) + 1
 
 
 class SegmentCost(Protocol):
@@ -102,22 +109,13 @@ def segment_cost(cost) -> SegmentCost:
 
 
 class PerPass:
-    """The generic fallback: one `time()` call per pass."""
+    """The generic fallback: the segment's passes priced as one batch (`CostModel.times`)."""
 
     def __init__(self, cost):
         self.cost = cost
 
     def segment_times(self, seg: DecodeSegment) -> np.ndarray:
-        out = np.empty(seg.kind.shape[0])
-        for i in range(len(out)):
-            d = seg.kind[i] == DecodeSegment.DRAFT
-            v = seg.kind[i] == DecodeSegment.VERIFY
-            ids = np.arange(len(d), dtype=np.int64)
-            out[i] = self.cost.time(PassPlan(
-                draft_ids=ids[d], draft_context=seg.context[i][d], draft_budget=seg.budget[d],
-                draft_method=seg.method[d], draft_pos=seg.draft_pos[i][d],
-                verify_ids=ids[v], verify_query=seg.query[i][v], verify_context=seg.context[i][v]))
-        return out
+        return np.asarray(self.cost.times(PlanBatch.of(seg.plans())), np.float64)
 
     def decode_times(self, context: list[int], n: int) -> np.ndarray:
         return self.segment_times(DecodeSegment.plain(context, n))
@@ -134,12 +132,12 @@ class RooflineSegments:
         kind, ctx = seg.kind, seg.context
         draft, verify = kind == DecodeSegment.DRAFT, kind == DecodeSegment.VERIFY
         q = np.where(verify, seg.query, 0)
-        has_draft, budget, method, uniform, rows = seg.drafting(draft, q)
-        if not (uniform and cm.tables_fit(int(ctx.max()) + 1, rows)):
+        has_draft, rows = seg.drafting(draft, q)
+        if not cm.tables_fit(int(ctx.max()) + 1, rows):
             return self.formula(seg)
         att = cm.verify_table()[ctx, q]
         if has_draft:
-            att = np.where(draft, cm.draft_table(budget, method)[ctx, seg.draft_pos], att)
+            att = np.where(draft, cm.draft_table(seg.budget, seg.method)[ctx, seg.draft_pos], att)
         tokens = q.sum(axis=1) + draft.sum(axis=1)
         return cm.overhead_table(int(tokens.max()))[tokens] + att.sum(axis=1)
 
@@ -169,9 +167,7 @@ class RooflineSegments:
         q = np.where(verify, seg.query, 0)
         att = np.where(verify, cm.full_attn(ctx, q), 0.0)
         if draft.any():
-            shape = kind.shape
-            att = att + np.where(draft, cm.draft_attn(ctx, np.broadcast_to(seg.budget, shape),
-                                                      np.broadcast_to(seg.method, shape), seg.draft_pos), 0.0)
+            att = att + np.where(draft, cm.draft_attn(ctx, seg.budget, seg.method, seg.draft_pos), 0.0)
         tokens = q.sum(axis=1) + draft.sum(axis=1)
         return cm.overhead_vec(tokens, tokens) + att.sum(axis=1)
 
