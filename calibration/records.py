@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from spsim.errors import InputError, SpsimError
+from spsim.jsonlines import json_lines
 
 from .design import Point
 
@@ -35,28 +35,6 @@ class Measurement:
     line: int
 
 
-def json_lines(path: Path, what: str, torn_ok: bool = False):
-    """(line number, record) of each non-blank line of a JSON-lines file; a line that is not JSON
-    is an error naming the file and line, except, with `torn_ok`, a last line an interrupted write
-    left unfinished (dropped with a warning)."""
-    try:
-        lines = path.read_text().split("\n")
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpsimError(f"{path}: cannot read {what} ({e})") from None
-    torn = torn_ok and lines[-1] != ""  # the last write never finished
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            if torn and i == len(lines):
-                warnings.warn(f"{path}:{i}: dropped a torn last line (an interrupted write)", stacklevel=3)
-                return
-            raise InputError(path, i, None, f"not JSON ({e.msg})") from None
-        yield i, rec
-
-
 def read_measurements(path: str | Path) -> tuple[list[dict], list[Measurement]]:
     """(header records, measurements) of a measurements file (a header per measuring run, its
     `session` field); a missing file is empty."""
@@ -65,8 +43,6 @@ def read_measurements(path: str | Path) -> tuple[list[dict], list[Measurement]]:
         return [], []
     sessions, out = [], []
     for i, rec in json_lines(path, "measurements", torn_ok=True):
-        if not isinstance(rec, dict):
-            raise InputError(path, i, None, "not a JSON object")
         if "spsim_calibration" in rec:
             if rec["spsim_calibration"] != FORMAT:
                 raise InputError(path, i, "spsim_calibration", f"format {rec['spsim_calibration']!r}; this spsim "

@@ -26,6 +26,7 @@ import numpy as np
 
 from spsim.cost.recording import RecordingCost
 from spsim.errors import InputError, SpsimError
+from spsim.jsonlines import json_lines
 from spsim.plan import DRAFT_BUDGET, DraftMethod
 
 from .design import GROUPS, Point
@@ -137,22 +138,10 @@ def read_points(path: str | Path) -> list[Point]:
     """A points file (JSON lines of pass compositions), each line checked: file, line and field
     named on error."""
     path = Path(path)
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        raise SpsimError(f"{path}: points file not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpsimError(f"{path}: cannot read the points file ({e})") from None
+    if not path.exists():
+        raise SpsimError(f"{path}: points file not found")
     out = []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            d = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(path, i, None, f"not JSON ({e.msg})") from None
-        if not isinstance(d, dict):
-            raise InputError(path, i, None, "must be a JSON object (a pass composition)")
+    for i, d in json_lines(path, "the points file"):
         for f in ("group", "method", "budget", "prefill", "drafts", "verifies"):
             if f not in d:
                 raise InputError(path, i, f, "missing")

@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from spsim.errors import InputError
+from spsim.jsonlines import json_lines
 from spsim.plan import DraftMethod
 
 FIELDS = ("request", "out_pos", "draft_pos", "accepted", "entropy", "method", "budget", "context")
@@ -159,72 +160,63 @@ def read_events(path) -> Events:
     labels: list = []
     meta: dict = {}
     n = 0
-    with open(path) as fh:
-        for ln, line in enumerate(fh, 1):
-            if not line.strip():
+    for ln, d in json_lines(path, "the events file"):
+        if ln == 1 and "spsim_accept_events" in d:
+            meta = d
+            continue
+        for f in FIELDS:
+            if f not in d and f != "entropy":
+                raise InputError(path, ln, f, "missing")
+        rid = d["request"]
+        if not isinstance(rid, (int, str)) or isinstance(rid, bool):
+            raise InputError(path, ln, "request", f"expected an integer or a string, got {rid!r}")
+        vals = {f: _int_field(path, ln, d, f, 1 if f == "budget" else 0)
+                for f in ("out_pos", "draft_pos", "budget", "context")}
+        if vals["draft_pos"] > vals["out_pos"]:
+            raise InputError(path, ln, "draft_pos", "greater than out_pos")
+        if not isinstance(d["accepted"], bool):
+            raise InputError(path, ln, "accepted", f"expected true or false, got {d['accepted']!r}")
+        e = d.get("entropy")
+        if e is not None and (not isinstance(e, (int, float)) or isinstance(e, bool) or e < 0):
+            raise InputError(path, ln, "entropy", f"expected a number >= 0 or null, got {e!r}")
+        m = d["method"]
+        try:
+            code = int(DraftMethod(m)) if isinstance(m, int) else int(DraftMethod.parse(str(m)))
+        except ValueError as ex:
+            raise InputError(path, ln, "method", str(ex)) from None
+        k = -1
+        if d.get("drafted") is not None:
+            k = _int_field(path, ln, d, "drafted", vals["draft_pos"] + 1)
+        # window: a run starting at or before the id's latest run start reuses the id
+        start = vals["out_pos"] - vals["draft_pos"]
+        occ, last = cur.get(rid, (0, None))
+        if vals["draft_pos"] == 0 and last is not None and start <= last:
+            occ += 1
+        if vals["draft_pos"] == 0 or last is None:
+            last = start if last is None or vals["draft_pos"] == 0 else last
+        cur[rid] = (occ, last)
+        w = windows.get((rid, occ))
+        if w is None:
+            w = windows[(rid, occ)] = len(windows)
+            labels.append(rid if occ == 0 else f"{rid}#{occ + 1}")
+        cols["request"].append(w)
+        for f, v in vals.items():
+            cols[f].append(v)
+        cols["accepted"].append(d["accepted"])
+        cols["entropy"].append(np.nan if e is None else float(e))
+        cols["method"].append(code)
+        drafted.append(k)
+        lines.append(ln)
+        for f, v in d.items():
+            if f in FIELDS or f in OPTIONAL:
                 continue
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(path, ln, None, f"not JSON ({e.msg})") from None
-            if not isinstance(d, dict):
-                raise InputError(path, ln, None, "expected a JSON object")
-            if ln == 1 and "spsim_accept_events" in d:
-                meta = d
-                continue
-            for f in FIELDS:
-                if f not in d and f != "entropy":
-                    raise InputError(path, ln, f, "missing")
-            rid = d["request"]
-            if not isinstance(rid, (int, str)) or isinstance(rid, bool):
-                raise InputError(path, ln, "request", f"expected an integer or a string, got {rid!r}")
-            vals = {f: _int_field(path, ln, d, f, 1 if f == "budget" else 0)
-                    for f in ("out_pos", "draft_pos", "budget", "context")}
-            if vals["draft_pos"] > vals["out_pos"]:
-                raise InputError(path, ln, "draft_pos", "greater than out_pos")
-            if not isinstance(d["accepted"], bool):
-                raise InputError(path, ln, "accepted", f"expected true or false, got {d['accepted']!r}")
-            e = d.get("entropy")
-            if e is not None and (not isinstance(e, (int, float)) or isinstance(e, bool) or e < 0):
-                raise InputError(path, ln, "entropy", f"expected a number >= 0 or null, got {e!r}")
-            m = d["method"]
-            try:
-                code = int(DraftMethod(m)) if isinstance(m, int) else int(DraftMethod.parse(str(m)))
-            except ValueError as ex:
-                raise InputError(path, ln, "method", str(ex)) from None
-            k = -1
-            if d.get("drafted") is not None:
-                k = _int_field(path, ln, d, "drafted", vals["draft_pos"] + 1)
-            # window: a run starting at or before the id's latest run start reuses the id
-            start = vals["out_pos"] - vals["draft_pos"]
-            occ, last = cur.get(rid, (0, None))
-            if vals["draft_pos"] == 0 and last is not None and start <= last:
-                occ += 1
-            if vals["draft_pos"] == 0 or last is None:
-                last = start if last is None or vals["draft_pos"] == 0 else last
-            cur[rid] = (occ, last)
-            w = windows.get((rid, occ))
-            if w is None:
-                w = windows[(rid, occ)] = len(windows)
-                labels.append(rid if occ == 0 else f"{rid}#{occ + 1}")
-            cols["request"].append(w)
-            for f, v in vals.items():
-                cols[f].append(v)
-            cols["accepted"].append(d["accepted"])
-            cols["entropy"].append(np.nan if e is None else float(e))
-            cols["method"].append(code)
-            drafted.append(k)
-            lines.append(ln)
-            for f, v in d.items():
-                if f in FIELDS or f in OPTIONAL:
-                    continue
-                if isinstance(v, (dict, list)):
-                    raise InputError(path, ln, f, "expected a scalar (a label for --holdout-by)")
-                extra.setdefault(f, [None] * n).append(v)
-            n += 1
-            for f, v in extra.items():
-                if len(v) < n:
-                    v.append(None)
+            if isinstance(v, (dict, list)):
+                raise InputError(path, ln, f, "expected a scalar (a label for --holdout-by)")
+            extra.setdefault(f, [None] * n).append(v)
+        n += 1
+        for f, v in extra.items():
+            if len(v) < n:
+                v.append(None)
     if not n:
         raise InputError(path, None, None, "no events")
     arr = {f: np.asarray(cols[f], dtype=bool if f == "accepted" else float if f == "entropy" else np.int64)

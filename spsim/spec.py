@@ -78,6 +78,12 @@ def build(cls: type, spec_name: str, params: dict[str, Any]):
         if want is not None and not isinstance(val, want):
             raise SpecError(f"{spec_name}: parameter {key}={val!r} should be {want.__name__}")
         kwargs[key] = val
+    missing = [n for n, f in fields.items() if n not in kwargs and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:  # said here in the spec's words, not as the constructor's TypeError
+        given = ",".join(f"{n}=..." for n in [*kwargs, *missing])
+        raise SpecError(f"{spec_name}: missing parameter{'s' * (len(missing) > 1)} {', '.join(missing)} "
+                        f"(expected {spec_name}:{given})")
     try:
         return cls(**kwargs)
     except (ValueError, TypeError) as e:

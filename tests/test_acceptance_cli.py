@@ -57,6 +57,18 @@ def test_sample_fit_roundtrip(tmp_path):
     assert ((a >= 0) & (a <= 3)).all()
 
 
+def test_fit_prints_a_summary_and_the_report_with_json(tmp_path):
+    """The report (120 lines of JSON) is in the preset; the terminal gets the summary, --json the report."""
+    ev, out = tmp_path / "ev.jsonl", tmp_path / "fitted.json"
+    assert runner.invoke(app, ["sample", "fixed:p=0.8", "-o", str(ev), "--requests", "40"]).exit_code == 0
+    r = runner.invoke(app, ["fit", str(ev), "-o", str(out), "--bootstrap", "20"])
+    assert r.exit_code == 0, r.output
+    assert "selected model:" in r.output and '"train"' not in r.output and len(r.output.splitlines()) < 20
+    r = runner.invoke(app, ["fit", str(ev), "-o", str(out), "--bootstrap", "20", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) == json.loads(out.read_text())["fit"]
+
+
 def test_file_spec_errors(tmp_path):
     with pytest.raises(InputError, match="no such file"):
         make_acceptance(f"file:path={tmp_path / 'missing.json'}")

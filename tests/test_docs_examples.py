@@ -142,3 +142,43 @@ def test_readme_runs_are_bounded(line):
     trace on one replica."""
     if " mooncake" in line or " azure-conv" in line:
         assert "--limit" in line, line
+
+
+def test_readme_runtime_example_serves_its_requests(tmp_path):
+    """The README's `spsim run` example on the CPU completes every request it asks for, with sparse
+    drafts (a tiny model's 4K context rejects long-context prompts; a draft budget over the whole
+    context reads the full KV and is the CPU reference's slow path)."""
+    pytest.importorskip("torch")
+    import os
+    import subprocess
+    import sys
+
+    (line,) = [x for x in EXAMPLES if x.startswith("spsim run ")]
+    # as a user runs it: the CPU path, not the Triton interpreter the kernel tests set (10x slower)
+    # one torch thread: on a shared 2-core machine torch's thread pool can be 20x slower
+    env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-m", "spsim.cli", *shlex.split(line)[1:], "--json"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    limit = int(line.split("--limit ")[1].split()[0])
+    assert json.loads(r.stdout)["completed"] == limit and "drafts are not sparse" not in r.stderr
+
+
+@pytest.mark.parametrize("name", [n for n in COMMANDS if n], ids=str)
+def test_command_summary_is_one_short_line(name):
+    """The first paragraph of a command's help is its line in the parent's command list."""
+    summary = (COMMANDS[name].help or "").strip().split("\n\n")[0]
+    assert summary and "\n" not in summary.strip() and len(summary) <= 120, (name, summary)
+
+
+def test_help_paragraphs_flow_at_the_terminal_width():
+    """Rich help keeps a docstring's line breaks: `spsim` unwraps each paragraph, so none prints
+    broken mid-sentence (here: `acceptance fit`'s wrapped paragraphs)."""
+    from click.testing import CliRunner
+
+    from spsim.cli import command
+
+    r = CliRunner().invoke(command(), ["acceptance", "fit", "--help"])
+    lines = [ln.strip(" │") for ln in r.stdout.splitlines()]
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("Candidates:"))
+    assert lines[i + 1].startswith("the latent model; the one"), lines[i:i + 3]  # not "the latent model;" alone

@@ -145,6 +145,6 @@ def test_calibrate_cli_checks_the_points_file_first(tmp_path):
     bad.write_text("[1, 2]\n")
     r = runner.invoke(app, ["calibrate", "--gpu", "--device", "cpu", "--model", "tiny", "--points", str(bad),
                             "--out", str(tmp_path / "x.json")])
-    assert isinstance(r.exception, InputError) and "p.jsonl:1: must be a JSON object" in str(r.exception)
+    assert isinstance(r.exception, InputError) and "p.jsonl:1: expected a JSON object" in str(r.exception)
     r = runner.invoke(app, ["calibrate", "--from", str(bad), "--points", str(bad)])
     assert isinstance(r.exception, SpsimError) and "give it with --gpu" in str(r.exception)

@@ -61,6 +61,7 @@ def detect_format(path: str) -> str:
     if looks_json:
         obj = first_object(path)
         if obj is None:
+            _csv_named_json(path)
             # let the canonical reader name the line and the problem (empty file, bad JSON)
             return "canonical"
         if "spsim_trace" in obj or "arrival_s" in obj or "prompt_tokens" in obj:
@@ -75,6 +76,18 @@ def detect_format(path: str) -> str:
         raise InputError(path, 1, None, f"unknown format: CSV header {','.join(header)[:120]!r} is not "
                          "Azure, BurstGPT or Vidur; use --format")
     return fmt
+
+
+def _csv_named_json(path: str) -> None:
+    """A known CSV trace under a JSON-lines name: say so and how to read it (not "malformed JSON")."""
+    with open_text(path) as f:
+        first = next((ln for ln in f if ln.strip()), "")
+    if first.lstrip().startswith(("{", "[")) or "," not in first:
+        return
+    fmt = sniff_csv(read_header(path))
+    if fmt is not None:
+        raise InputError(path, 1, None, f"a CSV trace ({fmt} header) in a file named as JSON lines: rename it "
+                         f".csv or pass --format {fmt}")
 
 
 def read_trace(path: str | Path, format: str | None = None, skip_invalid: bool = False) -> Trace:

@@ -46,19 +46,30 @@ def _prefix(lists: list[list | None]) -> tuple[np.ndarray, np.ndarray]:
     return lens, flat
 
 
+def _split(lines: list[int], objs: list[dict], line_errors: list, problem) -> tuple[np.ndarray, list[dict]]:
+    """(line numbers, rows) of the rows `problem` finds nothing wrong with; the others go to
+    `line_errors` as (line, field, problem), for the row checker to stop at or count."""
+    good_lines, good = [], []
+    for ln, o in zip(lines, objs):
+        if (why := problem(o)) is not None:
+            line_errors.append((ln, *why))
+        else:
+            good_lines.append(ln)
+            good.append(o)
+    return np.array(good_lines, np.int64), good
+
+
 def read_mooncake(path: str, skip_invalid: bool = False) -> Trace:
     checker = RowChecker(path, skip_invalid)
     cols, base = Columns(), None
     for lines, objs, line_errors in json_chunks(path):
-        good_lines, good = [], []
         lists_ok = all_int_lists([o.get("hash_ids") for o in objs])
-        for ln, o in zip(lines, objs):
-            if not lists_ok and "hash_ids" in o and (why := int_list_problem(o["hash_ids"])):
-                line_errors.append((ln, "hash_ids", why))
-            else:
-                good_lines.append(ln)
-                good.append(o)
-        lines = np.array(good_lines, np.int64)
+
+        def hash_problem(o, lists_ok=lists_ok):
+            why = None if lists_ok or "hash_ids" not in o else int_list_problem(o["hash_ids"])
+            return ("hash_ids", why) if why else None
+
+        lines, good = _split(lines, objs, line_errors, hash_problem)
         t, t_miss, t_nan = numbers([o.get("timestamp") for o in good])
         p, p_miss, p_nan = numbers([o.get("input_length") for o in good])
         q, q_miss, q_nan = numbers([o.get("output_length") for o in good])
@@ -135,15 +146,8 @@ def read_canonical(path: str, skip_invalid: bool = False) -> Trace:
             meta = _header(path, lines[0], objs[0], header_skipped, checker)
             lines, objs = lines[1:], objs[1:]
         first = False
-        good_lines, good = [], []
         lists_ok = all_int_lists([o.get("prefix_blocks") for o in objs])
-        for ln, o in zip(lines, objs):
-            if (why := _row_problem(o, lists_ok)) is not None:
-                line_errors.append((ln, *why))
-            else:
-                good_lines.append(ln)
-                good.append(o)
-        lines = np.array(good_lines, np.int64)
+        lines, good = _split(lines, objs, line_errors, lambda o: _row_problem(o, lists_ok))
         a, a_miss, a_nan = numbers([o.get("arrival_s") for o in good])
         p, p_miss, p_nan = numbers([o.get("prompt_tokens") for o in good])
         q, q_miss, q_nan = numbers([o.get("output_tokens") for o in good])

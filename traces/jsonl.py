@@ -48,8 +48,8 @@ def _parse(nums: list[int], texts: list[str]) -> tuple[list[int], list[dict], li
         if has_bad_bytes(raw):
             errors.append((ln, None, NOT_UTF8))
             continue
-        try:
-            obj = json.loads(raw)
+        try:  # without its line break, so the column of an error at the line's end is that line's
+            obj = json.loads(raw.rstrip("\r\n"))
         except RecursionError:
             errors.append((ln, None, "malformed JSON: nested too deeply"))
             continue

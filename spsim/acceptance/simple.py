@@ -61,6 +61,12 @@ class _Independent(KeyedDraws):
         return ent.signal(acc, self._store.bufs[1][at], self.entropy_median, self.entropy_sigma, self._shift)
 
 
+def _probabilities(**values: float) -> None:
+    for name, v in values.items():
+        if not 0.0 <= v <= 1.0:  # also NaN
+            raise ValueError(f"{name}={v} must be in [0, 1]")
+
+
 @dataclass
 class FixedAcceptance(_Independent):
     p: float = 0.8
@@ -69,8 +75,7 @@ class FixedAcceptance(_Independent):
     entropy_sigma: float = 1.0
 
     def __post_init__(self):
-        if not 0.0 <= self.p <= 1.0:
-            raise ValueError(f"p={self.p} must be in [0, 1]")
+        _probabilities(p=self.p)
         self._setup(0)  # make_acceptance re-keys with the run's seed
 
     def prob(self, j):
@@ -86,10 +91,7 @@ class PositionAcceptance(_Independent):
     entropy_sigma: float = 1.0
 
     def __post_init__(self):
-        if not 0.0 <= self.p0 <= 1.0:
-            raise ValueError(f"p0={self.p0} must be in [0, 1]")
-        if not 0.0 <= self.decay <= 1.0:
-            raise ValueError(f"decay={self.decay} must be in [0, 1]")
+        _probabilities(p0=self.p0, decay=self.decay)
         self._setup(0)  # make_acceptance re-keys with the run's seed
 
     def prob(self, j):

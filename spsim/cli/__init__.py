@@ -84,6 +84,7 @@ def command():
     cmd = typer.main.get_command(app)
 
     def walk(c):
+        c.help = unwrap(c.help)
         for p in c.params:
             if getattr(p, "is_flag", False):  # typer's options are not click.Option subclasses
                 p.metavar = ""
@@ -92,6 +93,16 @@ def command():
 
     walk(cmd)
     return cmd
+
+
+def unwrap(text: str | None) -> str | None:
+    """Help paragraphs as flowing text: rich help keeps a docstring's line breaks, so a paragraph
+    wrapped at the source's width would print broken mid-sentence at the terminal's."""
+    if not text:
+        return text
+    paras = text.split("\n\n")
+    return "\n\n".join(p if any(ln.startswith((" ", "-", "*")) for ln in p.split("\n")[1:])
+                       else " ".join(ln.strip() for ln in p.split("\n")) for p in paras)
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

@@ -187,7 +187,9 @@ def fit(events: Path = typer.Argument(..., help="Accept-events JSONL (from `spsi
         model: str = typer.Option("auto", "--model", help="auto (select on held-out requests), or force one of "
                                   "constant, position, latent (still scored and reported)."),
         bootstrap: int = typer.Option(400, help="Bootstrap replicates for the interval of the mean accepted length "
-                                      "per k (groups, then requests within them; 0: none).")):
+                                      "per k (groups, then requests within them; 0: none)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the fit's report as JSON (it is also in the "
+                                     "preset's `fit`) instead of the summary.")):
     """Fit acceptance models to recorded accept events, select one on held-out requests, write it as a preset.
 
     Candidates: a constant rate per method and budget, a rate per draft position, the latent model;
@@ -264,13 +266,16 @@ def fit(events: Path = typer.Argument(..., help="Accept-events JSONL (from `spsi
                             "with; this fitted model extrapolates to other draft lengths, contexts and methods.",
          "stated": {}}
     out.write_text(json.dumps(d, indent=1, default=float) + "\n")
-    console.print_json(json.dumps(report, default=float))
+    if as_json:  # the report only, so it parses; the summary below says the same in words
+        typer.echo(json.dumps(report, indent=1, default=float))
+        return
     if not rep["converged"]:
         console.print(f"[yellow]fit did not converge: {rep['status']}[/]")
     _print_selection(selection, block, few, test.any())
     console.print(f"used {rep['tokens']:,} informative tokens of {len(train):,} training events in "
                   f"{rep['windows']:,} windows ({data['events']:,} events, {data['windows']:,} windows, "
-                  f"{data['request_ids']:,} request ids in the file); wrote {out}")
+                  f"{data['request_ids']:,} request ids in the file); wrote {out} (the full report: its `fit`, "
+                  f"or --json)")
 
 
 def _final_model(chosen, ev, train, test, params, base_p, do_fit):

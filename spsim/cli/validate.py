@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from spsim.cli.runtime_options import COARSE_SHAPES, CUDA_GRAPHS, DEVICE, DTYPE, OVERLAP, STARTUP_SHAPES
 from spsim.cli_options import LIMIT, SKIP_INVALID, TRACE_FORMAT, check_out_dir, serving_options
 
 console = Console()
@@ -32,25 +33,17 @@ def register(app: typer.Typer) -> None:
         trace: str = typer.Argument(..., help="Trace file or shipped name (mooncake, azure-conv)."),
         window: Optional[float] = typer.Option(None, "--window", help="Only requests arriving in the first this "
                                                "many seconds (then --limit)."),
-        device: str = typer.Option("cuda", "--device", help="cuda or cpu (small models)."),
-        dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16, fp16, fp32 or fp64 (default: bf16 on GPUs)."),
-        cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs", help="Replay passes without "
-                                         "prefill from CUDA graphs (GPU only), as `spsim run` does."),
+        device: str = DEVICE,
+        dtype: Optional[str] = DTYPE,
+        cuda_graphs: bool = CUDA_GRAPHS,
         warm: Optional[bool] = typer.Option(None, "--warmup/--no-warmup", help="Compile the kernels on a few short "
                                             "requests before the measured run (default: on GPUs)."),
         rehearse: bool = typer.Option(False, "--rehearse", help="Serve the trace once untimed first, capturing "
                                       "every CUDA graph shape it meets, then measure a second run: the steady "
                                       "state, without first-use captures and eager passes (twice the GPU time)."),
-        startup_shapes: bool = typer.Option(False, "--startup-shapes", help="Capture a CUDA graph of every pass shape "
-                                            "the settings allow before the first request (the shape rule: docs/runtime.md), none "
-                                            "while serving; a pass of another shape runs eager, counted by reason. Opt-in: on the "
-                                            "H200 (8B, --max-batch 16) 700-900 graphs took 73-98 s and ~4 GiB, set aside from the KV pool."),
-        coarse_shapes: bool = typer.Option(False, "--coarse-shapes", help="Pad passes to powers of two (rows, tokens, page-table and selection widths): fewer CUDA-graph shapes "
-                                            "under policies that mix drafting and verifying requests, more padding. The simulator "
-                                            "prices the same padding (the shipped profiles were measured on the default one)."),
-        overlap: Optional[bool] = typer.Option(None, "--overlap/--no-overlap", help="Plan and prepare each pass "
-                                               "while the previous one runs (default: on GPUs with preset "
-                                               "acceptance; real acceptance needs each verification's result first)."),
+        startup_shapes: bool = STARTUP_SHAPES,
+        coarse_shapes: bool = COARSE_SHAPES,
+        overlap: Optional[bool] = OVERLAP,
         measured: Optional[Path] = typer.Option(None, "--measured", help="A summary.json measured at a server's "
                                                 "client (spsim bench serve --out): compare the simulator with it "
                                                 "instead of running the trace here."),
