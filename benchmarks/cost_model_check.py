@@ -6,7 +6,7 @@
    H200 by a probe script that git history keeps).
 3. Attention: KV read bandwidth the model implies for full-attention decode at batch 1 and 8,
    32K and 128K context, beside the torch SDPA figures in docs/anchors.md; verify/decode ratios.
-4. Speed: microseconds per time(plan), per pass of segment_times, per marginal() call.
+4. Speed: microseconds per time(plan), per pass of times() of a decode grid, per marginal() call.
 
 Run: python3 benchmarks/cost_model_check.py  (writes benchmarks/results/cost_model_check.json)
 """
@@ -23,8 +23,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from spsim.plan import DraftMethod, PassPlan
-from spsim.cost.segments import DecodeSegment
-from spsim.cost.segments import RooflineSegments
+from spsim.cost.batch import PlanBatch
 from spsim.cost import RooflineCostModel, RooflineParams, fit_error, make_cost_model
 from spsim.cost.roofline import H200_8B_PASS_S
 
@@ -99,12 +98,12 @@ def mixed_plan(r: int, rng) -> PassPlan:
         verify_ids=np.arange(nd, r), verify_query=rng.integers(1, 10, nv), verify_context=rng.integers(1000, 64000, nv))
 
 
-def segment(n: int, r: int, rng) -> DecodeSegment:
+def segment(n: int, r: int, rng) -> PlanBatch:
     kind = rng.integers(1, 3, (n, r)).astype(np.int8)
     query = np.where(kind == 2, rng.integers(1, 10, (n, r)), 1)
     ctx = rng.integers(1000, 64000, (n, r))
     dpos = np.where(kind == 2, query - 1, rng.integers(0, 8, (n, r)))
-    return DecodeSegment(kind, query, ctx, dpos, np.full(r, 2048), rng.integers(0, 3, r))
+    return PlanBatch.decode(kind, query, ctx, dpos, 2048, int(rng.integers(0, 3)))
 
 
 def speed() -> dict:
@@ -126,8 +125,8 @@ def speed() -> dict:
         "time_8req_mixed_us": us(lambda: cm.time(plan), 2000),
         "time_8req_verify_only_us": us(lambda: cm.time(vplan), 2000),
         "time_128req_mixed_us (vector path)": us(lambda: cm.time(big), 500),
-        "segment_n64_r8_us_per_pass": round(us(lambda: RooflineSegments(cm).segment_times(seg), 200) / 64, 2),
-        "segment_n64_r8_us_per_call": us(lambda: RooflineSegments(cm).segment_times(seg), 200),
+        "segment_n64_r8_us_per_pass": round(us(lambda: cm.times(seg), 200) / 64, 2),
+        "segment_n64_r8_us_per_call": us(lambda: cm.times(seg), 200),
         "marginal_4req_us": us(lambda: cm.marginal(c, bud, meth, q), 2000),
         "pass_overhead_us": us(lambda: cm.pass_overhead(24), 20000),
     }

@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from spsim.cost.segments import DecodeSegment, segment_cost
+from spsim.cost.batch import PlanBatch
 from spsim.plan import Outcome, PassPlan
 from spsim.policies.request import RequestTable
 
@@ -19,9 +19,8 @@ from spsim.policies.request import RequestTable
 
 class SimExecutor:
     def __init__(self, cost, acceptance, table: RequestTable, want_entropy: bool, budget: int, method: int,
-                 one_pass: Callable[[PassPlan], DecodeSegment]):
+                 one_pass: Callable[[PassPlan], PlanBatch]):
         self.cost = cost
-        self.segments = segment_cost(cost)
         self.acc = acceptance
         self.t = table
         self.want_entropy = want_entropy
@@ -36,7 +35,7 @@ class SimExecutor:
         if len(plan.prefill_ids):
             elapsed = float(self.cost.time(plan))
         else:
-            elapsed = float(self.segments.segment_times(self.one_pass(plan))[0])
+            elapsed = float(self.cost.times(self.one_pass(plan))[0])
         return Outcome(elapsed, self.entropy(plan), self.verify(plan.verify_ids, plan.verify_query - 1))
 
     def entropy(self, plan: PassPlan) -> np.ndarray:

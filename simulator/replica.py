@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from spsim.cost.segments import DecodeSegment
+from spsim.cost.batch import PlanBatch
 from spsim.policies.batcher import Batcher
 
 from .executor import SimExecutor
@@ -35,7 +35,7 @@ class Replica:
         self.batcher = batcher
         self.fp = fast_path
         self.ex = executor
-        self.seg_cost = executor.segments
+        self.cost = executor.cost
         fast_path.acc = executor.acc
         self.fast = fast
         self.max_segment = max_segment
@@ -127,9 +127,9 @@ class Replica:
     def _run_segment(self, sp, now: float):
         env = self.env
         if sp.seg is None:
-            times = self.seg_cost.decode_times(sp.context, sp.n)
+            times = self.cost.times(PlanBatch.plain(sp.context, sp.n))
         else:
-            times = self.seg_cost.segment_times(sp.seg)
+            times = self.cost.times(sp.seg)
         n = sp.n
         env_now = env.now
         if times.max() * (1 + 1e-9) < env_now:
@@ -173,8 +173,8 @@ class Replica:
             vids = self.fp.last_verify_ids(sp, n)
             accepted = self.ex.verify(vids, b.t.drafted[vids] + n - 1) if len(vids) else None
             kinds = sp.seg.kind[:n]
-            has_d = (kinds == DecodeSegment.DRAFT).any(axis=1)
-            has_v = (kinds == DecodeSegment.VERIFY).any(axis=1)
+            has_d = (kinds == PlanBatch.DRAFT).any(axis=1)
+            has_v = (kinds == PlanBatch.VERIFY).any(axis=1)
             for cat, mask in (("mixed", has_d & has_v), ("draft", has_d & ~has_v), ("verify", has_v & ~has_d)):
                 if mask.any():
                     self.cat_ns[cat] += int(tn[mask].sum())

@@ -5,7 +5,7 @@ until the first verification whose outcome is random, a completion or a page sho
 routed to the replica cuts the segment short there). `FastPath.plan` returns them as one
 `SegmentPlan`: the policy picks how (`Policy.fast_plan`, from the planners here: `held`, `cycles`,
 `zero`, `stretch`, `every`; its own beside it where it needs one, as `policies/sync_ahead.py`).
-The replica prices them in one call (`segment_cost`), and `FastPath.apply` leaves
+The replica prices them in one call (`CostModel.times` of a `PlanBatch`), and `FastPath.apply` leaves
 exactly the state that as many single passes through `Batcher.plan`/`apply` would. It works on the
 batcher's request table and its extension point (`ask_policy`, `decode_order`,
 `record_verifications`, `finish`, and the public `running`, `pool`, `itl`, `passes`); the batcher
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spsim.cost.segments import DecodeSegment
+from spsim.cost.batch import PlanBatch
 from spsim.plan import DraftMethod, PassPlan
 from spsim.policies.base import DecodeView
 from spsim.policies.batcher import Batcher
@@ -36,7 +36,7 @@ _FMAX = float(np.finfo(np.float64).max)
 class SegmentPlan:
     rids: np.ndarray | list[int]  # running order (a list when every request decodes plainly)
     n: int  # passes
-    seg: DecodeSegment | None  # None: every request decodes plainly, priced by `decode_times`
+    seg: PlanBatch | None  # None: every request decodes plainly, priced as `PlanBatch.plain`
     context: list[int] | None = None  # plain decode: each request's context before the first pass
     ar_like: np.ndarray | None = None  # bool per request: verifies every pass with no drafts
     verify_at: np.ndarray | None = None  # pass index of each speculative request's verification (or n)
@@ -108,7 +108,7 @@ class FastPath:
         # (`prefix_table`)
         self.tables: dict[str, OutcomeTable] = {}
 
-    def one_pass(self, plan: PassPlan) -> DecodeSegment:
+    def one_pass(self, plan: PassPlan) -> PlanBatch:
         """A decode-only plan as a one-pass segment with its requests in running order, the same
         column order `plan()` uses, so both paths price passes identically."""
         dec, verify, idle = self.b.decode_order
@@ -116,8 +116,8 @@ class FastPath:
         d = t.drafted[dec]
         kind = np.where(verify, 2, 1).astype(np.int8)
         if idle is not None:  # a synchronous batch's request sitting the pass out: in no pass
-            kind[idle] = DecodeSegment.IDLE
-        return DecodeSegment(kind[None, :],
+            kind[idle] = PlanBatch.IDLE
+        return PlanBatch.decode(kind[None, :],
                              np.where(verify, d + 1, 1)[None, :], t.ctx[dec][None, :], d[None, :],
                              self.cfg.draft_budget, self.cfg.draft_method)
 
@@ -194,12 +194,12 @@ class FastPath:
             return SegmentPlan(run.tolist(), n, None, ctx0.tolist())
         i = np.arange(n, dtype=I64)[:, None]
         is_verify = ar_like | (i == wait)
-        kind = np.where(is_verify, DecodeSegment.VERIFY, DecodeSegment.DRAFT).astype(np.int8)
+        kind = np.where(is_verify, PlanBatch.VERIFY, PlanBatch.DRAFT).astype(np.int8)
         dpos = np.where(ar_like, 0, d + i)
         query = np.where(is_verify, dpos + 1, 1)
         ctx = ctx0 + np.where(ar_like, i, 0)
         verify_at = np.where(ar_like, n, wait)
-        seg = DecodeSegment(kind, query, ctx, dpos, self.cfg.draft_budget, self.cfg.draft_method)
+        seg = PlanBatch.decode(kind, query, ctx, dpos, self.cfg.draft_budget, self.cfg.draft_method)
         return SegmentPlan(run, n, seg, None, ar_like, verify_at)
 
     def zero(self, max_passes: int) -> SegmentPlan | None:
@@ -717,7 +717,7 @@ class FastPath:
                 return None
             k = int(np.searchsorted(vp, n))
             vp, vj, dv, acc = vp[:k], vj[:k], dv[:k], acc[:k]
-            seg = DecodeSegment(seg.kind[:n], seg.query[:n], seg.context[:n], seg.draft_pos[:n], seg.budget, seg.method)
+            seg = seg.head(n)
             need = need[:n]
             if idle is not None:
                 idle = [x for x in idle if x[1] < n] or None
@@ -742,14 +742,14 @@ class FastPath:
         prev[0] = -1
         prev[1:] = last[:-1]
         dpos = np.where(prev >= 0, i - prev - 1, d0 + i)
-        kind = np.where(V, DecodeSegment.VERIFY, DecodeSegment.DRAFT).astype(np.int8)
+        kind = np.where(V, PlanBatch.VERIFY, PlanBatch.DRAFT).astype(np.int8)
         if idle:
             for j, p0, p1, x in idle:
-                kind[p0:p1, j] = DecodeSegment.IDLE
+                kind[p0:p1, j] = PlanBatch.IDLE
                 dpos[p0:p1 + 1, j] = x  # through its verification at p1 (when inside the segment)
         query = np.where(V, dpos + 1, 1)
         need = private_pages(ctx + dpos + 1, self.t.shared_tokens[run], self.cfg.page_size)
-        return DecodeSegment(kind, query, ctx, dpos, self.cfg.draft_budget, self.cfg.draft_method), need
+        return PlanBatch.decode(kind, query, ctx, dpos, self.cfg.draft_budget, self.cfg.draft_method), need
 
     def _plain_passes(self, max_passes: int) -> int:
         """Passes until the first finish (at most max_passes) if every running request decodes
@@ -854,9 +854,9 @@ class FastPath:
         t.verifies[run] += nver
         t.accepted[run] += np.bincount(vj, acc, r).astype(I64)
         t.spec_verifies[run] += np.bincount(vj[spec], None, r).astype(I64)
-        t.drafts[run] += (kind == DecodeSegment.DRAFT).sum(axis=0)
-        last_v = kind[n - 1] == DecodeSegment.VERIFY
-        t.drafted[run] = np.where(last_v, 0, sp.seg.draft_pos[n - 1] + (kind[n - 1] == DecodeSegment.DRAFT))
+        t.drafts[run] += (kind == PlanBatch.DRAFT).sum(axis=0)
+        last_v = kind[n - 1] == PlanBatch.VERIFY
+        t.drafted[run] = np.where(last_v, 0, sp.seg.draft_pos[n - 1] + (kind[n - 1] == PlanBatch.DRAFT))
         # pages: after pass n-1's reservation, shrunk to the committed tokens where it verified
         need = cy.need[:n]
         pages = np.where(last_v, private_pages(t.ctx[run], t.shared_tokens[run], self.cfg.page_size), need[n - 1])

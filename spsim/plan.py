@@ -15,8 +15,8 @@ three groups, each a set of parallel numpy arrays (one entry per request):
 `context` is always the number of tokens already in the KV cache before this pass, not counting
 provisional (drafted, not yet verified) tokens, which a request holds `drafted` of.
 
-The simulator's many-passes-at-once pricing (`DecodeSegment`) is simulator-only and lives in
-`spsim.simulator.segment`.
+Many passes priced at once (the simulator's runs of decode passes, calibration's designs) are a
+`spsim.cost.batch.PlanBatch`.
 """
 
 from __future__ import annotations

@@ -188,11 +188,11 @@ def test_empty_batch(name):
 @pytest.mark.parametrize("variant", [{}, {"padding": "none"}, {"padding": "pow2"}, {"padding": "rule"},
                                      {"attn_sms": 0}, {"attn_tile_eff": None}])
 def test_plain_decodes_equal_their_segment(gpu_model, variant):
-    """Plain decodes priced apart (`decode_times`, and `segment_times` of plain segments: the step
-    path's one-pass ones) are the general segment pricing, bit for bit, under the shipped profiles
+    """Plain decodes priced apart (`PlanBatch.plain`, and decode grids of plain passes: the step
+    path's one-pass ones) are the general grid pricing, bit for bit, under the shipped profiles
     and variants of them."""
     from spsim.cost import load_cost_model
-    from spsim.cost.segments import DecodeSegment
+    from spsim.cost.batch import PlanBatch
     from spsim.cost.shipped import profile_path
 
     cm = load_cost_model(str(profile_path(*gpu_model)))
@@ -203,11 +203,12 @@ def test_plain_decodes_equal_their_segment(gpu_model, variant):
     rng = np.random.default_rng(7)
     for r, n, top in [(1, 1, 50), (3, 40, 3000), (7, 200, 500), (8, 13, 70000), (40, 300, 9000), (130, 5, 2000)]:
         context = rng.integers(0, top, r).tolist()
-        seg = DecodeSegment.plain(context, n)
-        want = general.segment_times(seg)
-        for got in (cm.decode_times(context, n), cm.segment_times(seg)):
+        plain = PlanBatch.plain(context, n)
+        seg = PlanBatch.decode(plain.kind, plain.query, plain.context, plain.draft_pos, 0, 0)
+        want = general.times(seg)
+        for got in (cm.times(PlanBatch.plain(context, n)), cm.times(seg)):
             assert got.dtype == want.dtype and got.shape == want.shape
             assert np.array_equal(got, want)
-        one = DecodeSegment(seg.kind[:1], seg.query[:1], rng.integers(0, top, (1, r)), seg.draft_pos[:1],
-                            seg.budget + 64, seg.method + 1)  # a step's pass: any contexts, a drafting run's
-        assert np.array_equal(cm.segment_times(one), general.segment_times(one))
+        one = PlanBatch.decode(seg.kind[:1], seg.query[:1], rng.integers(0, top, (1, r)), seg.draft_pos[:1],
+                               seg.budget + 64, seg.method + 1)  # a step's pass: any contexts, a drafting run's
+        assert np.array_equal(cm.times(one), general.times(one))

@@ -178,11 +178,8 @@ def test_every_path_prices_a_pass_alike(cm):
 
 
 def test_simulator_segments_equal_per_pass_time(cm):
-    from spsim.cost.segments import DecodeSegment
-    from spsim.cost.segments import segment_cost
+    from spsim.cost.batch import PlanBatch
 
-    sc = segment_cost(cm)
-    assert sc is cm  # its own segment pricing (the roofline's tables plus the per-pass terms)
     rng = np.random.default_rng(7)
     for _ in range(30):
         n, r = int(rng.integers(1, 6)), int(rng.integers(1, 7))
@@ -192,8 +189,7 @@ def test_simulator_segments_equal_per_pass_time(cm):
         dpos = np.where(kind == 2, query - 1, rng.integers(0, 20, (n, r)))
         budget = 2048 if rng.random() < 0.7 else int(rng.integers(1, 8192))
         method = int(rng.integers(0, 5))
-        seg = DecodeSegment(kind, query, ctx, dpos, budget, method)
-        got = sc.segment_times(seg)
+        got = cm.times(PlanBatch.decode(kind, query, ctx, dpos, budget, method))  # its grid pricing
         for i in range(n):
             d, v = kind[i] == 1, kind[i] == 2
             # a verify-attn run keeps its verifications' page scores
@@ -203,7 +199,9 @@ def test_simulator_segments_equal_per_pass_time(cm):
                             keep_scores=method == DraftMethod.VERIFY_ATTN)
             assert got[i] == pytest.approx(cm.time(plan), rel=1e-12)
     for context in ([5000], [100, 70000, 3000], list(range(1000, 30000, 2500))):
-        assert np.array_equal(sc.decode_times(context, 5), sc.segment_times(DecodeSegment.plain(context, 5)))
+        plain = PlanBatch.plain(context, 5)
+        grid = PlanBatch.decode(plain.kind, plain.query, plain.context, plain.draft_pos, 0, 0)
+        assert np.array_equal(cm.times(plain), cm.times(grid))
 
 
 def test_profile_round_trips_and_loads_without_torch(cm, tmp_path):
@@ -437,7 +435,6 @@ def test_a_verify_attn_run_pays_for_its_page_scores_in_every_pass_that_verifies(
     verifications of 5 and 9 tokens. The plan, batch and segment prices agree, and a run of
     another method pays nothing."""
     from spsim.cost.batch import PlanBatch
-    from spsim.cost.segments import DecodeSegment
 
     def plan(keep, drafts=0):
         return PassPlan(draft_ids=np.arange(drafts), draft_context=np.full(drafts, 32768),
@@ -450,8 +447,7 @@ def test_a_verify_attn_run_pays_for_its_page_scores_in_every_pass_that_verifies(
         assert kept > plain * 1.2
         batch = cm.times(PlanBatch.of([plan(True, drafts), plan(False, drafts)]))
         assert batch[0] == pytest.approx(kept, rel=1e-12) and batch[1] == pytest.approx(plain, rel=1e-12)
-        seg = DecodeSegment.from_plan(plan(True, drafts))
-        assert float(cm.segment_times(seg)[0]) == pytest.approx(kept, rel=1e-12)
+        assert float(cm.times(PlanBatch.from_plan(plan(True, drafts)))[0]) == pytest.approx(kept, rel=1e-12)
     from dataclasses import replace
 
     off = CalibratedCostModel("llama-3.1-8b", "h200", params=replace(cm.p, score_attn_frac=0.0, score_col_s=0.0))

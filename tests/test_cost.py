@@ -17,8 +17,7 @@ from spsim.memory import kv_capacity_pages, page_bytes
 from spsim.models import MODELS, get_model
 from spsim.cost.constant import ConstantCostModel
 from spsim.plan import DraftMethod, PassPlan
-from spsim.cost.segments import DecodeSegment
-from spsim.cost.segments import PerPass, RooflineSegments
+from spsim.cost.batch import PlanBatch
 from spsim.cost import RooflineCostModel, fit_error, load_cost_model, make_cost_model, save_profile
 
 I = np.int64
@@ -252,7 +251,7 @@ def segments(draw):
     query = np.where(kind == 2, ints(1, 40, n * r).reshape(n, r), 1)
     ctx = ints(0, 131000, n * r).reshape(n, r)
     dpos = np.where(kind == 2, query - 1, ints(0, 20, n * r).reshape(n, r))
-    return DecodeSegment(kind, query, ctx, dpos, draw(st.integers(1, 8192)), draw(st.integers(0, len(DraftMethod) - 1)))
+    return PlanBatch.decode(kind, query, ctx, dpos, draw(st.integers(1, 8192)), draw(st.integers(0, len(DraftMethod) - 1)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -262,11 +261,10 @@ def _cached(model, tp):
 
 @settings(max_examples=60, deadline=None)
 @given(seg=segments(), model=st.sampled_from(["8b", "qwen2.5-7b"]), tp=st.sampled_from([1, 2]))
-def test_segment_times_equal_per_pass_time(seg, model, tp):
+def test_grid_times_equal_per_pass_time(seg, model, tp):
     cm = _cached(model, tp)
-    sc = RooflineSegments(cm)
-    got = sc.segment_times(seg)
-    assert np.allclose(got, PerPass(cm).segment_times(seg), rtol=1e-12, atol=0)
+    got = cm.times(seg)  # from the lookup tables
+    assert np.allclose(got, cm.times(PlanBatch.of(seg.plans)), rtol=1e-12, atol=0)  # from the flat arrays
     assert got.shape == (seg.kind.shape[0],)
     for i in range(seg.kind.shape[0]):
         d, v = seg.kind[i] == 1, seg.kind[i] == 2
@@ -275,7 +273,7 @@ def test_segment_times_equal_per_pass_time(seg, model, tp):
                         verify_ids=np.flatnonzero(v), verify_query=seg.query[i, v], verify_context=seg.context[i, v])
         assert got[i] == pytest.approx(cm.time(plan), rel=1e-12)
         assert got[i] == pytest.approx(_cached_vec(model, tp).time(plan), rel=1e-12)
-        assert float(sc.segment_times(DecodeSegment.from_plan(plan))[0]) == pytest.approx(cm.time(plan), rel=1e-12)
+        assert float(cm.times(PlanBatch.from_plan(plan))[0]) == pytest.approx(cm.time(plan), rel=1e-12)
 
 
 # ---- protocol and profiles ----

@@ -1,4 +1,4 @@
-"""Plain-decode fast path: `decode_times` prices exactly like `segment_times`, and the scalar
+"""Plain-decode fast path: a `PlanBatch.plain` prices exactly like its decode grid, and the scalar
 (small batch) and vector (large batch) plain segments give the step path's results."""
 
 from __future__ import annotations
@@ -12,29 +12,34 @@ import pytest
 
 from spsim.cost.constant import ConstantCostModel
 from spsim.cost.roofline import RooflineCostModel
-from spsim.cost.segments import DecodeSegment, RooflineSegments, segment_cost
+from spsim.cost.batch import PlanBatch
 from spsim.simulator.segment import FastPath
 
 from conftest import make_trace, run, strip
 
 
+def grid(plain: PlanBatch) -> PlanBatch:
+    """The same passes as a decode grid (priced by the general grid path)."""
+    return PlanBatch.decode(plain.kind, plain.query, plain.context, plain.draft_pos, 0, 0)
+
+
 @pytest.mark.parametrize("r", [1, 2, 3, 7, 8, 9, 40])
-def test_decode_times_bit_identical_to_segment_times(r):
+def test_plain_times_bit_identical_to_grid_times(r):
     rng = np.random.default_rng(r)
     for cm in (RooflineCostModel(), RooflineCostModel("qwen2.5-7b", tp=2), ConstantCostModel()):
-        sc = segment_cost(cm)
         for _ in range(20):
             n = int(rng.integers(1, 300))
             context = rng.integers(0, 120_000, r).tolist()
-            assert np.array_equal(sc.decode_times(context, n), sc.segment_times(DecodeSegment.plain(context, n)))
+            plain = PlanBatch.plain(context, n)
+            assert np.array_equal(cm.times(plain), cm.times(grid(plain)))
 
 
-def test_decode_times_beyond_tables_uses_the_formulas():
+def test_plain_times_beyond_tables_uses_the_formulas():
     cm = RooflineCostModel()
     cm.TABLE_MAX_CONTEXT = 1024  # force the fallback
-    sc = RooflineSegments(cm)
     context, n = [5000, 17, 900], 50
-    assert np.array_equal(sc.decode_times(context, n), sc.segment_times(DecodeSegment.plain(context, n)))
+    plain = PlanBatch.plain(context, n)
+    assert np.array_equal(cm.times(plain), cm.times(grid(plain)))
 
 
 @pytest.mark.parametrize("policy", ["ar", "aspire", "fixed-k:k=4"])

@@ -1,7 +1,7 @@
 """`sync` at a request's end (issue 13): a request that has drafted all its remaining output can
 use sits the cycle's remaining draft passes out and verifies with the batch, instead of forcing the
 whole batch to verify early (MagicDec runs every cycle to gamma). The fast path gives the step
-path's results exactly with requests sitting out (spans of `DecodeSegment.IDLE`)."""
+path's results exactly with requests sitting out (spans of `PlanBatch.IDLE`)."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 Implementations register a profile kind (`spsim.cost.profile`): the analytic roofline (the
 embedded default) and, from calibration, models fitted to GPU measurements. Policies receive one
 to price their choices; the simulator uses it as its clock; calibration fits it through `times`.
-Pricing runs of decode passes from their (pass, request) grids is a simulator-only speed-up and
-lives beside it (`spsim.cost.segments`), not in this protocol.
+`times` is the one pricing form: the simulator's runs of decode passes are batches too
+(`PlanBatch.decode`, `PlanBatch.plain`), which a model with lookup tables prices from their grids.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ class CostModel(Protocol):
         """Seconds for one forward pass, priced from its actual per-request composition."""
 
     def times(self, batch: PlanBatch) -> np.ndarray:
-        """`time` of every pass of a batch in one call (equal to float rounding)."""
+        """`time` of every pass of a batch in one call (equal to float rounding; a decode grid's
+        entry i is what the simulator's step path pays for that pass, to the bit)."""
 
     def pass_overhead(self, num_tokens: int, prefill_tokens: int = 0) -> float:
         """Seconds of a pass with `num_tokens` decode tokens and no attention: weights, GEMMs, LM

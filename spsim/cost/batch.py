@@ -1,44 +1,141 @@
 """Many passes as one batch: what `CostModel.times` prices in one call.
 
-Each group's requests of every pass sit in flat arrays with the index of their pass (`pre_of`,
-`dr_of`, `ver_of`), so a term per request is one vector formula and a term per pass one
-`np.bincount` or `np.maximum.at` over the pass index. The run's draft budget and method are one
-value per pass (`PassPlan.draft_budget`, `draft_method`), repeated here for each draft so that a
-batch of passes of different settings (calibration's designs) prices alike.
+Three constructors, one type. `of(plans)`: any plans, as each group's requests in flat arrays with
+the index of their pass (`pre_of`, `dr_of`, `ver_of`), so a term per request is one vector formula
+and a term per pass one `np.bincount` or `np.maximum.at` over the pass index. `decode(...)`: the
+simulator's runs of pure-decode passes over the same requests, as dense (pass, request) grids
+(`kind`, `query`, `context`, `draft_pos`) that a model with lookup tables prices in a few gathers.
+`plain(context, n)`: n plain decode passes, known from the first pass's contexts alone (the
+commonest run, priced without building its grids). A model reads the form it has a fast path for
+(`form`); any other form is built from it on first use (grids from `plain`, plans and flat arrays
+from grids), so a model pricing only flat arrays prices every batch.
+
+The run's draft budget and method are one value per pass (`PassPlan.draft_budget`, `draft_method`):
+repeated for each draft in the flat form, so that a batch of passes of different settings
+(calibration's designs) prices alike; one scalar each in the grid form.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
 from spsim.plan import DraftMethod, PassPlan
 
+I64 = np.int64
+FLAT = ("pre_of", "pre_ctx", "pre_q", "dr_of", "dr_ctx", "dr_budget", "dr_method", "dr_pos", "ver_of", "ver_ctx",
+        "ver_q", "tokens", "logits", "has_prefill", "has_draft", "keep_scores", "plans")
+GRID = ("kind", "query", "context", "draft_pos")
 
-@dataclass
+
 class PlanBatch:
-    """Many plans as flat arrays (each group's requests, with the index of their plan)."""
+    """`n` passes, in one of three forms (`form`): "plans", "decode" (grids) or "plain".
 
-    n: int
-    pre_of: np.ndarray
-    pre_ctx: np.ndarray
-    pre_q: np.ndarray
-    dr_of: np.ndarray
-    dr_ctx: np.ndarray
-    dr_budget: np.ndarray  # each draft's plan's budget and method (one per plan, repeated)
-    dr_method: np.ndarray
-    dr_pos: np.ndarray
-    ver_of: np.ndarray
-    ver_ctx: np.ndarray
-    ver_q: np.ndarray
-    tokens: np.ndarray
-    logits: np.ndarray
-    has_prefill: np.ndarray
-    has_draft: np.ndarray
-    keep_scores: np.ndarray | None = None  # PassPlan.keep_scores of each plan
-    plans: list | None = None
-    _ratios: dict | None = None
+    Grid form, per pass i and request j: `kind[i, j]` is DRAFT, VERIFY or IDLE (not in the pass: a
+    synchronous batch's request waiting for the batch's verification), `query[i, j]` the query
+    tokens (1 for a draft), `context[i, j]` the KV tokens before that pass, `draft_pos[i, j]` the
+    provisional drafted tokens held before that pass (PassPlan.draft_pos for drafts; for a verify,
+    query - 1); `budget`, `method` the run's draft settings (method: verify-attn passes verifying
+    keep page scores). Entry i of `times` must equal what the step path pays for the same pass.
+    """
+
+    DRAFT = 1
+    VERIFY = 2
+    IDLE = 0
+
+    def __init__(self, n: int, form: str, budget: int = 0, method: int = 0, **arrays):
+        self.n, self.form, self.budget, self.method = n, form, budget, method
+        self.plain_context: list[int] | None = None
+        self._ratios: dict | None = None
+        self.__dict__.update(arrays)
+
+    def __getattr__(self, name: str):
+        """A form's arrays this batch was not built with, built once from the form it has."""
+        form = self.__dict__.get("form")  # (absent while a copy is being built)
+        if name in GRID and form == "plain":
+            self.__dict__.update(self._plain_grid())
+        elif name in FLAT and form in ("decode", "plain"):
+            flat = PlanBatch.of(self._grid_plans())
+            self.__dict__.update({k: getattr(flat, k) for k in FLAT})
+        else:
+            raise AttributeError(name)
+        return self.__dict__[name]
+
+    # ---- constructors ----
+    @classmethod
+    def of(cls, plans: list[PassPlan]) -> "PlanBatch":
+        cat = lambda xs: np.concatenate(xs).astype(I64) if xs else np.zeros(0, I64)  # noqa: E731
+        idx = lambda f: cat([np.full(len(f(p)), i) for i, p in enumerate(plans)])  # noqa: E731
+        n_pre = np.array([len(p.prefill_ids) for p in plans], I64)
+        n_dr = np.array([len(p.draft_ids) for p in plans], I64)
+        ver_tok = np.array([int(p.verify_query.sum()) for p in plans], I64)
+        pre_tok = np.array([int(p.prefill_tokens.sum()) for p in plans], I64)
+        return cls(
+            len(plans), "plans", pre_of=idx(lambda p: p.prefill_ids), pre_ctx=cat([p.prefill_context for p in plans]),
+            pre_q=cat([p.prefill_tokens for p in plans]), dr_of=idx(lambda p: p.draft_ids),
+            dr_ctx=cat([p.draft_context for p in plans]),
+            dr_budget=np.repeat([p.draft_budget for p in plans], n_dr).astype(I64),
+            dr_method=np.repeat([p.draft_method for p in plans], n_dr).astype(I64),
+            dr_pos=cat([p.draft_pos for p in plans]), ver_of=idx(lambda p: p.verify_ids),
+            ver_ctx=cat([p.verify_context for p in plans]), ver_q=cat([p.verify_query for p in plans]),
+            tokens=pre_tok + n_dr + ver_tok, logits=n_pre + n_dr + ver_tok, has_prefill=n_pre > 0,
+            has_draft=n_dr > 0, keep_scores=np.array([bool(p.keep_scores) for p in plans], bool), plans=list(plans))
+
+    @classmethod
+    def decode(cls, kind: np.ndarray, query: np.ndarray, context: np.ndarray, draft_pos: np.ndarray, budget: int,
+               method: int) -> "PlanBatch":
+        """`n` consecutive pure-decode passes over the same `r` requests, as (n, r) grids."""
+        return cls(len(kind), "decode", budget, method, kind=kind, query=query, context=context, draft_pos=draft_pos)
+
+    @classmethod
+    def plain(cls, context: list[int], n: int) -> "PlanBatch":
+        """n plain decode passes (every request verifies one token) from `context`."""
+        b = cls(n, "plain")
+        b.plain_context = context
+        return b
+
+    @classmethod
+    def from_plan(cls, plan: PassPlan) -> "PlanBatch":
+        """A one-pass grid from a plan without prefill, drafts first (tests use it)."""
+        assert not len(plan.prefill_ids)
+        nd = len(plan.draft_ids)
+        kind = np.concatenate([np.full(nd, cls.DRAFT, np.int8), np.full(len(plan.verify_ids), cls.VERIFY, np.int8)])
+        query = np.concatenate([np.ones(nd, I64), plan.verify_query])
+        ctx = np.concatenate([plan.draft_context, plan.verify_context])
+        dpos = np.concatenate([plan.draft_pos, plan.verify_query - 1])
+        # the run's method, where it shows: its drafts, or verifications keeping page scores
+        method = int(DraftMethod.VERIFY_ATTN) if plan.keep_scores else plan.draft_method if nd else 0
+        return cls.decode(kind[None, :], query[None, :], ctx[None, :], dpos[None, :], plan.draft_budget, method)
+
+    def head(self, n: int) -> "PlanBatch":
+        """The first n passes of a grid batch."""
+        return PlanBatch.decode(self.kind[:n], self.query[:n], self.context[:n], self.draft_pos[:n], self.budget,
+                                self.method)
+
+    def _plain_grid(self) -> dict:
+        r, n = len(self.plain_context), self.n
+        one = np.ones((n, r), I64)
+        return {"kind": np.full((n, r), self.VERIFY, np.int8), "query": one,
+                "context": np.asarray(self.plain_context, I64) + np.arange(n, dtype=I64)[:, None],
+                "draft_pos": one - 1}
+
+    def _grid_plans(self) -> list[PassPlan]:
+        """Each pass of the grid as a plan (its requests numbered by column)."""
+        out = []
+        ids = np.arange(self.kind.shape[1], dtype=I64)
+        for i in range(self.kind.shape[0]):
+            d, v = self.kind[i] == self.DRAFT, self.kind[i] == self.VERIFY
+            out.append(PassPlan(draft_ids=ids[d], draft_context=self.context[i][d], draft_pos=self.draft_pos[i][d],
+                                draft_budget=self.budget, draft_method=self.method, verify_ids=ids[v],
+                                verify_query=self.query[i][v], verify_context=self.context[i][v]))
+        return out
+
+    # ---- derived terms ----
+    def drafting(self, draft: np.ndarray, q: np.ndarray) -> tuple[bool, int]:
+        """Grid form: `(has_draft, rows)` for table lookups: whether any pass drafts, and the table
+        rows the batch reads (`q`: the verify query tokens, 0 where none)."""
+        if not draft.any():
+            return False, int(q.max()) + 1
+        return True, max(int(q.max()), int(self.draft_pos.max())) + 1
 
     def keeps(self) -> np.ndarray:
         """Plans whose pass keeps page scores (verify-attn runs, or drafts of that method beside
@@ -73,20 +170,3 @@ class PlanBatch:
         n_req = np.bincount(self.pre_of, minlength=n) + np.bincount(self.dr_of, minlength=n) + \
             np.bincount(self.ver_of, minlength=n)
         return tall & (np.bincount(self.pre_of[tall], minlength=n) < n_req)[self.pre_of]
-
-    @classmethod
-    def of(cls, plans: list[PassPlan]) -> "PlanBatch":
-        cat = lambda xs: np.concatenate(xs).astype(np.int64) if xs else np.zeros(0, np.int64)  # noqa: E731
-        idx = lambda f: cat([np.full(len(f(p)), i) for i, p in enumerate(plans)])  # noqa: E731
-        n_pre = np.array([len(p.prefill_ids) for p in plans], np.int64)
-        n_dr = np.array([len(p.draft_ids) for p in plans], np.int64)
-        ver_tok = np.array([int(p.verify_query.sum()) for p in plans], np.int64)
-        pre_tok = np.array([int(p.prefill_tokens.sum()) for p in plans], np.int64)
-        return cls(
-            len(plans), idx(lambda p: p.prefill_ids), cat([p.prefill_context for p in plans]),
-            cat([p.prefill_tokens for p in plans]), idx(lambda p: p.draft_ids),
-            cat([p.draft_context for p in plans]), np.repeat([p.draft_budget for p in plans], n_dr).astype(np.int64),
-            np.repeat([p.draft_method for p in plans], n_dr).astype(np.int64), cat([p.draft_pos for p in plans]),
-            idx(lambda p: p.verify_ids), cat([p.verify_context for p in plans]), cat([p.verify_query for p in plans]),
-            tokens=pre_tok + n_dr + ver_tok, logits=n_pre + n_dr + ver_tok, has_prefill=n_pre > 0,
-            has_draft=n_dr > 0, keep_scores=np.array([bool(p.keep_scores) for p in plans], bool), plans=list(plans))

@@ -64,7 +64,7 @@ the roofline.
 It is a `RooflineCostModel`, so the policies' grids use the roofline's lookup tables, built from
 the overridden per-request formulas (a request priced in its own tile: a verification of q tokens
 in the tile q needs, a draft in the smallest); the simulator's decode segments are priced here
-(`segment_times`) from tables per tile height, the pass's tile chosen from its tallest query.
+(`times` of decode grids) from tables per tile height, the pass's tile chosen from its tallest query.
 `spsim.calibration.fit` fits the params.
 """
 
@@ -731,12 +731,12 @@ class CalibratedCostModel(RooflineCostModel):
         return tbl
 
     # ---- many passes at once (the simulator's segments; the fit's design matrix) ----
-    def segment_times(self, seg) -> np.ndarray:
+    def _grid_times(self, seg: PlanBatch) -> np.ndarray:
         """Each pass's requests priced in the pass's tile class (from tables where they fit),
         the linear part from the roofline's table, plus the per-pass terms of passes holding
-        drafts and verifying drafts. Simulator only: imports it."""
+        drafts and verifying drafts."""
         kind, ctx = seg.kind, seg.context
-        draft, verify = kind == type(seg).DRAFT, kind == type(seg).VERIFY
+        draft, verify = kind == PlanBatch.DRAFT, kind == PlanBatch.VERIFY
         # plain decodes (the step path's one-pass segments too), unless their method keeps scores
         if verify.all() and (seg.query == 1).all() and seg.method != DraftMethod.VERIFY_ATTN:
             t = self._plain_times(ctx)
@@ -826,21 +826,17 @@ class CalibratedCostModel(RooflineCostModel):
             t = t + np.where(keep, self.p.score_col_s * nreq * w, 0.0)
         return t
 
-    def decode_times(self, context: list[int], n: int) -> np.ndarray:
+    def _decode_times(self, context: list[int], n: int) -> np.ndarray:
         if self.p.attn_sms or self.p.padding != "none":  # the tail and padding are per pass
             ctx = np.asarray(context, np.int64) + np.arange(n, dtype=np.int64)[:, None]
             t = self._plain_times(ctx)
             if t is not None:
                 return t
-            from .segments import DecodeSegment
-
-            return self.segment_times(DecodeSegment.plain(context, n))
-        from .segments import RooflineSegments
-
-        return RooflineSegments(self).decode_times(context, n)  # q = 1: the smallest tile, no pass terms
+            return self._grid_times(PlanBatch.plain(context, n))
+        return super()._decode_times(context, n)  # q = 1: the smallest tile, no pass terms
 
     def _plain_times(self, ctx: np.ndarray) -> np.ndarray | None:
-        """`segment_times` of plain decode passes (every request verifies one token: the smallest
+        """`_grid_times` of plain decode passes (every request verifies one token: the smallest
         tile, no drafts, no pass terms; `ctx`: (passes, requests) KV tokens before each pass),
         without the general machinery: the same floats from the same operations in the same
         order. None where the tables do not cover them."""
@@ -866,7 +862,7 @@ class CalibratedCostModel(RooflineCostModel):
             ovh = self._plain_ovh[r] = self.overhead_vec(tp, lp)[0]
         return ovh + att.sum(axis=1)
 
-    def times(self, batch: PlanBatch) -> np.ndarray:
+    def _flat_times(self, batch: PlanBatch) -> np.ndarray:
         """`time(plan)` of many plans at once (vector formulas; the fit calls this per step)."""
         n = batch.n
         qmax = np.ones(n, np.int64)

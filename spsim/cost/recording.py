@@ -7,12 +7,9 @@ import numpy as np
 
 
 class RecordingCost:
-    """The run's cost model, recording each pass the simulator prices. With the step path
-    (`fast=False`) the simulator prices every pass with one `time()` call, in order: no segment
-    pricing is offered (those attributes are hidden), so the generic per-pass adapter is used.
-    Subclasses keep something else per pass by overriding `record`."""
-
-    _HIDDEN = ("segment_times", "decode_times")
+    """The run's cost model, recording each pass the simulator prices, in order: every batch's
+    passes are priced one `time()` call each (a decode grid as its plans). Subclasses keep
+    something else per pass by overriding `record`."""
 
     def __init__(self, cost):
         self.inner = cost
@@ -33,6 +30,4 @@ class RecordingCost:
                             "verify_tokens": int(plan.verify_query.sum()), "predicted_ms": seconds * 1e3})
 
     def __getattr__(self, name):
-        if name in RecordingCost._HIDDEN:
-            raise AttributeError(name)
         return getattr(self.inner, name)

@@ -28,8 +28,9 @@ Draft-KV methods (spsim.plan.DraftMethod), one cost term each:
   STEP_LAYER: one designated layer attends to the full context + drafts instead of the budget,
       and its attention scores choose the pages for the other layers (ASPIRE), so no separate
       scoring is charged.
-All per-pass terms are vectorised: `time(plan)` over the plan's requests, `segment_times(seg)`
-over (passes, requests) with the same formulas (equal to float rounding).
+All per-pass terms are vectorised: `time(plan)` over the plan's requests, `times(batch)`
+over many passes' requests, or their (passes, requests) grids, with the same formulas (equal to
+float rounding).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ from spsim.hardware import GPU, get_gpu
 from spsim.memory import check_tp, kv_budget_bytes, kv_capacity_pages, kv_heads_per_gpu
 from spsim.models import ModelConfig, dtype_bytes, get_model
 from spsim.plan import DraftMethod, PassPlan
+
+from .batch import PlanBatch
 
 # Per-pass times measured on this project's H200 for an 8B shape (docs/anchors.md), tokens -> seconds.
 # 1-64 tokens all took 4.1 ms. The fitted constants below reproduce these (see fit_error()).
@@ -323,8 +326,16 @@ class RooflineCostModel:
             return None
         return self.draft_table(budget, method), self.verify_table()
 
-    def times(self, batch) -> np.ndarray:
-        """`time` of many plans (a PlanBatch) in a few vector operations."""
+    def times(self, batch: PlanBatch) -> np.ndarray:
+        """`time` of every pass of a batch in a few vector operations: decode grids and plain runs
+        from the lookup tables (bit-identical to the formulas), plans from the flat arrays."""
+        if batch.form == "plain":
+            return self._decode_times(batch.plain_context, batch.n)
+        if batch.form == "decode":
+            return self._grid_times(batch)
+        return self._flat_times(batch)
+
+    def _flat_times(self, batch: PlanBatch) -> np.ndarray:
         n = batch.n
         att = np.zeros(n)
         if len(batch.pre_of):
@@ -335,6 +346,47 @@ class RooflineCostModel:
         if len(batch.ver_of):
             att += np.bincount(batch.ver_of, self.full_attn(batch.ver_ctx, batch.ver_q), n)
         return np.where(batch.tokens > 0, self.overhead_vec(batch.tokens, batch.logits) + att, 0.0)
+
+    def _grid_times(self, seg: PlanBatch) -> np.ndarray:
+        kind, ctx = seg.kind, seg.context
+        draft, verify = kind == PlanBatch.DRAFT, kind == PlanBatch.VERIFY
+        q = np.where(verify, seg.query, 0)
+        has_draft, rows = seg.drafting(draft, q)
+        if not self.tables_fit(int(ctx.max()) + 1, rows):
+            return self._grid_formula(seg)
+        att = self.verify_table()[ctx, q]
+        if has_draft:
+            att = np.where(draft, self.draft_table(seg.budget, seg.method)[ctx, seg.draft_pos], att)
+        tokens = q.sum(axis=1) + draft.sum(axis=1)
+        return self.overhead_table(int(tokens.max()))[tokens] + att.sum(axis=1)
+
+    def _decode_times(self, context: list[int], n: int) -> np.ndarray:
+        """From slices of the q = 1 column: no (n, r) arrays. Below 8 requests numpy's row sum is
+        a left fold (its pairwise sum starts at 8 terms), so slices added in order give the same
+        bits."""
+        r = len(context)
+        if not self.tables_fit(max(context) + n, 2):
+            return self._grid_formula(PlanBatch.plain(context, n))
+        v = self.verify_table()[:, 1]
+        if r < 8:
+            c = context[0]
+            att = v[c:c + n]
+            for c in context[1:]:
+                att = att + v[c:c + n]
+        else:
+            att = v[np.asarray(context, np.int64) + np.arange(n, dtype=np.int64)[:, None]].sum(axis=1)
+        return self.overhead_table(r)[r] + att
+
+    def _grid_formula(self, seg: PlanBatch) -> np.ndarray:
+        """`_grid_times` without tables (the definition the tables reproduce)."""
+        kind, ctx = seg.kind, seg.context
+        draft, verify = kind == PlanBatch.DRAFT, kind == PlanBatch.VERIFY
+        q = np.where(verify, seg.query, 0)
+        att = np.where(verify, self.full_attn(ctx, q), 0.0)
+        if draft.any():
+            att = att + np.where(draft, self.draft_attn(ctx, seg.budget, seg.method, seg.draft_pos), 0.0)
+        tokens = q.sum(axis=1) + draft.sum(axis=1)
+        return self.overhead_vec(tokens, tokens) + att.sum(axis=1)
 
     def spec_overhead(self, method: int) -> tuple[float, float, float, float]:
         """(drafting pass, first-draft pass, verifying pass, mixed pass) once-per-pass seconds: the
