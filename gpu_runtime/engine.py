@@ -50,11 +50,11 @@ class RuntimeOptions:
     repeats: int = 1  # measured runs, each over the previous one's cache, executor and graphs
     coarse_shapes: bool = False  # pad passes to powers of two (padding.py coarse): fewer graph shapes
     # the shape rule (shapes.py): padded passes take widths from classes fixed by the settings and
-    # drafting/verifying as data. Off by default until the shipped profiles are measured on it
+    # drafting/verifying as data. Off in the library's options (tests pad the older ways through
+    # them); the CLI's --startup-shapes turns both on by default
     shape_rule: bool = False
     # the shape rule's start-up set (shapes.ShapeSet): every decode-like and small prefill pass's
-    # graph captured before the first request, none while serving (with `shape_rule`; opt-in until
-    # its capture fits the start-up budget at default settings: see docs/runtime.md)
+    # graph captured before the first request, none while serving (with `shape_rule`)
     startup_shapes: bool = False
     # device memory set aside from the KV pool for the start-up set's graphs (their pool, inputs
     # and the graphs themselves; the run reports what they took: runtime.cuda_graphs.startup.bytes).

@@ -10,10 +10,10 @@ DTYPE = typer.Option(None, "--dtype", help="bf16, fp16, fp32 or fp64 (default: b
 CUDA_GRAPHS = typer.Option(True, "--cuda-graphs/--no-cuda-graphs", help="Replay passes without prefill (decode, "
                            "verify, drafting) from CUDA graphs (GPU only).")
 STARTUP_SHAPES = typer.Option(
-    False, "--startup-shapes", help="Capture a CUDA graph of every pass shape the settings allow before the first "
-    "request (the shape rule: docs/runtime.md), none while serving; a pass of another shape runs eager, counted by "
-    "reason. Opt-in: on the H200 (8B, --max-batch 16) 700-900 graphs took 73-98 s and ~4 GiB, set aside from the "
-    "KV pool.")
+    True, "--startup-shapes/--no-startup-shapes", help="Capture a CUDA graph of every pass shape the settings "
+    "allow before the first request (the shape rule: docs/runtime.md), none while serving; a pass of another shape "
+    "runs eager, counted by reason (GPU only). On an H100 (8B, max batch 256) 434-1,102 graphs took 20-64 s and "
+    "7-13 GiB, set aside from the KV pool. --no-startup-shapes captures shapes as they recur instead.")
 COARSE_SHAPES = typer.Option(
     False, "--coarse-shapes", help="Pad passes to powers of two (rows, tokens, page-table and selection widths): "
     "fewer CUDA-graph shapes under policies that mix drafting and verifying requests, more padding (on the H200, "
