@@ -35,8 +35,9 @@ def main() -> int:
     ap.add_argument("--design", default="default", choices=["default", "smoke"])
     ap.add_argument("--points", default=None, help="also measure these pass compositions (JSON lines: "
                     "`spsim replay ... --calibration-points FILE`)")
-    ap.add_argument("--shape-rule", action="store_true", help="pad passes by the runtime's shape rule (what "
-                    "`--startup-shapes` runs use): the profile then prices that padding")
+    ap.add_argument("--shape-rule", action=argparse.BooleanOptionalAction, default=True,
+                    help="pad passes by the runtime's shape rule (what `--startup-shapes` runs, the default, use): "
+                    "the profile then prices that padding")
     a = ap.parse_args()
     from spsim.calibration.calibrate import calibrate_from, calibrate_gpu
     from spsim.errors import SpsimError
@@ -47,7 +48,7 @@ def main() -> int:
         else:
             calibrate_gpu(a.model, a.minutes, a.out, a.measurements, device=a.device, design=a.design,
                           host_log=a.host_log, page_size=a.page_size, t_start=t_start, points=a.points,
-                          measure_kw={"shape_rule": True} if a.shape_rule else None)
+                          measure_kw={"shape_rule": a.shape_rule})
     except SpsimError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

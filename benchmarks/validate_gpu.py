@@ -255,7 +255,7 @@ def main() -> int:
             cmd = [sys.executable, str(ROOT / "benchmarks" / "calibrate_gpu.py"), "--model", a.model, "--minutes",
                    str(a.calibrate_first), "--out", str(prof), "--measurements",
                    str(prof.with_suffix(".measurements.jsonl")), "--device", a.device, "--design", a.calibrate_design] \
-                + (["--shape-rule"] if a.shape_rule else [])  # the profile prices the padding the runs use
+                + ["--shape-rule" if a.shape_rule else "--no-shape-rule"]  # the profile prices the padding the runs use
             rc = subprocess.run(cmd).returncode
             if rc:
                 print(f"error: the calibration failed (exit code {rc}): {' '.join(cmd)}", file=sys.stderr)

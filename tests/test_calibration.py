@@ -280,3 +280,19 @@ def test_fit_reports_the_device_time_fit_and_the_host_share(design, synthetic):
     ms[3].record.pop("gpu_s")
     _, rep2 = fit(ms, "llama-3.1-8b", "h200", host_overhead_s=0.0)
     assert "gpu_time" not in rep2
+
+
+def test_cli_calibrates_with_the_runtimes_shape_rule_by_default(monkeypatch):
+    """`spsim run` pads by the shape rule by default (--startup-shapes), so a sweep does too: the
+    profile then prices the padding runs pay; --no-shape-rule measures for runs without it."""
+    from typer.testing import CliRunner
+
+    import spsim.calibration.calibrate as cal
+    from spsim.cli import app
+
+    seen = []
+    monkeypatch.setattr(cal, "calibrate_gpu", lambda *a, measure_kw=None, **kw: seen.append(measure_kw))
+    for args, want in (([], True), (["--no-shape-rule"], False), (["--shape-rule"], True)):
+        res = CliRunner().invoke(app, ["calibrate", "--gpu", "--model", "tiny", "--device", "cpu", *args])
+        assert res.exit_code == 0, res.output
+        assert seen.pop() == {"shape_rule": want}

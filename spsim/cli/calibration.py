@@ -46,6 +46,9 @@ def register(app: typer.Typer) -> None:
         points: Optional[Path] = typer.Option(None, "--points", help="Also measure these pass compositions "
                                               "(JSON lines; `spsim replay ... --calibration-points FILE` writes the "
                                               "ones a trace and policy ask for)."),
+        shape_rule: bool = typer.Option(True, "--shape-rule/--no-shape-rule", help="Pad the measured passes by "
+                                        "the runtime's shape rule, as `spsim run` pads them by default "
+                                        "(--startup-shapes); --no-shape-rule for runs with --no-startup-shapes."),
     ):
         """Measure pass times on the GPU and fit a calibrated cost profile (or refit one).
 
@@ -76,4 +79,5 @@ def register(app: typer.Typer) -> None:
             return
         calibrate_gpu(model, minutes, str(out) if out else None, str(measurements) if measurements else None,
                       device=device, design=design, host_log=str(host_log) if host_log else None,
-                      page_size=page_size, t_start=t_start, points=str(points) if points else None)
+                      page_size=page_size, t_start=t_start, points=str(points) if points else None,
+                      measure_kw={"shape_rule": shape_rule})
