@@ -173,6 +173,8 @@ def main() -> int:
                     help="measure and fit a profile on this GPU first (calibrate_gpu, this many minutes of the "
                     "budget) and validate against it: calibration and validation on one machine, in one command")
     ap.add_argument("--calibrate-design", default="default", choices=["default", "smoke"])
+    ap.add_argument("--calibrate-points", default=None, metavar="FILE",
+                    help="with --calibrate-first: also measure these pass compositions (calibrate_gpu --points)")
     ap.add_argument("--append", action="store_true", help="merge into --out's index of earlier calls (one "
                     "matrix over several device calls): runs of the same trace, load and policy are replaced, "
                     "the others kept; the index must be of this checkout's kernel version")
@@ -234,6 +236,7 @@ def main() -> int:
     index_path = out / f"validate_index{a.tag}.json"
     earlier = load_earlier(index_path, index["kernel_version"]) if a.append else []
     earlier_calls = calls_of(index_path) if a.append and index_path.exists() else []
+    earlier_device = (json.loads(index_path.read_text()).get("machine") or {}).get("device") if earlier else None
 
     def save_index():
         index["wall_s"] = round(time.monotonic() - t_start, 1)
@@ -255,7 +258,8 @@ def main() -> int:
             cmd = [sys.executable, str(ROOT / "benchmarks" / "calibrate_gpu.py"), "--model", a.model, "--minutes",
                    str(a.calibrate_first), "--out", str(prof), "--measurements",
                    str(prof.with_suffix(".measurements.jsonl")), "--device", a.device, "--design", a.calibrate_design] \
-                + ["--shape-rule" if a.shape_rule else "--no-shape-rule"]  # the profile prices the padding the runs use
+                + ["--shape-rule" if a.shape_rule else "--no-shape-rule"] \
+                + (["--points", a.calibrate_points] if a.calibrate_points else [])  # the profile prices the padding the runs use
             rc = subprocess.run(cmd).returncode
             if rc:
                 print(f"error: the calibration failed (exit code {rc}): {' '.join(cmd)}", file=sys.stderr)
@@ -272,6 +276,9 @@ def main() -> int:
 
         index["machine"].update(torch=torch.__version__, device=(torch.cuda.get_device_name(model.device)
                                                                  if model.device.type == "cuda" else "cpu"))
+        if a.append and earlier_device not in (None, index["machine"]["device"]):
+            fail(f"error: {index_path}: runs on {earlier_device}, this call runs on {index['machine']['device']}: "
+                 "--append merges one GPU's runs (use another --out or --tag)")
         print(f"model {a.model} loaded in {time.monotonic() - t0:.1f} s", flush=True)
         from spsim.calibration.clocks import ClockMonitor
 

@@ -299,7 +299,9 @@ def test_gpu_script_packs_the_per_pass_files(tmp_path):
 def test_gpu_script_appends_calls_into_one_index(tmp_path):
     """`validate_gpu.py --append`: a second call's runs join the first's in one index (a run of the
     same trace, load and policy replaced), each call listed; an index of other kernels is refused
-    with one line and exit code 2."""
+    with one line and exit code 2, and so is an index of another GPU."""
+    from spsim.calibration.measure import kernel_version
+
     tr = write_trace(tmp_path / "t.jsonl")
     out = tmp_path / "res"
     base = [sys.executable, str(ROOT / "benchmarks" / "validate_gpu.py"), "--out", str(out), "--device", "cpu",
@@ -314,6 +316,11 @@ def test_gpu_script_appends_calls_into_one_index(tmp_path):
     (out / "validate_index.json").write_text(json.dumps(index))
     p = subprocess.run(base + ["--policies", "ar"], capture_output=True, text=True)
     assert p.returncode == 2 and "kernel version" in p.stderr and "Traceback" not in p.stderr
+    index["kernel_version"] = kernel_version()  # this checkout's kernels, another GPU's runs
+    index["machine"]["device"] = "NVIDIA H100 80GB HBM3"
+    (out / "validate_index.json").write_text(json.dumps(index))
+    p = subprocess.run(base + ["--policies", "ar"], capture_output=True, text=True)
+    assert p.returncode == 2 and "H100" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_gpu_script_targets_take_a_speed():
