@@ -91,11 +91,11 @@ def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, 
     probe = GraphedPasses(model, cache, capture=False)
     keys: list = []
     start = None
-    if startup:  # the start-up set of these settings (shapes.py), counted on the CPU
-        from spsim.gpu_runtime.shapes import shape_set_for
+    if startup:  # the start-up set of these settings (startup.py), counted on the CPU
+        from spsim.gpu_runtime.startup import capture, shape_set_for
 
         start = GraphedPasses(model, cache, capture=False)
-        start.startup(ex, shape_set_for(ex.padding.rule, serving.batcher_config, lc, serving.method, kv_pages))
+        capture(start, ex, shape_set_for(ex.padding.rule, serving.batcher_config, lc, serving.method, kv_pages))
     missed: dict = {}
 
     class Probe:
@@ -171,7 +171,7 @@ def main() -> None:
     ap.add_argument("--coarse", action="store_true", help="passes padded to powers of two (--coarse-shapes)")
     ap.add_argument("--rule", action="store_true", help="the shape rule of the settings (gpu_runtime/shapes.py): "
                     "widths by class, powers of two")
-    ap.add_argument("--startup", action="store_true", help="the start-up shape set of the settings (shapes.py): "
+    ap.add_argument("--startup", action="store_true", help="the start-up shape set of the settings (startup.py): "
                     "its size, and the run's passes of a shape outside it")
     ap.add_argument("--max-batch", type=int, default=None)
     ap.add_argument("--rehearse", action="store_true", help="with --trace: serve it twice, a rehearsal then the "

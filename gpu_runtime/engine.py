@@ -53,7 +53,7 @@ class RuntimeOptions:
     # drafting/verifying as data. Off in the library's options (tests pad the older ways through
     # them); the CLI's --startup-shapes turns both on by default
     shape_rule: bool = False
-    # the shape rule's start-up set (shapes.ShapeSet): every decode-like and small prefill pass's
+    # the shape rule's start-up set (startup.ShapeSet): every decode-like and small prefill pass's
     # graph captured before the first request, none while serving (with `shape_rule`)
     startup_shapes: bool = False
     # device memory set aside from the KV pool for the start-up set's graphs (their pool, inputs
@@ -151,11 +151,12 @@ EAGER_BYTES_PER_TOKEN_UNIT = 16
 
 def startup_reserve_bytes(lc: LlamaConfig, cfg: ServingConfig, pool_pages: int) -> int:
     """Device memory to set aside for the start-up set of these settings (`RuntimeOptions.
-    startup_reserve_gib` None): a base plus a share per made-up pass (`shapes.ShapeSet.passes`,
+    startup_reserve_gib` None): a base plus a share per made-up pass (`startup.ShapeSet.passes`,
     counted on the host in well under a second)."""
     from spsim.build import build
 
-    from .shapes import rule_for, shape_set_for
+    from .shapes import rule_for
+    from .startup import shape_set_for
 
     serving = build(cfg, prefix_cache=False, capacity=max(1, pool_pages), max_context=lc.max_context)
     bc = serving.batcher_config
@@ -256,12 +257,12 @@ def new_server(model, cfg: ServingConfig, opts: RuntimeOptions, serving, b, tabl
 
         graphs = ex.graphs = GraphedPasses(model, cache)
         if startup:
-            from .shapes import shape_set_for
+            from .startup import capture, shape_set_for
 
             shapes = shape_set_for(padding.rule, bc, lc, serving.method, pages)
             say = opts.say or (lambda msg: None)
             say("capturing the start-up shape set (CUDA graphs of every pass shape these settings allow)")
-            st = graphs.startup(ex, shapes, progress=opts.startup_progress, warm=opts.startup_warm)
+            st = capture(graphs, ex, shapes, progress=opts.startup_progress, warm=opts.startup_warm)
             # the set just made up, not the pool estimate's (counted again would cost seconds of start-up)
             st["reserve_bytes"] = (int(opts.startup_reserve_gib * 2**30) if opts.startup_reserve_gib is not None
                                    else reserve_for(st["passes"], eager_bytes(lc, shapes)))

@@ -382,14 +382,14 @@ class RuntimeExecutor:
         start.append(s)
         qlen.append(n)
 
-    SYNTH_RID = -(1 << 20)  # made-up requests of start-up passes (shapes.py) count down from here
+    SYNTH_RID = -(1 << 20)  # made-up requests of start-up passes (startup.py) count down from here
 
     @torch.no_grad()
     def synthetic(self, prefill=(), drafts=(), verifies=()):
         """The inputs of a made-up pass on the padding's scratch pages, assembled as a real pass's
         are (`_prepare`): `prefill` as `(tokens, context)` chunks, `drafts` as `(context, draft
         position)`, `verifies` as `(query tokens, context)`. For capturing a pass of every shape at
-        start-up (graphs.py, shapes.py); what it writes lands on scratch pages and in the draft
+        start-up (startup.py); what it writes lands on scratch pages and in the draft
         store's scratch slot. Returns `_prepare`'s tuple."""
         assert self.padding is not None, "synthetic passes need padding's scratch pages"
         ps, table = self.padding.ps, self.padding.table

@@ -104,12 +104,12 @@ class GraphedPasses:
         self.eager_prefill = 0  # passes with more prefill than PREFILL_GRAPH_TOKENS: eager by design
         self.eager_by_reason: dict[str, int] = {}
         self._shared: dict[tuple, torch.Tensor] = {}  # large per-pass tensors shared by captured passes (_buffer)
-        # a start-up set captured (`startup`): no capture while serving, a pass of another shape
+        # a start-up set captured (startup.py `capture`): no capture while serving, a pass of another shape
         # runs eagerly and is counted by reason
         self.frozen = False
         self.startup_stats: dict | None = None
         self._outs: dict[torch.dtype, torch.Tensor] = {}  # one flat logits buffer per dtype (_out)
-        self.out_rows_hint = 0  # the most logits rows a graph may ask for (set by `startup`)
+        self.out_rows_hint = 0  # the most logits rows a graph may ask for (set by startup.py `capture`)
         self.missed: dict = {}  # keys of passes run eagerly off the start-up set (first few: what it lacks)
         # what tells shapes apart: distinct values of each part of the key over the run (stats())
         self._parts: dict[str, set] = {}
@@ -154,90 +154,6 @@ class GraphedPasses:
         else:
             self.eager_prefill += 1
         self.eager_by_reason[reason] = self.eager_by_reason.get(reason, 0) + 1
-
-    def startup(self, ex, shape_set, progress=None, warm: str = "first") -> dict:
-        """Capture a graph for every shape of `shape_set` (shapes.ShapeSet) through the executor's
-        made-up passes (`RuntimeExecutor.synthetic`), then freeze: serving captures nothing more.
-        Returns `{graphs, passes, seconds, bytes}` (bytes: the device memory the graphs' pool and
-        inputs took, as the allocator counts it) and where the seconds went (`phases`: preparing
-        the made-up passes, keying them, warm-up forwards, capturing, and running once each made-up
-        pass past the graph limit, `ShapeSet.eager_passes`).
-        `warm`: "always" runs each pass eagerly before its capture (what `forward` does); "first"
-        only before the first capture of each kernel set (`_kernels`) and captures the rest in
-        relaxed mode, so a kernel compiled late loads inside the capture: a warm-up forward costs
-        about what a capture does."""
-        import time
-
-        dev = self.cache.device
-        cuda = dev.type == "cuda"
-        if cuda:
-            torch.cuda.synchronize(dev)
-        mem0 = torch.cuda.memory_allocated(dev) if cuda else 0
-        res0 = torch.cuda.memory_reserved(dev) if cuda else 0
-        t0 = time.perf_counter()
-        specs = list(shape_set.passes())
-        self.max_graphs = max(self.max_graphs, len(specs))
-        self.out_rows_hint = max(self.out_rows_hint, shape_set.max_logit_rows())
-        phases = dict.fromkeys(("prepare", "key", "warm", "capture", "eager"), 0.0)
-        t = time.perf_counter()
-        eager = 0
-        # the passes past the graph limit run once: their kernels compile now, not mid-serving. First:
-        # their drafts at the longest contexts widen the draft store's score rows (verify-attn),
-        # which the graphs then capture as they will stay
-        with torch.no_grad():
-            for spec in shape_set.eager_passes():
-                attn, tok, rows, _, _ = ex.synthetic(**spec)
-                if attn is not None:
-                    if self.capture:  # (without a GPU only prepared: nothing compiles)
-                        self.model(tok, attn.positions, attn, logit_rows=rows)
-                    eager += 1
-        phases["eager"] = time.perf_counter() - t
-        made, warmed = 0, set()
-        for i, spec in enumerate(specs):
-            t = time.perf_counter()
-            attn, tok, rows, graphable, _ = ex.synthetic(**spec)
-            t1 = time.perf_counter()
-            phases["prepare"] += t1 - t
-            if attn is None or not graphable or not self.eligible(attn) or attn.off_rule:
-                continue
-            shaped = self.shape_key(attn, tok, rows)
-            phases["key"] += time.perf_counter() - t1
-            if shaped is None:
-                continue
-            key, plans, caps = shaped
-            if key in self.graphs:
-                continue
-            self._note_shape(key)
-            kernels = self._kernels(key)
-            self._capture(key, attn, plans, tok, rows, caps, warm=warm == "always" or kernels not in warmed,
-                          phases=phases)
-            warmed.add(kernels)
-            made += 1
-            if progress is not None:
-                progress(i + 1, len(specs), made)
-        if cuda:
-            torch.cuda.synchronize(dev)
-        if ex.padding is not None:
-            ex.padding.reset_stats()
-        self.startup_stats = {"graphs": len(self.graphs), "passes": len(specs),
-                              "seconds": round(time.perf_counter() - t0, 3),
-                              "bytes": int(torch.cuda.memory_reserved(dev) - res0) if cuda else 0,
-                              "allocated_bytes": int(torch.cuda.memory_allocated(dev) - mem0) if cuda else 0,
-                              "warm": warm, "warm_ups": len(warmed) if warm == "first" else made,
-                              "eager_warm_ups": eager,
-                              "store_version": ex.store.version,
-                              "phases": {k: round(v, 3) for k, v in phases.items()}}
-        self.captures = 0
-        self._parts.clear()
-        self.frozen = True
-        return self.startup_stats
-
-    @staticmethod
-    def _kernels(key) -> tuple:
-        """The kernels a key's pass launches, sizes aside: its method, prefill, whether it drafts
-        and its attention tiles (what a first launch compiles)."""
-        g, _tokens, _rows, _caps, plans = key
-        return (g[0], g[1], bool(g[2]), g[-1], tuple(p[3:] for p in plans))
 
     def _out(self, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
         """The logits buffer of a graph: a view of one flat buffer shared by every graph (replays

@@ -363,7 +363,7 @@ def test_graph_shapes_rehearsal_meets_an_offline_runs_every_shape():
 
 @pytest.mark.parametrize("policy,trace", [("fixed-k:k=4", "azure-conv"), ("aspire", "mooncake"), ("ar", "azure-conv")])
 def test_startup_set_covers_every_pass_of_a_live_run(policy, trace):
-    """The shape rule's start-up set (shapes.ShapeSet, `GraphedPasses.startup`), made of made-up
+    """The shape rule's start-up set (startup.py: `ShapeSet`, `capture`), made of made-up
     passes before any request: a run at the trace's own arrival times (real prefill chunks, the
     8B shape's head group and pool) meets no pass of a shape outside it, so serving captures
     nothing; counted with a stand-in model on the CPU (graph_shapes.py --startup)."""
@@ -440,7 +440,7 @@ def test_startup_eager_passes_run_on_the_padded_path(policy="aspire"):
     from spsim.config import ServingConfig
     from spsim.gpu_runtime.dispatch import reference_only
     from spsim.gpu_runtime.engine import RuntimeOptions, load, new_server, prompt_source
-    from spsim.gpu_runtime.shapes import shape_set_for
+    from spsim.gpu_runtime.startup import shape_set_for
     from spsim.policies.kv import PagedKVPool
     from spsim.policies.request import RequestTable
     from spsim.traces.trace import Trace
@@ -479,7 +479,7 @@ def test_startup_context_ladder_loses_no_shape(monkeypatch, policy="aspire"):
     import importlib.util
     from pathlib import Path
 
-    from spsim.gpu_runtime.shapes import ShapeSet
+    from spsim.gpu_runtime.startup import ShapeSet
 
     path = Path(__file__).resolve().parent.parent / "benchmarks" / "graph_shapes.py"
     spec = importlib.util.spec_from_file_location("graph_shapes", path)

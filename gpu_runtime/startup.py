@@ -1,0 +1,317 @@
+"""The start-up set: made-up passes of every shape a server under these settings can meet
+(`ShapeSet`), captured as CUDA graphs once per process before the first request (`capture`), as
+vLLM and SGLang capture their batch sizes at start-up. The shapes themselves follow the shape rule
+(shapes.py); this module decides only which made-up passes to run and captures them, so it takes
+start-up time, never a served pass's time (a pass outside the set runs eager and is counted by
+reason: graphs.py).
+"""
+
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+
+import torch
+
+from .shapes import ShapeRule
+
+@lru_cache(maxsize=None)
+def _tile_rows(q: int, group: int) -> int:
+    from .attention import choose_block_m
+
+    return choose_block_m([q], group)
+
+
+class ShapeSet:
+    """Made-up passes, one of every shape a server under these settings can meet, to capture
+    before the first request (`capture`).
+
+    A padded pass's graph key (graphs.py) is fixed by: its padded request count R (prefill chunks,
+    drafting and verifying requests together, a power of two up to `max_batch`'s), its padded
+    token count (buckets.rule_size; the logits count follows R and it), whether it drafts and
+    whether a run's first draft selects pages (drafting is data: selections run over R
+    entries), the attention tile of its
+    tallest short query, whether a prefill chunk runs in a launch of its own, the width class of
+    its longest request, and its attention work lists' padded sizes and tile, which follow
+    contexts within a class. So the set walks R x drafting state x the (tokens, tile)
+    combinations the counts allow x prefill chunks x classes x a ladder of contexts per class,
+    and keeps one pass per distinct key. Contexts a class cannot hold for R requests at once
+    (the KV pool) are left out.
+    """
+
+    # contexts within a class: where its work sizes change. 0.75 added no key to 0.5 and 1.0 for any
+    # policy at an H100's and an H200's 8B pool (max batch 256, counted on the CPU); dropping 0.5
+    # too lost aspire 2-3 keys
+    LADDER = (0.0, 0.5, 1.0)
+
+    def __init__(self, rule: ShapeRule, *, max_batch: int, token_limit: int, group: int, pool_pages: int,
+                 drafts: bool, first_drafts: bool, token_budget: int):
+        self.rule, self.max_batch, self.token_limit = rule, int(max_batch), int(token_limit)
+        self.group, self.pool_pages = int(group), int(pool_pages)
+        self.drafts, self.first = bool(drafts), bool(first_drafts)
+        self.token_budget = int(token_budget)
+        self.chunk_max = min(self.token_budget, self.token_limit - 1)
+
+    def max_logit_rows(self) -> int:
+        """An upper bound of any pass's logits rows: its padded token count less one (padding.py
+        `rule_logits`), at most the largest token class."""
+        from spsim.buckets import rule_size
+
+        return rule_size(self.token_limit + 1)
+
+    def contexts(self, rows: int) -> list[int]:
+        """Context lengths (tokens) to try for `rows` requests: a ladder inside each width class
+        whose contexts the pool holds for that many requests."""
+        r, ps, out, lo = self.rule, self.rule.page_size, [], 1
+        for c in r.classes:
+            hi = c * ps - r.max_draft - 2 * ps  # room for a run of drafts in the class
+            if hi < lo or rows * lo > self.pool_pages * ps:
+                break
+            hi = min(hi, self.pool_pages * ps // rows)
+            out += sorted({int(lo + (hi - lo) * f) for f in self.LADDER})
+            lo = c * ps + 1
+        return out
+
+    def compositions(self):
+        """(R, drafting state, verifies as query lengths, prefill chunk or 0) of every distinct
+        (tokens, tile) combination: the part of a key that does not follow contexts.
+        Passes carrying a prefill chunk take a fixed tile under the rule
+        (executor.py), so for them only the token class varies."""
+        from spsim.buckets import pow2, rule_size
+
+        qmax = self.rule.max_draft + 1 if self.drafts else 1
+        states = [0] + ([1] + ([2] if self.first else []) if self.drafts else [])
+        R = 1
+        while R <= pow2(self.max_batch):
+            for state in states:
+                D = 1 if state else 0
+                seen: dict = {}
+                # decode-like passes: more than R / 2 real requests (the executor pads to the next
+                # power of two); per key the one with the most requests (its long-drafting variant
+                # then has the most drafting runs: `passes`)
+                for V in range(max(0, R // 2 + 1 - D), R - D + 1):
+                    if D + V == 0:
+                        continue
+                    for qm in range(1, (qmax if V else 1) + 1):
+                        lo, hi = (V - 1 + qm, V * qm) if V else (0, 0)
+                        for S in self._sums(lo, hi, R - V):
+                            tokens = D + S + (R - D - V)
+                            if tokens > self.token_limit:
+                                continue
+                            key = (rule_size(tokens + 1), _tile_rows(qm if V else 1, self.group))
+                            seen[key] = (V, qm, S)
+                for V, qm, S in seen.values():
+                    yield R, state, self._verifies(V, qm, S), 0
+                # one prefill chunk, the rest 1-token verifications: the rule gives a prefill pass
+                # of a drafting policy every selection (executor.py), so one drafting state for all
+                if state == states[-1]:
+                    base = R - 1  # every other row one token
+                    chunk = 1
+                    while base + chunk <= self.token_limit - 1 and chunk <= self.chunk_max:
+                        T = rule_size(base + chunk + 1)
+                        top = min(T - 1 - base, self.chunk_max)  # the largest chunk of this token class
+                        for c in sorted({chunk, top}):
+                            if ("p", T, c == top) not in seen:
+                                seen[("p", T, c == top)] = True
+                                yield R, 0, [1] * (R - 1), c  # nothing drafts: the rule selects anyway
+                        chunk = top + 1
+            R *= 2
+
+    @staticmethod
+    def _sums(lo: int, hi: int, base: int):
+        """Verify-token totals S in [lo, hi] that reach every token class: the token count is
+        `base + S`, padded (n + 1) by buckets.rule_size (the logits count follows the padded
+        counts: padding.py `rule_logits`)."""
+        from spsim.buckets import rule_size
+
+        if hi <= 0:
+            return [0]
+        out, s = {lo, hi}, lo
+        while s < hi:
+            nxt = rule_size(base + s + 1, 8) - base  # the first total of the next class
+            if nxt <= s:
+                nxt = s + 1
+            if lo <= nxt <= hi:
+                out.add(nxt)
+                out.add(nxt - 1)
+            s = nxt
+        return sorted(x for x in out if lo <= x <= hi)
+
+    def _most_drafting(self, d: int, verifies: list[int]) -> list[int]:
+        """The same requests, tokens and tallest query with as many of them drafting (one token
+        each) as the verifications' tokens allow: the verifications left."""
+        if not verifies:
+            return []
+        n, total, qm = d + len(verifies), d + sum(verifies), max(verifies)
+        v = 1 if qm == 1 else max(1, -(-(total - n) // (qm - 1)))
+        v = min(v, len(verifies))
+        return self._verifies(v, qm, total - (n - v))
+
+    @staticmethod
+    def _verifies(V: int, qm: int, S: int) -> list[int]:
+        """V query lengths, the first `qm`, each 1..qm, summing to S."""
+        if not V:
+            return []
+        q = [qm] + [1] * (V - 1)
+        extra = S - qm - (V - 1)
+        for i in range(1, V):
+            add = min(extra, qm - 1)
+            q[i] += add
+            extra -= add
+        assert extra == 0 and sum(q) == S, (V, qm, S)
+        return q
+
+    def eager_passes(self):
+        """Made-up passes past the graph's token limit, run eagerly once at start-up so their kernels
+        compile before the first request (a first large prefill chunk once stalled a measured run
+        by 0.5 s on an H100): a chunk just past the limit and the budget's largest, each from an
+        empty context and behind one, alone and beside a decoding request of each drafting state.
+        Triton specialises integer arguments by divisibility by 16, hence an odd and an even size."""
+        top = self.token_budget
+        if top <= self.token_limit:
+            return
+        states = [0] + ([1] + ([2] if self.first else []) if self.drafts else [])
+        ctx = min(4 * self.rule.page_size, self.rule.max_context // 2)
+        for chunk in sorted({self.token_limit + 1, top}):
+            for before in (0, ctx):
+                yield dict(prefill=[(chunk, before)])
+                for state in states:
+                    drafts = [(ctx, 0 if state == 2 else 1)] if state else []
+                    yield dict(prefill=[(chunk, before)], drafts=drafts, verifies=[] if state else [(1, ctx)])
+        # Outside the graphs the drafting rows' widths follow their contexts (no width classes), and
+        # the page selection's top-k kernel takes powers of two of them as block sizes: one pass per
+        # power of two of pages, so each block size compiles now (a fixed-k run on an H100 once
+        # stalled 0.6 s, then 0.1-0.2 s three times, as its drafting contexts grew beside long chunks)
+        ps, p = self.rule.page_size, 8
+        while len(states) > 1 and p <= 2 * self.rule.max_pages:
+            c = min((p - 1) * ps - 2, self.rule.max_context)  # `p` pages with its draft, at most the longest
+            for state in states[1:]:
+                yield dict(prefill=[(self.token_limit + 1, 0)], drafts=[(c, 0 if state == 2 else 1)], verifies=[])
+            p *= 2
+
+    def passes(self):
+        """Every made-up pass, as `RuntimeExecutor.synthetic`'s arguments: each composition over
+        the context ladder, all requests alike, and once more per class with one request at the
+        class's longest and the others short (fewer work items: the short tile where uniform
+        contexts would take the long one)."""
+        for R, state, verifies, chunk in self.compositions():
+            ladder = self.contexts(R)
+            top_of: dict = {}  # width class -> the longest context of the ladder in it
+            for c in ladder:
+                w = self.rule.width(-(-(c + self.rule.max_draft + 1) // self.rule.page_size))
+                top_of[w] = max(top_of.get(w, 0), c)
+            tops = set(top_of.values())
+            variants = [(c, 0) for c in ladder] + [(c, 1) for c in sorted(tops)]
+            if state:  # every 1-token verification a long drafting run instead (tokens alike):
+                variants += [(c, 2) for c in sorted(tops)]  # sparse lists short, layer 0's full ones long
+            for ctx, mixed in variants:
+                short = 16 if mixed else ctx
+                drafts = [(ctx, 0 if state == 2 else 1)] if state else []
+                ver = list(verifies)
+                if mixed == 2:
+                    ver = self._most_drafting(len(drafts), ver)
+                    drafts += [(ctx, 1)] * (len(verifies) - len(ver))
+                pre = [(chunk, max(0, (short if drafts else ctx) - chunk))] if chunk else []
+                first = not drafts and not pre
+                yield dict(prefill=pre, drafts=drafts,
+                           verifies=[(q, ctx if first and i == 0 else short) for i, q in enumerate(ver)])
+
+
+def shape_set_for(rule: ShapeRule, batcher_config, model_cfg, method: int, pool_pages: int,
+                  token_limit: int | None = None) -> ShapeSet:
+    """The start-up set of a run's settings: its batcher's limits, the model's head group, the
+    draft-KV method (whether a run's first draft selects pages)."""
+    from spsim.plan import DraftMethod
+
+    from .graphs import PREFILL_GRAPH_TOKENS
+
+    bc = batcher_config
+    return ShapeSet(rule, max_batch=bc.max_batch, token_limit=token_limit or PREFILL_GRAPH_TOKENS,
+                    group=model_cfg.q_heads // model_cfg.kv_heads, pool_pages=pool_pages,
+                    drafts=rule.max_draft > 0,
+                    first_drafts=method in (DraftMethod.VERIFY_QUEST, DraftMethod.VERIFY_ATTN),
+                    token_budget=bc.token_budget)
+
+
+def capture(graphs, ex, shape_set: ShapeSet, progress=None, warm: str = "first") -> dict:
+    """Capture into `graphs` (graphs.GraphedPasses) a graph for every shape of `shape_set` through
+    the executor's made-up passes (`RuntimeExecutor.synthetic`), then freeze: serving captures
+    nothing more.
+    Returns `{graphs, passes, seconds, bytes}` (bytes: the device memory the graphs' pool and
+    inputs took, as the allocator counts it) and where the seconds went (`phases`: preparing
+    the made-up passes, keying them, warm-up forwards, capturing, and running once each made-up
+    pass past the graph limit, `ShapeSet.eager_passes`).
+    `warm`: "always" runs each pass eagerly before its capture (what `forward` does); "first"
+    only before the first capture of each kernel set (`_kernels`) and captures the rest in
+    relaxed mode, so a kernel compiled late loads inside the capture: a warm-up forward costs
+    about what a capture does."""
+    dev = graphs.cache.device
+    cuda = dev.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(dev)
+    mem0 = torch.cuda.memory_allocated(dev) if cuda else 0
+    res0 = torch.cuda.memory_reserved(dev) if cuda else 0
+    t0 = time.perf_counter()
+    specs = list(shape_set.passes())
+    graphs.max_graphs = max(graphs.max_graphs, len(specs))
+    graphs.out_rows_hint = max(graphs.out_rows_hint, shape_set.max_logit_rows())
+    phases = dict.fromkeys(("prepare", "key", "warm", "capture", "eager"), 0.0)
+    t = time.perf_counter()
+    eager = 0
+    # the passes past the graph limit run once: their kernels compile now, not mid-serving. First:
+    # their drafts at the longest contexts widen the draft store's score rows (verify-attn),
+    # which the graphs then capture as they will stay
+    with torch.no_grad():
+        for spec in shape_set.eager_passes():
+            attn, tok, rows, _, _ = ex.synthetic(**spec)
+            if attn is not None:
+                if graphs.capture:  # (without a GPU only prepared: nothing compiles)
+                    graphs.model(tok, attn.positions, attn, logit_rows=rows)
+                eager += 1
+    phases["eager"] = time.perf_counter() - t
+    made, warmed = 0, set()
+    for i, spec in enumerate(specs):
+        t = time.perf_counter()
+        attn, tok, rows, graphable, _ = ex.synthetic(**spec)
+        t1 = time.perf_counter()
+        phases["prepare"] += t1 - t
+        if attn is None or not graphable or not graphs.eligible(attn) or attn.off_rule:
+            continue
+        shaped = graphs.shape_key(attn, tok, rows)
+        phases["key"] += time.perf_counter() - t1
+        if shaped is None:
+            continue
+        key, plans, caps = shaped
+        if key in graphs.graphs:
+            continue
+        graphs._note_shape(key)
+        kernels = _kernels(key)
+        graphs._capture(key, attn, plans, tok, rows, caps, warm=warm == "always" or kernels not in warmed,
+                        phases=phases)
+        warmed.add(kernels)
+        made += 1
+        if progress is not None:
+            progress(i + 1, len(specs), made)
+    if cuda:
+        torch.cuda.synchronize(dev)
+    if ex.padding is not None:
+        ex.padding.reset_stats()
+    graphs.startup_stats = {"graphs": len(graphs.graphs), "passes": len(specs),
+                            "seconds": round(time.perf_counter() - t0, 3),
+                            "bytes": int(torch.cuda.memory_reserved(dev) - res0) if cuda else 0,
+                            "allocated_bytes": int(torch.cuda.memory_allocated(dev) - mem0) if cuda else 0,
+                            "warm": warm, "warm_ups": len(warmed) if warm == "first" else made,
+                            "eager_warm_ups": eager,
+                            "store_version": ex.store.version,
+                            "phases": {k: round(v, 3) for k, v in phases.items()}}
+    graphs.captures = 0
+    graphs._parts.clear()
+    graphs.frozen = True
+    return graphs.startup_stats
+
+
+def _kernels(key) -> tuple:
+    """The kernels a key's pass launches, sizes aside: its method, prefill, whether it drafts
+    and its attention tiles (what a first launch compiles)."""
+    g, _tokens, _rows, _caps, plans = key
+    return (g[0], g[1], bool(g[2]), g[-1], tuple(p[3:] for p in plans))
