@@ -86,6 +86,7 @@ from .padding import SCRATCH_PAGES, padded, padded_vec
 from .roofline import RooflineCostModel, RooflineParams
 
 N_METHODS = len(DraftMethod)
+RULE_CLASS_PAGES = (256, 2048)  # the shape rule's width classes below the top one (gpu_runtime/shapes.py)
 TILES = (16, 32, 64, 128)  # the attention kernel's tile heights (gpu_runtime/attention.choose_block_m)
 _ZEROS = (0.0,) * N_METHODS
 _ZEROS2 = ((0.0, 0.0),) * N_METHODS
@@ -208,6 +209,10 @@ class CalibratedCostModel(RooflineCostModel):
         self._wi_qb = np.maximum(1, bmt // self.group)
         self._wi_cap = -(-self.ATTN_MIN_SPLIT // self._wi_bn)
         self._build_tables(min(self.model.max_context, table_q or self.model.max_context))
+        # the shape rule's width classes (pages; gpu_runtime/shapes.py ShapeRule.classes): below the
+        # longest context a request reaches (the window plus a run of drafts), then that one
+        top = -(-(-(-(self.model.max_context + P.rule_max_query) // self.page_size) + 1) // 64) * 64
+        self._classes = [c for c in RULE_CLASS_PAGES if c < top] + [top]
         if P.draft_page_s is not None:
             self.score_tbl = np.asarray(P.draft_page_s, dtype=np.float64).reshape(N_METHODS, 2)
             self._score_rows = self.score_tbl.tolist()
@@ -468,21 +473,33 @@ class CalibratedCostModel(RooflineCostModel):
         sparse = np.minimum(plan.draft_budget, plan.draft_context) + plan.draft_pos + 1
         q = np.concatenate([plan.prefill_tokens, np.ones(len(plan.draft_ids), np.int64), plan.verify_query])
         kv = np.concatenate([plan.prefill_context + plan.prefill_tokens, sparse, plan.verify_context + plan.verify_query])
-        tall = self.split_prefill(plan.prefill_tokens, len(q))
+        ruled = bool(self.ruled(int(q.sum())))
+        tall = self.split_prefill(plan.prefill_tokens, len(q), ruled)
         if not tall.any():
             return self.work_ratio(q, kv), 1.0
         m = np.zeros(len(q), bool)
         m[:len(tall)] = tall
-        return self.work_ratio(q[~m], kv[~m]), self.work_ratio(q[m], kv[m])
+        if not (~m).any():
+            return 1.0, self.work_ratio(q[m], kv[m], self._tile_cap if ruled else None)
+        qmax = max(int(q[~m].max()), self.p.rule_max_query) if ruled else None  # the rule's tile (see time)
+        return self.work_ratio(q[~m], kv[~m], qmax), self.work_ratio(q[m], kv[m], self._tile_cap if ruled else None)
 
-    def split_prefill(self, prefill_q, n_requests: int) -> np.ndarray:
+    def split_prefill(self, prefill_q, n_requests: int, ruled: bool = False) -> np.ndarray:
         """Which of a pass's prefill chunks run in an attention launch of their own (the runtime
-        plans chunks of 128-row tiles apart when the pass holds other requests): a mask."""
+        plans chunks of 128-row tiles apart when the pass holds other requests): a mask. `ruled`:
+        a pass padded by the shape rule, whose every chunk runs in the 128-row prefill launch."""
         q = np.asarray(prefill_q, np.int64)
         if not self.p.prefill_split or not len(q):
             return np.zeros(len(q), bool)
+        if ruled:
+            return np.ones(len(q), bool)
         tall = self.tile_class(q) == len(TILES) - 1
         return tall if tall.sum() < n_requests else np.zeros(len(q), bool)
+
+    def ruled(self, tokens: np.ndarray) -> np.ndarray:
+        """Which passes of `tokens` tokens the shape rule pads (those it graphs: at most
+        `prefill_graph_tokens`; gpu_runtime/executor.py `_prepare`)."""
+        return (np.asarray(tokens) <= self.p.prefill_graph_tokens) & (self.p.padding == "rule")
 
     # scalar twins (same operations in the same order)
     def _verify1(self, c: int, q: int, cls: int | None = None) -> float:
@@ -545,10 +562,14 @@ class CalibratedCostModel(RooflineCostModel):
         tokens = n_dr
         logits = n_dr + n_pre
         qmax = 1
-        tall = self.split_prefill(plan.prefill_tokens, n_pre + n_dr + n_ver) if n_pre else None
+        ruled = self.p.padding == "rule" and \
+            n_dr + int(plan.prefill_tokens.sum()) + int(plan.verify_query.sum()) <= self.p.prefill_graph_tokens
+        tall = self.split_prefill(plan.prefill_tokens, n_pre + n_dr + n_ver, ruled) if n_pre else None
         split = tall is not None and bool(tall.any())
         if n_pre:
             qmax = max(qmax, int(plan.prefill_tokens[~tall].max(initial=1)) if split else int(plan.prefill_tokens.max()))
+            if ruled:  # the rule: a pass carrying prefill takes the tallest tile a verification can need
+                qmax = max(qmax, self.p.rule_max_query)
         if n_ver:
             qmax = max(qmax, int(plan.verify_query.max()))
         cls = self.tile_class(qmax)
@@ -593,7 +614,8 @@ class CalibratedCostModel(RooflineCostModel):
             logits += nq
         if tokens == 0:
             return 0.0
-        keep = (plan.keep_scores or (n_dr and DraftMethod.VERIFY_ATTN in methods)) and (n_ver or n_pre)
+        # the rule keeps verify-attn's page scores in every pass (a pass of drafts alone: into a scratch slot)
+        keep = (plan.keep_scores or (n_dr and DraftMethod.VERIFY_ATTN in methods)) and (n_ver or n_pre or ruled)
         if self.p.attn_sms or (keep and self.p.score_attn_frac):  # the attention kernel: less the extras
             kern = total - n_ver * self.p.verify_req_s
             if n_dr:
@@ -620,21 +642,37 @@ class CalibratedCostModel(RooflineCostModel):
         if n_dr and n_ver:
             t += self.p.mixed_pass_s
         if n_dr and self._selects:
-            t += self._select1(plan, methods)
+            t += self._select1(plan, methods, ruled)
         if keep and self.p.score_col_s:
-            t += self._scores1(plan)
+            t += self._scores1(plan, ruled)
         return self._eager(t) if eager else t
 
-    def _scores1(self, plan: PassPlan) -> float:
+    def _scores1(self, plan: PassPlan, ruled: bool = False) -> float:
         """A verify-attn pass keeping its verifications' page scores: the attention kernel writes
         one score per page into a [every request's rows, longest page list] buffer, reset every
-        layer, and the kept rows are copied out (pass_attention.py)."""
-        ps = self.page_size
-        w = max(int(((plan.draft_context + plan.draft_pos + ps) // ps).max(initial=0)),
-                int(((plan.verify_context + plan.verify_query + ps - 1) // ps).max(initial=0)),
-                int(((plan.prefill_context + plan.prefill_tokens + ps - 1) // ps).max(initial=0)))
+        layer, and the kept rows are copied out (pass_attention.py). Under the shape rule
+        (`ruled`): the requests padded to a power of two, the width the longest one's class."""
+        w = self._longest_pages(plan)
         n = len(plan.draft_ids) + len(plan.verify_ids) + len(plan.prefill_ids)
-        return self.p.score_col_s * n * (-(-w // self.SELECT_COLS) * self.SELECT_COLS)
+        if ruled and w <= self._classes[-1]:
+            return self.p.score_col_s * ((1 << (n - 1).bit_length()) * next(c for c in self._classes if c >= w))
+        return self.p.score_col_s * (n * (-(-w // self.SELECT_COLS) * self.SELECT_COLS))
+
+    def _longest_pages(self, plan: PassPlan) -> int:
+        """Pages of the pass's longest request (a draft's: its context, drafts held and this one)."""
+        ps = self.page_size
+        return max(int(((plan.draft_context + plan.draft_pos + ps) // ps).max(initial=0)),
+                   int(((plan.verify_context + plan.verify_query + ps - 1) // ps).max(initial=0)),
+                   int(((plan.prefill_context + plan.prefill_tokens + ps - 1) // ps).max(initial=0)))
+
+    def _rule_cols(self, pages: np.ndarray) -> np.ndarray:
+        """Top-k columns of selections under the shape rule: the next power of two of the width
+        class holding `pages` (the pass's longest request), or of `pages` (in 128s) beyond the
+        classes (the pass leaves the rule)."""
+        c = np.asarray(self._classes, np.int64)
+        w = np.where(pages <= c[-1], c[np.minimum(np.searchsorted(c, pages), len(c) - 1)],
+                     -(-pages // self.SELECT_COLS) * self.SELECT_COLS)
+        return _pow2(np.maximum(w, 1))
 
     # ---- page selection's top-k (per pass) ----
     # The runtime selects pages with a top-k kernel over a [selecting rows, columns] grid whose
@@ -648,7 +686,7 @@ class CalibratedCostModel(RooflineCostModel):
     # of the page scores its layer 0 writes). Static drafts select nothing.
     SELECT_COLS = 128
 
-    def _select1(self, plan: PassPlan, methods) -> float:
+    def _select1(self, plan: PassPlan, methods, ruled: bool = False) -> float:
         t = 0.0
         ps, cols = self.page_size, self.SELECT_COLS
         for m in methods:
@@ -656,6 +694,13 @@ class CalibratedCostModel(RooflineCostModel):
             if not c:
                 continue
             pos = plan.draft_pos
+            if ruled:  # every request selects (dummy entries too), at its class's width
+                if DraftMethod(m).refresh == "verify" and not (pos == 0).any():
+                    continue
+                n = len(plan.draft_ids) + len(plan.verify_ids) + len(plan.prefill_ids)
+                w = self._longest_pages(plan)
+                t += c * (1 << (n - 1).bit_length()) * int(self._rule_cols(np.int64(w)))
+                continue
             pages = (plan.draft_context + pos + ps) // ps  # (context + pos + 1) tokens
             if DraftMethod(m).refresh == "verify":
                 first = pos == 0
@@ -767,8 +812,9 @@ class CalibratedCostModel(RooflineCostModel):
                     self.draft_attn(ctx, budget, method, seg.draft_pos)
                 att = att + np.where(draft, d, 0.0)
         tokens = q.sum(axis=1) + draft.sum(axis=1)
-        # passes keeping page scores: the run's method is verify-attn, and they verify
-        keep = verify.any(axis=1) if method == DraftMethod.VERIFY_ATTN else np.zeros(len(kind), bool)
+        ruled = self.ruled(tokens)
+        # passes keeping page scores: the run's method is verify-attn, and they verify (the rule: all)
+        keep = (verify.any(axis=1) | ruled) if method == DraftMethod.VERIFY_ATTN else np.zeros(len(kind), bool)
         frac = self.p.score_attn_frac if keep.any() else 0.0
         if self.p.attn_sms or frac:  # the attention kernel, less the per-request extras
             kern = att - np.where(verify, self.p.verify_req_s, 0.0)
@@ -816,14 +862,17 @@ class CalibratedCostModel(RooflineCostModel):
                         w = np.maximum(np.where(draft, pages, 0).max(axis=1),
                                        np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1))
                 w = -(-np.maximum(w, 1) // self.SELECT_COLS) * self.SELECT_COLS
-                t = t + c * n * _pow2(w)
+                allw = np.maximum(np.where(draft, pages, 0).max(axis=1),
+                                  np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1))
+                # the rule: every request selects (dummy entries too), at its class's width
+                n = np.where(ruled & (n > 0), _pow2(np.maximum((draft | verify).sum(axis=1), 1)), n)
+                t = t + c * n * np.where(ruled, self._rule_cols(allw), _pow2(w))
         if self.p.score_col_s and keep.any():
             ps = self.page_size
             w = np.maximum(np.where(draft, (ctx + seg.draft_pos + ps) // ps, 0).max(axis=1),
                            np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1))
-            w = -(-w // self.SELECT_COLS) * self.SELECT_COLS
             nreq = (draft | verify).sum(axis=1)
-            t = t + np.where(keep, self.p.score_col_s * nreq * w, 0.0)
+            t = t + np.where(keep, self.p.score_col_s * self._rule_scale(nreq, w, ruled), 0.0)
         return t
 
     def _decode_times(self, context: list[int], n: int) -> np.ndarray:
@@ -869,6 +918,7 @@ class CalibratedCostModel(RooflineCostModel):
         np.maximum.at(qmax, batch.ver_of, batch.ver_q)
         tall = batch.split_prefill(self)
         np.maximum.at(qmax, batch.pre_of[~tall], batch.pre_q[~tall])
+        qmax = np.where(self.ruled(batch.tokens) & batch.has_prefill, np.maximum(qmax, self.p.rule_max_query), qmax)
         cls = self.tile_class(qmax)
         att = np.zeros(n)
         kern_tall = np.zeros(n)  # split prefill chunks' attention (their own launch)
@@ -884,7 +934,8 @@ class CalibratedCostModel(RooflineCostModel):
             v = self.full_attn(batch.ver_ctx, batch.ver_q, cls[batch.ver_of]) if self.tiles else \
                 self.full_attn(batch.ver_ctx, batch.ver_q)
             att += np.bincount(batch.ver_of, v, n)
-        keep = batch.keeps()
+        ruled = self.ruled(batch.tokens)
+        keep = batch.keeps(ruled)
         frac = self.p.score_attn_frac
         if self.p.attn_sms or (frac and keep.any()):  # the attention kernel's tail (see work_ratio)
             kern = att - np.bincount(batch.ver_of, minlength=n) * self.p.verify_req_s
@@ -921,9 +972,9 @@ class CalibratedCostModel(RooflineCostModel):
             has_v = np.bincount(batch.ver_of, minlength=n) > 0
             per = per + np.where(batch.has_draft & has_v, self.p.mixed_pass_s, 0.0)
             if self._selects:
-                per = per + self._select_batch(batch)
+                per = per + self._select_batch(batch, ruled)
         if self.p.score_col_s:
-            per = per + self._scores_batch(batch, keep)
+            per = per + self._scores_batch(batch, keep, ruled)
         t = lin + att + per
         if self.p.eager_launch_s and eager.any():
             P = self.p
@@ -932,15 +983,14 @@ class CalibratedCostModel(RooflineCostModel):
             t = np.where(eager, h + (rest ** e + P.eager_launch_s ** e) ** (1.0 / e), t)
         return np.where(batch.tokens > 0, t, 0.0)  # an empty pass costs nothing (as time())
 
-    def _select_batch(self, batch: PlanBatch) -> np.ndarray:
-        """`_select1` of many plans (vector)."""
+    def _select_batch(self, batch: PlanBatch, ruled: np.ndarray) -> np.ndarray:
+        """`_select1` of many plans (vector); `ruled`: `ruled(batch.tokens)`."""
         n, ps = batch.n, self.page_size
         out = np.zeros(n)
         pages = (batch.dr_ctx + batch.dr_pos + ps) // ps
-        allw = np.zeros(n, np.int64)  # every request's pages (step-layer's score width)
-        np.maximum.at(allw, batch.dr_of, pages)
-        np.maximum.at(allw, batch.ver_of, (batch.ver_ctx + batch.ver_q + ps - 1) // ps)
-        np.maximum.at(allw, batch.pre_of, (batch.pre_ctx + batch.pre_q + ps - 1) // ps)
+        allw = self._longest_batch(batch)  # every request's pages (step-layer's score width)
+        nreq = np.bincount(batch.dr_of, minlength=n) + np.bincount(batch.ver_of, minlength=n) + \
+            np.bincount(batch.pre_of, minlength=n)
         for m in np.unique(batch.dr_method).tolist():
             c = self._select_list[m]
             if not c:
@@ -959,20 +1009,35 @@ class CalibratedCostModel(RooflineCostModel):
             if m == DraftMethod.STEP_LAYER:
                 w = np.where(cnt > 0, allw, w)
             w = -(-np.maximum(w, 1) // self.SELECT_COLS) * self.SELECT_COLS
-            out += c * cnt * _pow2(w)
+            # the rule: every request selects (dummy entries too), at its class's width
+            cnt = np.where(ruled & (cnt > 0), _pow2(np.maximum(nreq, 1)), cnt)
+            out += c * cnt * np.where(ruled, self._rule_cols(allw), _pow2(w))
         return out
 
-    def _scores_batch(self, batch: PlanBatch, keep: np.ndarray) -> np.ndarray:
-        """`_scores1` of many plans (vector); `keep`: `batch.keeps()`."""
+    def _longest_batch(self, batch: PlanBatch) -> np.ndarray:
+        """`_longest_pages` of every plan."""
         n, ps = batch.n, self.page_size
         w = np.zeros(n, np.int64)
         np.maximum.at(w, batch.dr_of, (batch.dr_ctx + batch.dr_pos + ps) // ps)
         np.maximum.at(w, batch.ver_of, (batch.ver_ctx + batch.ver_q + ps - 1) // ps)
         np.maximum.at(w, batch.pre_of, (batch.pre_ctx + batch.pre_q + ps - 1) // ps)
-        w = -(-w // self.SELECT_COLS) * self.SELECT_COLS
+        return w
+
+    def _scores_batch(self, batch: PlanBatch, keep: np.ndarray, ruled: np.ndarray) -> np.ndarray:
+        """`_scores1` of many plans (vector); `keep`: `batch.keeps(ruled)`."""
+        n = batch.n
+        w = self._longest_batch(batch)
         nreq = np.bincount(batch.dr_of, minlength=n) + np.bincount(batch.ver_of, minlength=n) + \
             np.bincount(batch.pre_of, minlength=n)
-        return np.where(keep, self.p.score_col_s * nreq * w, 0.0)
+        return np.where(keep, self.p.score_col_s * self._rule_scale(nreq, w, ruled), 0.0)
+
+    def _rule_scale(self, nreq: np.ndarray, w: np.ndarray, ruled: np.ndarray) -> np.ndarray:
+        """Page-score rows x columns: requests x the longest's pages in 128s, or under the rule
+        (`ruled`, within its classes) requests padded to a power of two x the class's width."""
+        c = np.asarray(self._classes, np.int64)
+        on = ruled & (w <= c[-1])
+        cw = c[np.minimum(np.searchsorted(c, w), len(c) - 1)]
+        return np.where(on, _pow2(np.maximum(nreq, 1)) * cw, nreq * (-(-w // self.SELECT_COLS) * self.SELECT_COLS))
 
     def kv_capacity_pages(self, reserve_frac: float | None = None, selection_metadata: bool = True) -> int:
         """The KV pages the runtime could allocate on the measured GPU, where the profile says so."""
