@@ -308,10 +308,12 @@ class CalibratedCostModel(RooflineCostModel):
     ATTN_MIN_SPLIT = MIN_SPLIT_TOKENS
     WORK_CACHE_MAX = 1 << 18  # makespans kept (per model) of passes of more items than SMs
 
-    def work_ratio(self, q, kv, qmax: int | None = None) -> float:
+    def work_ratio(self, q, kv, qmax: int | None = None, dummies: int = 0) -> float:
         """Makespan of the pass's attention work items, greedily scheduled on `attn_sms` SMs in
         list order, over their total / SMs (>= 1). `q`, `kv`: per request in pass order (prefill,
         drafts, verifications), query tokens and KV tokens read (a draft: its sparse selection).
+        `dummies`: the shape rule's dummy verifiers after them (one token of KV each: a unit of
+        one block, which counts against the SMs in the split rule).
         Replicates gpu_runtime/attention.py plan_attention's host plan (one KV head's units; every
         head has the same). One pass of `work_ratios`."""
         q = np.asarray(q, np.int64)
@@ -319,6 +321,8 @@ class CalibratedCostModel(RooflineCostModel):
             return 1.0
         # `work_ratios` of one pass, on 1-d arrays (the same integers: its units)
         kv = np.asarray(kv, np.int64)
+        if dummies:
+            q, kv = np.concatenate([q, np.ones(dummies, np.int64)]), np.concatenate([kv, np.ones(dummies, np.int64)])
         c = self.tile_class(int(q.max()) if qmax is None else int(qmax))
         bn, qb = int(self._wi_bn[c]), int(self._wi_qb[c])
         nqb = -(-q // qb)
@@ -332,9 +336,10 @@ class CalibratedCostModel(RooflineCostModel):
             code = (-(-u_end // bn))[j < nqb[:, None]]
         return float(self._code_ratios(code[None, :], bn)[0])
 
-    def work_ratios(self, q, kv, live, qmax=None, rank=None) -> np.ndarray:
+    def work_ratios(self, q, kv, live, qmax=None, rank=None, dummies=None) -> np.ndarray:
         """`work_ratio` of many passes: row i holds pass i's requests where `live` (other entries
-        are ignored), in pass order, or in the order of `rank` (a stable sort of row i's rank).
+        are ignored), in pass order, or in the order of `rank` (a stable sort of row i's rank);
+        `dummies[i]` dummy verifiers after them (see work_ratio).
 
         A pass's ratio depends only on its plan's units (KV blocks of each unit, in plan order)
         and its KV block size (the tile class's), which change only when a request's KV crosses a
@@ -349,6 +354,13 @@ class CalibratedCostModel(RooflineCostModel):
             return np.ones(n)
         if not n:
             return np.ones(0)
+        D = int(dummies.max()) if dummies is not None and len(dummies) else 0
+        if D:  # dummy verifiers: one token of KV, after every request (the largest rank)
+            one = np.ones((n, D), np.int64)
+            q, kv = np.concatenate([q, one], axis=1), np.concatenate([kv, one], axis=1)
+            live = np.concatenate([live, np.arange(D) < dummies[:, None]], axis=1)
+            if rank is not None:
+                rank = np.concatenate([rank, np.full((n, D), np.iinfo(np.int64).max)], axis=1)
         cls = self.tile_class(np.where(live, q, 0).max(axis=1) if qmax is None else np.asarray(qmax))
         bn = self._wi_bn[cls]
         qb = self._wi_qb[cls][:, None]
@@ -475,14 +487,16 @@ class CalibratedCostModel(RooflineCostModel):
         kv = np.concatenate([plan.prefill_context + plan.prefill_tokens, sparse, plan.verify_context + plan.verify_query])
         ruled = bool(self.ruled(int(q.sum())))
         tall = self.split_prefill(plan.prefill_tokens, len(q), ruled)
+        dummies = (1 << (len(q) - 1).bit_length()) - len(q) if ruled else 0  # the rule's, beside the rest
         if not tall.any():
-            return self.work_ratio(q, kv), 1.0
+            return self.work_ratio(q, kv, None, dummies), 1.0
         m = np.zeros(len(q), bool)
         m[:len(tall)] = tall
+        r_tall = self.work_ratio(q[m], kv[m], self._tile_cap if ruled else None)
         if not (~m).any():
-            return 1.0, self.work_ratio(q[m], kv[m], self._tile_cap if ruled else None)
+            return 1.0, r_tall
         qmax = max(int(q[~m].max()), self.p.rule_max_query) if ruled else None  # the rule's tile (see time)
-        return self.work_ratio(q[~m], kv[~m], qmax), self.work_ratio(q[m], kv[m], self._tile_cap if ruled else None)
+        return self.work_ratio(q[~m], kv[~m], qmax, dummies), r_tall
 
     def split_prefill(self, prefill_q, n_requests: int, ruled: bool = False) -> np.ndarray:
         """Which of a pass's prefill chunks run in an attention launch of their own (the runtime
@@ -823,8 +837,10 @@ class CalibratedCostModel(RooflineCostModel):
             if self.p.attn_sms:  # its tail (see work_ratio), pass by pass
                 sparse = np.minimum(budget, ctx) + seg.draft_pos + 1
                 # pass order (of the passes of more than one round): drafts, then verifications
+                nreq = (draft | verify).sum(axis=1)
+                dummies = np.where(ruled & (nreq > 0), _pow2(np.maximum(nreq, 1)) - nreq, 0)
                 r = self.work_ratios(np.where(draft, 1, q), np.where(draft, sparse, ctx + q), draft | verify,
-                                     rank=verify)
+                                     rank=verify.astype(np.int64), dummies=dummies)
                 att = att + kern * (r - 1.0)[:, None]
                 kern = kern * r[:, None]
             if frac:
@@ -898,7 +914,10 @@ class CalibratedCostModel(RooflineCostModel):
             kern = att - self.p.verify_req_s
             # one query block a request: its unit's KV blocks are those of its KV (context + 1)
             bn = int(self._wi_bn[c])
-            ratio = self._code_ratios(-(-(ctx + 1) // bn), bn)
+            code = -(-(ctx + 1) // bn)
+            if self.ruled(r) and r & (r - 1):  # the rule's dummy verifiers: a unit of one block each
+                code = np.concatenate([code, np.ones((n, (1 << (r - 1).bit_length()) - r), np.int64)], axis=1)
+            ratio = self._code_ratios(code, bn)
             att = att + kern * (ratio - 1.0)[:, None]
         if self.p.padding == "none":
             return self.overhead_table(r)[np.full(n, r, np.int64)] + att.sum(axis=1)
