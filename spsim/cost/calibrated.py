@@ -110,6 +110,7 @@ class CalibratedParams(RooflineParams):
     spec_pass_s: float = 0.0  # per pass verifying drafts (a query > 1)
     mixed_pass_s: float = 0.0  # per pass holding both drafts and verifications (two sampling paths)
     select_col_s: tuple = _ZEROS  # [method]: per selecting request per top-k column (see _select1)
+    select_base_req: float = 0.0  # a selection's latency, in selecting requests (see _select1)
     score_col_s: float = 0.0  # per request per page-score column, verify-attn passes that keep scores
     score_attn_frac: float = 0.0  # a pass keeping page scores: its attention kernel this much slower (the
     #                               per-block page max and atomic store in the kernel's loop)
@@ -202,6 +203,7 @@ class CalibratedCostModel(RooflineCostModel):
         self._defer_tables = False
         self._vt_cls, self._dt_cls = {}, {}  # segment tables per tile class
         self._work_cache = {}  # work_ratios: ratios by (KV block size, units)
+        self._hkv = max(1, self.model.kv_heads // self.tp)
         self._plain_ovh = {}  # _plain_times: the padded linear part of a decode of r requests
         # per tile class: the attention plan's KV block (tokens), query tokens per block, split cap
         bmt = np.maximum(np.asarray(TILES, np.int64), self.group)
@@ -700,6 +702,15 @@ class CalibratedCostModel(RooflineCostModel):
     # of the page scores its layer 0 writes). Static drafts select nothing.
     SELECT_COLS = 128
 
+    def _sel_reqs1(self, n: int) -> float:
+        """Selecting requests' worth of top-k time for `n` of them: each row is one program, a
+        selection of few rows takes one row's latency (`select_base_req`) rather than nothing."""
+        return n + self.p.select_base_req if n else 0.0
+
+    def _sel_reqs(self, n: np.ndarray) -> np.ndarray:
+        """`_sel_reqs1` of an integer array."""
+        return np.where(n > 0, n + self.p.select_base_req, 0.0)
+
     def _select1(self, plan: PassPlan, methods, ruled: bool = False) -> float:
         t = 0.0
         ps, cols = self.page_size, self.SELECT_COLS
@@ -713,7 +724,7 @@ class CalibratedCostModel(RooflineCostModel):
                     continue
                 n = len(plan.draft_ids) + len(plan.verify_ids) + len(plan.prefill_ids)
                 w = self._longest_pages(plan)
-                t += c * (1 << (n - 1).bit_length()) * int(self._rule_cols(np.int64(w)))
+                t += c * self._sel_reqs1(1 << (n - 1).bit_length()) * int(self._rule_cols(np.int64(w)))
                 continue
             pages = (plan.draft_context + pos + ps) // ps  # (context + pos + 1) tokens
             if DraftMethod(m).refresh == "verify":
@@ -731,7 +742,7 @@ class CalibratedCostModel(RooflineCostModel):
                             int(((plan.verify_context + plan.verify_query + ps - 1) // ps).max(initial=0)),
                             int(((plan.prefill_context + plan.prefill_tokens + ps - 1) // ps).max(initial=0)))
             w = -(-w // cols) * cols
-            t += c * n * (1 << (w - 1).bit_length())
+            t += c * self._sel_reqs1(n) * (1 << (w - 1).bit_length())
         return t
 
     def pass_overhead(self, num_tokens: int, prefill_tokens: int = 0, *, num_logits: int | None = None) -> float:
@@ -882,7 +893,7 @@ class CalibratedCostModel(RooflineCostModel):
                                   np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1))
                 # the rule: every request selects (dummy entries too), at its class's width
                 n = np.where(ruled & (n > 0), _pow2(np.maximum((draft | verify).sum(axis=1), 1)), n)
-                t = t + c * n * np.where(ruled, self._rule_cols(allw), _pow2(w))
+                t = t + c * self._sel_reqs(n) * np.where(ruled, self._rule_cols(allw), _pow2(w))
         if self.p.score_col_s and keep.any():
             ps = self.page_size
             w = np.maximum(np.where(draft, (ctx + seg.draft_pos + ps) // ps, 0).max(axis=1),
@@ -1030,7 +1041,7 @@ class CalibratedCostModel(RooflineCostModel):
             w = -(-np.maximum(w, 1) // self.SELECT_COLS) * self.SELECT_COLS
             # the rule: every request selects (dummy entries too), at its class's width
             cnt = np.where(ruled & (cnt > 0), _pow2(np.maximum(nreq, 1)), cnt)
-            out += c * cnt * np.where(ruled, self._rule_cols(allw), _pow2(w))
+            out += c * self._sel_reqs(cnt) * np.where(ruled, self._rule_cols(allw), _pow2(w))
         return out
 
     def _longest_batch(self, batch: PlanBatch) -> np.ndarray:
