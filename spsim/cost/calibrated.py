@@ -82,7 +82,8 @@ from spsim.worklist import MIN_SPLIT_TOKENS, WAVES, split_of_units
 
 from .batch import PlanBatch
 from .padding import MODES as PADDING_MODES
-from .padding import SCRATCH_PAGES, padded, padded_vec
+from .padding import SCRATCH_PAGES, pad_count_vec, padded, padded_vec, pow2_vec
+from spsim.buckets import pad_count, pow2
 from .roofline import RooflineCostModel, RooflineParams
 
 N_METHODS = len(DraftMethod)
@@ -658,7 +659,7 @@ class CalibratedCostModel(RooflineCostModel):
         if n_dr and n_ver:
             t += self.p.mixed_pass_s
         if n_dr and self._selects:
-            t += self._select1(plan, methods, ruled)
+            t += self._select1(plan, methods, ruled, self.p.padding in ("bucket", "pow2") and not eager)
         if keep and self.p.score_col_s:
             t += self._scores1(plan, ruled)
         return self._eager(t) if eager else t
@@ -711,7 +712,14 @@ class CalibratedCostModel(RooflineCostModel):
         """`_sel_reqs1` of an integer array."""
         return np.where(n > 0, n + self.p.select_base_req, 0.0)
 
-    def _select1(self, plan: PassPlan, methods, ruled: bool = False) -> float:
+    def _pad_drafters(self, n):
+        """Drafting rows of a padded graphed pass with `n` real ones (gpu_runtime/padding.py
+        `drafters`: the bucket padding's request counts, or powers of two)."""
+        if isinstance(n, (int, np.integer)):
+            return pow2(n) if self.p.padding == "pow2" else pad_count(n)
+        return pow2_vec(n) if self.p.padding == "pow2" else pad_count_vec(n)
+
+    def _select1(self, plan: PassPlan, methods, ruled: bool = False, padded: bool = False) -> float:
         t = 0.0
         ps, cols = self.page_size, self.SELECT_COLS
         for m in methods:
@@ -727,15 +735,18 @@ class CalibratedCostModel(RooflineCostModel):
                 t += c * self._sel_reqs1(1 << (n - 1).bit_length()) * int(self._rule_cols(np.int64(w)))
                 continue
             pages = (plan.draft_context + pos + ps) // ps  # (context + pos + 1) tokens
+            # padded graphed passes select for every drafting row, dummy ones too (their count
+            # padded: `_pad_drafters`); a first-draft selection as long, unless all are first
+            d = self._pad_drafters(len(pos)) if padded else len(pos)
             if DraftMethod(m).refresh == "verify":
                 first = pos == 0
                 n = int(first.sum())
                 if not n:
                     continue
-                n = 1 << (n - 1).bit_length()
+                n = d if d > n else 1 << (n - 1).bit_length()
                 w = int(pages[first].max()) if m == DraftMethod.VERIFY_ATTN else int(pages.max())
             else:
-                n = len(pos)
+                n = d
                 w = int(pages.max())
                 if m == DraftMethod.STEP_LAYER:  # every request's pages
                     w = max(int(((plan.draft_context + plan.draft_pos + ps) // ps).max()),
@@ -877,13 +888,15 @@ class CalibratedCostModel(RooflineCostModel):
                     continue
                 dm = draft
                 pages = (ctx + seg.draft_pos + ps) // ps
+                nd = dm.sum(axis=1)
+                d = self._pad_drafters(nd) if self.p.padding in ("bucket", "pow2") else nd  # (graphed: no prefill)
                 if DraftMethod(m).refresh == "verify":
                     who = dm & (seg.draft_pos == 0)
                     n = who.sum(axis=1)
-                    n = np.where(n > 0, _pow2(np.maximum(n, 1)), 0)
+                    n = np.where(n > 0, np.where(d > n, d, _pow2(np.maximum(n, 1))), 0)
                     w = np.where(who if m == DraftMethod.VERIFY_ATTN else dm, pages, 0).max(axis=1)
                 else:
-                    n = dm.sum(axis=1)
+                    n = d
                     w = np.where(dm, pages, 0).max(axis=1)
                     if m == DraftMethod.STEP_LAYER:  # every request's pages
                         w = np.maximum(np.where(draft, pages, 0).max(axis=1),
@@ -1002,7 +1015,7 @@ class CalibratedCostModel(RooflineCostModel):
             has_v = np.bincount(batch.ver_of, minlength=n) > 0
             per = per + np.where(batch.has_draft & has_v, self.p.mixed_pass_s, 0.0)
             if self._selects:
-                per = per + self._select_batch(batch, ruled)
+                per = per + self._select_batch(batch, ruled, ~eager & (self.p.padding in ("bucket", "pow2")))
         if self.p.score_col_s:
             per = per + self._scores_batch(batch, keep, ruled)
         t = lin + att + per
@@ -1013,8 +1026,9 @@ class CalibratedCostModel(RooflineCostModel):
             t = np.where(eager, h + (rest ** e + P.eager_launch_s ** e) ** (1.0 / e), t)
         return np.where(batch.tokens > 0, t, 0.0)  # an empty pass costs nothing (as time())
 
-    def _select_batch(self, batch: PlanBatch, ruled: np.ndarray) -> np.ndarray:
-        """`_select1` of many plans (vector); `ruled`: `ruled(batch.tokens)`."""
+    def _select_batch(self, batch: PlanBatch, ruled: np.ndarray, padded: np.ndarray) -> np.ndarray:
+        """`_select1` of many plans (vector); `ruled`: `ruled(batch.tokens)`, `padded`: passes the
+        bucket or pow2 padding pads."""
         n, ps = batch.n, self.page_size
         out = np.zeros(n)
         pages = (batch.dr_ctx + batch.dr_pos + ps) // ps
@@ -1026,13 +1040,15 @@ class CalibratedCostModel(RooflineCostModel):
             if not c:
                 continue
             dm = batch.dr_method == m
+            nd = np.bincount(batch.dr_of[dm], minlength=n)
+            d = np.where(padded, self._pad_drafters(nd), nd)
             if DraftMethod(m).refresh == "verify":
                 who = dm & (batch.dr_pos == 0)
                 cnt = np.bincount(batch.dr_of[who], minlength=n)
-                cnt = np.where(cnt > 0, _pow2(np.maximum(cnt, 1)), 0)
+                cnt = np.where(cnt > 0, np.where(d > cnt, d, _pow2(np.maximum(cnt, 1))), 0)
                 src = who if m == DraftMethod.VERIFY_ATTN else dm
             else:
-                cnt = np.bincount(batch.dr_of[dm], minlength=n)
+                cnt = d
                 src = dm
             w = np.zeros(n, np.int64)
             np.maximum.at(w, batch.dr_of[src], pages[src])
