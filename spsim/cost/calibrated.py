@@ -651,7 +651,8 @@ class CalibratedCostModel(RooflineCostModel):
         if self.p.padding != "none" and not eager:
             tokens, logits = padded(tokens, logits, n_dr, n_ver, self.p.padding, SCRATCH_PAGES * self.page_size, n_pre,
                                     self.p.rule_max_query)
-        t = self.pass_overhead(tokens, num_logits=logits) + total + self.pass_terms(eager, methods)
+        # the linear part alone: the eager terms are pass_terms and _eager below (as _flat_times)
+        t = RooflineCostModel.pass_overhead(self, tokens, num_logits=logits) + total + self.pass_terms(eager, methods)
         if n_dr and 0 in plan.draft_pos.tolist():
             t += self._first_pass_list[plan.draft_method]
         if n_ver and int(plan.verify_query.max()) > 1:
@@ -716,8 +717,8 @@ class CalibratedCostModel(RooflineCostModel):
         """Drafting rows of a padded graphed pass with `n` real ones (gpu_runtime/padding.py
         `drafters`: the bucket padding's request counts, or powers of two)."""
         if isinstance(n, (int, np.integer)):
-            return pow2(n) if self.p.padding == "pow2" else pad_count(n)
-        return pow2_vec(n) if self.p.padding == "pow2" else pad_count_vec(n)
+            return (pow2(n) if self.p.padding == "pow2" else pad_count(n)) if n else 0
+        return np.where(n > 0, pow2_vec(n) if self.p.padding == "pow2" else pad_count_vec(n), 0)
 
     def _select1(self, plan: PassPlan, methods, ruled: bool = False, padded: bool = False) -> float:
         t = 0.0
