@@ -51,6 +51,26 @@ makespan is its longest item and the ratio a closed form, for all passes of a se
 (`work_ratios`); longer plans are scheduled in steps of up to a round (`_makespan`) and cached by
 their units (KV blocks), which change only every 64-128 tokens of a request.
 
+The shape rule (`padding` "rule": the runtime's default padding, gpu_runtime/shapes.py) changes
+what a graphed pass runs, and the model follows it: a pass carrying prefill runs every chunk in
+the 128-row prefill launch and its other requests in the tallest tile a verification can need
+(`rule_max_query`; executor.py `tile_q`: on the H100, 64 decodes at 4K took 18.5 ms alone and 26.3
+beside a 128-token chunk that took 9.9 alone, priced 14-17 % low in their own 16-row tile); its
+requests are padded to a power of two with dummy verifiers, each a one-block unit of the
+attention's work list that counts against the SMs in the split rule (8 drafts and 2 verifications
+padded to 16: the verifications run in 4096-token items instead of 17-block ones, priced 8-11 %
+low without them); and every request selects pages and keeps page scores (dummy entries too), at
+the width class of the pass's longest request (256, 2048 pages or the window's), not its own
+pages (`_select1`, `_scores1`: mixed passes at many contexts were priced 18-26 % low).
+
+Page selection (`select_col_s`, per method): a top-k over [selecting rows, the padded width], one
+program a row running at once, so a selection costs (selecting requests + `select_base_req`) x
+columns: a pass of one first draft at 32K pays one row's latency at 16,384 columns, not 1/8 of
+eight rows' (measured ~1.2 ms over a 4K one on the H100, priced 10 % low without it). Who selects:
+a run's first drafts (verify-refreshed methods, padded to a power of two), every draft
+(step-refreshed); padded graphed passes (bucket, pow2) select for every drafting row, dummy
+drafters too, and a first-draft selection as long as them (executor.py `pad_first`).
+
 Eager passes (no CUDA graph): the host launches ~30 kernels a layer while the GPU runs them, so a
 short pass takes about the launch time whatever its size (256 and 512 tokens from an empty context
 took the same 15.4 ms on the H200) and a long one its GPU time: smoothmax with exponent `eager_p`
@@ -701,7 +721,10 @@ class CalibratedCostModel(RooflineCostModel):
     # Who selects: a run's first drafts (verify-refreshed methods; their count padded to a power
     # of two, as the runtime pads them), every draft (step-refreshed methods). Whose pages set the
     # width: the drafts' (verify-attn: the first drafts'; step-layer: every request's, the width
-    # of the page scores its layer 0 writes). Static drafts select nothing.
+    # of the page scores its layer 0 writes). Static drafts select nothing. Padded graphed passes
+    # select for every drafting row (dummies too); under the shape rule every request selects, at
+    # its width class (see the module docstring). One row's program takes as long as the width
+    # whatever the rows: `select_base_req` requests' worth more per selection.
     SELECT_COLS = 128
 
     def _sel_reqs1(self, n: int) -> float:
