@@ -43,6 +43,9 @@ ATTN_SMS = 132  # SMs the runtime's attention plans its work items for (plan_att
 #                 H200's 132; spsim/cost/calibrated.py work_ratio). Assumed, not fitted
 
 
+SELECTING = {m.label for m in DraftMethod if m != DraftMethod.STATIC}  # methods whose drafts select pages
+
+
 class Fitter:
     """Maps a vector of free constants to `CalibratedParams` (tied where the data cannot tell
     two apart: methods that select at every step have no first/later difference)."""
@@ -91,6 +94,8 @@ class Fitter:
             spec.append(("attn_tile_eff", (i,), d.attn_flops_eff, 0.02, fl_hi, 0.1))
         spec.append(("attn_p", None, 2.0, 1.0, 16.0, 0.5))
         self.page0 = [[float(base.score_tbl[m, j]) for j in (0, 1)] for m in range(N_METHODS)]
+        if any(x.split(":")[-1] in SELECTING for x in labels):  # a selection's latency (top-k of a row)
+            spec.append(("select_base_req", None, 1.0, 0.0, 64.0, 1.0))
         for m in DraftMethod:
             if f"draft:{m.label}" not in labels and f"mixed:{m.label}" not in labels:
                 continue

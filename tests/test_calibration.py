@@ -30,7 +30,7 @@ TRUE = CalibratedParams(
     draft_page_s=((0.0, 0.0), (2e-7, 1e-8), (1e-8, 1e-8), (1e-7, 1e-8), (3e-7, 3e-7)),
     first_pass_s=(0.0, 1e-3, 0.0, 1.5e-3, 0.0), spec_pass_s=0.5e-3, attn_tile_eff=(0.2, 0.55, 0.45), attn_p=3.0,
     eager_launch_s=15e-3, eager_p=10.0, mixed_pass_s=0.3e-3, select_col_s=(0.0, 2e-8, 1e-8, 3e-8, 2e-8),
-    score_col_s=1e-8, score_attn_frac=0.4)
+    score_col_s=1e-8, score_attn_frac=0.4, select_base_req=2.0)
 
 
 # ---- design
@@ -184,6 +184,7 @@ def test_fit_recovers_known_constants(design, synthetic):
     assert got.p.attn_tile_eff[2] == pytest.approx(TRUE.attn_tile_eff[2], rel=0.05)
     assert got.p.attn_tile_eff[0] == pytest.approx(TRUE.attn_tile_eff[0], rel=0.1)
     np.testing.assert_allclose(got.p.select_col_s[1:], TRUE.select_col_s[1:], rtol=0.1)
+    assert got.p.select_base_req == pytest.approx(TRUE.select_base_req, rel=0.1)
     np.testing.assert_allclose(got.p.draft_pass_s, TRUE.draft_pass_s, rtol=0.1)
     np.testing.assert_allclose(np.asarray(got.p.draft_page_s)[1:], np.asarray(TRUE.draft_page_s)[1:], rtol=0.1)
 

@@ -30,12 +30,12 @@ PARAMS = CalibratedParams(
     draft_page_s=((0.0, 0.0), (2e-7, 1e-8), (1e-8, 1e-8), (1e-7, 1e-8), (3e-7, 3e-7)),
     first_pass_s=(0.0, 1.5e-3, 0.0, 1e-3, 0.0), spec_pass_s=2.5e-3, attn_tile_eff=(0.12, 0.6, 0.3), attn_p=6.0,
     eager_launch_s=14e-3, eager_p=8.0, mixed_pass_s=1.5e-3, select_col_s=(0.0, 1e-7, 2e-7, 3e-7, 4e-7),
-    score_col_s=2e-8, score_attn_frac=0.4)
+    score_col_s=2e-8, score_attn_frac=0.4, select_base_req=2.0)
 
 
 @pytest.fixture(scope="module", params=[(0, False, "none"), (132, False, "none"), (132, True, "none"),
-                                        (132, True, "bucket"), (0, False, "pow2")],
-                ids=["no-tail", "work-item-tail", "graphed-split-prefill", "padded", "padded-pow2"])
+                                        (132, True, "bucket"), (0, False, "pow2"), (132, True, "rule")],
+                ids=["no-tail", "work-item-tail", "graphed-split-prefill", "padded", "padded-pow2", "shape-rule"])
 def cm(request):
     """The test profile, without and with the attention's work-item tail (`attn_sms`), of a
     runtime that graphs short prefill passes and plans prefill chunks apart, and of runtimes that
@@ -412,20 +412,37 @@ def test_graphed_prefill_passes_and_prefill_chunks_planned_apart(cm):
 def test_selection_pays_the_longest_page_list(cm):
     """Top-k over [selecting requests, the longest page list rounded up to a power of two]: two
     first verify-quest drafts at 4K and 100K pay 2 x 8192 columns; later drafts select nothing;
-    step-quest's drafts select every step."""
+    step-quest's drafts select every step. Each selection also pays one row's latency
+    (`select_base_req` requests' worth). Padded graphed passes select for every drafting row (a
+    first-draft selection as long as them); under the shape rule every request selects, padded to
+    a power of two, at the width class of the longest (4K: 2,048 pages; 100K: the top one, 8,256
+    pages of a 128K window, 16,384 columns)."""
     ps = 16
     plan = lambda ctx, pos, m: PassPlan(  # noqa: E731
         draft_ids=np.arange(len(ctx)), draft_context=np.array(ctx), draft_budget=2048,
         draft_method=m, draft_pos=np.array(pos))
     off = cm.with_params(select_col_s=(0.0,) * 5)
     sel = lambda p: cm.time(p) - off.time(p)  # noqa: E731
+    b, mode = cm.p.select_base_req, cm.p.padding
+    rule = mode == "rule"
+
+    def rows(n, first):  # selecting rows of n drafts, `first` of them a run's first (None: step-refreshed)
+        if rule:
+            return 1 << (n - 1).bit_length()
+        d = {"none": n, "bucket": {2: 2, 3: 3}[n], "pow2": 1 << (n - 1).bit_length()}[mode]
+        if first is None:
+            return d
+        return d if d > first else 1 << (first - 1).bit_length()
+
+    big = 16384 if rule else 8192
     assert -(-(100_000 + 1) // ps) <= 8192
-    assert sel(plan([4096, 100_000], [0, 0], 1)) == pytest.approx(1e-7 * 2 * 8192)
-    assert sel(plan([4096, 4096], [0, 0], 1)) == pytest.approx(1e-7 * 2 * 512)  # 257 pages -> 384 -> 512
-    assert sel(plan([4096, 100_000], [0, 3], 1)) == pytest.approx(1e-7 * 1 * 8192)  # the first only
-    assert sel(plan([4096, 100_000, 5000], [0, 0, 0], 1)) == pytest.approx(1e-7 * 4 * 8192)  # 3 -> 4 rows
+    assert sel(plan([4096, 100_000], [0, 0], 1)) == pytest.approx(1e-7 * (rows(2, 2) + b) * big)
+    small = 2048 if rule else 512  # 257 pages -> 384 -> 512, or the rule's 2,048-page class
+    assert sel(plan([4096, 4096], [0, 0], 1)) == pytest.approx(1e-7 * (rows(2, 2) + b) * small)
+    assert sel(plan([4096, 100_000], [0, 3], 1)) == pytest.approx(1e-7 * (rows(2, 1) + b) * big)  # the first only
+    assert sel(plan([4096, 100_000, 5000], [0, 0, 0], 1)) == pytest.approx(1e-7 * (rows(3, 3) + b) * big)  # 3 -> 4
     assert sel(plan([4096, 100_000], [1, 3], 1)) == 0.0
-    assert sel(plan([4096, 100_000], [1, 3], 4)) == pytest.approx(4e-7 * 2 * 8192)
+    assert sel(plan([4096, 100_000], [1, 3], 4)) == pytest.approx(4e-7 * (rows(2, None) + b) * big)
     assert sel(plan([4096, 100_000], [0, 0], 0)) == 0.0  # static
 
 
@@ -462,3 +479,55 @@ def test_a_profile_of_another_model_is_an_error_naming_the_fix(cm, tmp_path):
     with pytest.raises(SpsimError, match=r"model_name='llama-3.1-8b'.*'llama-3.2-3b'.*--model llama-3.1-8b"):
         build(ServingConfig(profile=str(path), policy="ar", model="llama-3.2-3b"))
     assert build(ServingConfig(profile=str(path), policy="ar", model="llama-3.1-8b")).batcher_config.capacity_pages > 0
+
+
+def test_the_shape_rule_runs_decodes_beside_prefill_in_the_prefill_tile():
+    """Under the shape rule a graphed pass carrying prefill runs its other requests in the tallest
+    tile a verification can need (17 tokens x a GQA group of 4: 128 rows; gpu_runtime/executor.py
+    `tile_q`): a slower 128-row tile then slows the decodes beside a 128-token chunk too, where the
+    bucket padding prices them in their own 16-row tile and only the chunk (its own launch) slows.
+    Measured on the H100: 64 decodes at 4K took 18.5 ms alone, 26.3 beside a 128-token chunk (9.9
+    alone); priced in their own tile the pass came out 14-17 % low."""
+    from dataclasses import replace
+
+    chunk = PassPlan(prefill_ids=np.array([100]), prefill_context=np.array([0]), prefill_tokens=np.array([128]),
+                     prefill_last=np.array([True]))
+    both = PassPlan(prefill_ids=np.array([100]), prefill_context=np.array([0]), prefill_tokens=np.array([128]),
+                    prefill_last=np.array([True]), verify_ids=np.arange(64), verify_context=np.full(64, 4096),
+                    verify_query=np.ones(64, np.int64))
+    for pad, decodes_slow in (("bucket", False), ("rule", True)):
+        p = replace(PARAMS, attn_sms=132, prefill_split=True, prefill_graph_tokens=2048, padding=pad)
+        fast = CalibratedCostModel("llama-3.1-8b", "h200", params=p)
+        slow = fast.with_params(attn_tile_eff=PARAMS.attn_tile_eff[:2] + (PARAMS.attn_tile_eff[2] / 4,))
+        d_chunk = slow.time(chunk) - fast.time(chunk)
+        d_both = slow.time(both) - fast.time(both)
+        assert d_chunk > 0
+        if decodes_slow:
+            assert d_both > d_chunk + 1e-3  # 64 decodes' 128-row tiles at a quarter the rate
+        else:
+            assert d_both == pytest.approx(d_chunk, rel=1e-9)
+        for m in (fast, slow):  # and every path agrees
+            assert m.times(PlanBatch.of([chunk, both])) == pytest.approx([m.time(chunk), m.time(both)], rel=1e-12)
+
+
+def test_the_shape_rules_dummy_verifiers_take_sms_from_the_split_rule():
+    """8 drafts and 2 five-token verifications at 4K: padded by the shape rule to 16 requests, the
+    6 dummy verifiers are 48 units of one block that leave the split rule no room to cut the
+    verifications' 65 blocks in 17-block items (4 each, as without them): they run as 4096-token
+    items, twice a draft's 2049, and the launch lasts that long (measured on the H100: such
+    passes were priced 8-11 % low without the dummies)."""
+    from dataclasses import replace
+
+    plan = PassPlan(draft_ids=np.arange(8), draft_context=np.full(8, 4096), draft_budget=2048, draft_method=0,
+                    draft_pos=np.array([0, 1, 2, 3] * 2), verify_ids=np.arange(8, 10),
+                    verify_context=np.full(2, 4096), verify_query=np.full(2, 5))
+    p = replace(PARAMS, attn_sms=132, attn_item_tokens=0.0, prefill_split=True, prefill_graph_tokens=2048)
+    bucket = CalibratedCostModel("llama-3.1-8b", "h200", params=replace(p, padding="bucket"))
+    rule = CalibratedCostModel("llama-3.1-8b", "h200", params=replace(p, padding="rule"))
+    r_bucket, r_rule = bucket.plan_work_ratio(plan)[0], rule.plan_work_ratio(plan)[0]
+    q = np.array([1] * 8 + [5, 5])
+    kv = np.array([2049, 2050, 2051, 2052] * 2 + [4101, 4101])
+    assert r_rule == rule.work_ratio(q, kv, None, 6) > 1.5 * r_bucket
+    assert r_bucket == bucket.work_ratio(q, kv)
+    # the simulator's segments (grid) price the same dummies
+    assert rule.times(PlanBatch.from_plan(plan))[0] == pytest.approx(rule.time(plan), rel=1e-12)

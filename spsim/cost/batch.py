@@ -137,21 +137,22 @@ class PlanBatch:
             return False, int(q.max()) + 1
         return True, max(int(q.max()), int(self.draft_pos.max())) + 1
 
-    def keeps(self) -> np.ndarray:
+    def keeps(self, ruled=False) -> np.ndarray:
         """Plans whose pass keeps page scores (verify-attn runs, or drafts of that method beside
-        them): those with a verification or a prefill chunk."""
+        them): those with a verification or a prefill chunk, or padded by the shape rule (`ruled`,
+        per plan: it keeps them in every pass)."""
         n = self.n
         va = np.bincount(self.dr_of[self.dr_method == DraftMethod.VERIFY_ATTN], minlength=n) > 0
         if self.keep_scores is not None:
             va = va | self.keep_scores
-        return va & ((np.bincount(self.ver_of, minlength=n) > 0) | self.has_prefill)
+        return va & ((np.bincount(self.ver_of, minlength=n) > 0) | self.has_prefill | ruled)
 
     def work_ratios(self, model) -> tuple[np.ndarray, np.ndarray]:
         """`plan_work_ratio` of every plan: its launch's, its split prefill chunks' (cached: they
         depend on no fitted constant)."""
         P = model.p
         key = (model.group, model.model.kv_heads // model.tp, model.page_size, P.attn_sms, P.attn_item_tokens,
-               P.prefill_split)
+               P.prefill_split, P.padding, P.prefill_graph_tokens, P.rule_max_query)
         if self._ratios is None:
             self._ratios = {}
         r = self._ratios.get(key)
@@ -165,8 +166,8 @@ class PlanBatch:
             return np.zeros(len(self.pre_of), bool)
         from .calibrated import TILES  # the calibrated model's rule (it alone splits prefill)
 
-        tall = model.tile_class(self.pre_q) == len(TILES) - 1
+        tall = (model.tile_class(self.pre_q) == len(TILES) - 1) | model.ruled(self.tokens)[self.pre_of]
         n = self.n
         n_req = np.bincount(self.pre_of, minlength=n) + np.bincount(self.dr_of, minlength=n) + \
             np.bincount(self.ver_of, minlength=n)
-        return tall & (np.bincount(self.pre_of[tall], minlength=n) < n_req)[self.pre_of]
+        return tall & ((np.bincount(self.pre_of[tall], minlength=n) < n_req) | model.ruled(self.tokens))[self.pre_of]

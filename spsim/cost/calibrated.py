@@ -51,6 +51,26 @@ makespan is its longest item and the ratio a closed form, for all passes of a se
 (`work_ratios`); longer plans are scheduled in steps of up to a round (`_makespan`) and cached by
 their units (KV blocks), which change only every 64-128 tokens of a request.
 
+The shape rule (`padding` "rule": the runtime's default padding, gpu_runtime/shapes.py) changes
+what a graphed pass runs, and the model follows it: a pass carrying prefill runs every chunk in
+the 128-row prefill launch and its other requests in the tallest tile a verification can need
+(`rule_max_query`; executor.py `tile_q`: on the H100, 64 decodes at 4K took 18.5 ms alone and 26.3
+beside a 128-token chunk that took 9.9 alone, priced 14-17 % low in their own 16-row tile); its
+requests are padded to a power of two with dummy verifiers, each a one-block unit of the
+attention's work list that counts against the SMs in the split rule (8 drafts and 2 verifications
+padded to 16: the verifications run in 4096-token items instead of 17-block ones, priced 8-11 %
+low without them); and every request selects pages and keeps page scores (dummy entries too), at
+the width class of the pass's longest request (256, 2048 pages or the window's), not its own
+pages (`_select1`, `_scores1`: mixed passes at many contexts were priced 18-26 % low).
+
+Page selection (`select_col_s`, per method): a top-k over [selecting rows, the padded width], one
+program a row running at once, so a selection costs (selecting requests + `select_base_req`) x
+columns: a pass of one first draft at 32K pays one row's latency at 16,384 columns, not 1/8 of
+eight rows' (measured ~1.2 ms over a 4K one on the H100, priced 10 % low without it). Who selects:
+a run's first drafts (verify-refreshed methods, padded to a power of two), every draft
+(step-refreshed); padded graphed passes (bucket, pow2) select for every drafting row, dummy
+drafters too, and a first-draft selection as long as them (executor.py `pad_first`).
+
 Eager passes (no CUDA graph): the host launches ~30 kernels a layer while the GPU runs them, so a
 short pass takes about the launch time whatever its size (256 and 512 tokens from an empty context
 took the same 15.4 ms on the H200) and a long one its GPU time: smoothmax with exponent `eager_p`
@@ -82,10 +102,12 @@ from spsim.worklist import MIN_SPLIT_TOKENS, WAVES, split_of_units
 
 from .batch import PlanBatch
 from .padding import MODES as PADDING_MODES
-from .padding import SCRATCH_PAGES, padded, padded_vec
+from .padding import SCRATCH_PAGES, pad_count_vec, padded, padded_vec, pow2_vec
+from spsim.buckets import pad_count, pow2
 from .roofline import RooflineCostModel, RooflineParams
 
 N_METHODS = len(DraftMethod)
+RULE_CLASS_PAGES = (256, 2048)  # the shape rule's width classes below the top one (gpu_runtime/shapes.py)
 TILES = (16, 32, 64, 128)  # the attention kernel's tile heights (gpu_runtime/attention.choose_block_m)
 _ZEROS = (0.0,) * N_METHODS
 _ZEROS2 = ((0.0, 0.0),) * N_METHODS
@@ -109,6 +131,7 @@ class CalibratedParams(RooflineParams):
     spec_pass_s: float = 0.0  # per pass verifying drafts (a query > 1)
     mixed_pass_s: float = 0.0  # per pass holding both drafts and verifications (two sampling paths)
     select_col_s: tuple = _ZEROS  # [method]: per selecting request per top-k column (see _select1)
+    select_base_req: float = 0.0  # a selection's latency, in selecting requests (see _select1)
     score_col_s: float = 0.0  # per request per page-score column, verify-attn passes that keep scores
     score_attn_frac: float = 0.0  # a pass keeping page scores: its attention kernel this much slower (the
     #                               per-block page max and atomic store in the kernel's loop)
@@ -201,6 +224,7 @@ class CalibratedCostModel(RooflineCostModel):
         self._defer_tables = False
         self._vt_cls, self._dt_cls = {}, {}  # segment tables per tile class
         self._work_cache = {}  # work_ratios: ratios by (KV block size, units)
+        self._hkv = max(1, self.model.kv_heads // self.tp)
         self._plain_ovh = {}  # _plain_times: the padded linear part of a decode of r requests
         # per tile class: the attention plan's KV block (tokens), query tokens per block, split cap
         bmt = np.maximum(np.asarray(TILES, np.int64), self.group)
@@ -208,6 +232,10 @@ class CalibratedCostModel(RooflineCostModel):
         self._wi_qb = np.maximum(1, bmt // self.group)
         self._wi_cap = -(-self.ATTN_MIN_SPLIT // self._wi_bn)
         self._build_tables(min(self.model.max_context, table_q or self.model.max_context))
+        # the shape rule's width classes (pages; gpu_runtime/shapes.py ShapeRule.classes): below the
+        # longest context a request reaches (the window plus a run of drafts), then that one
+        top = -(-(-(-(self.model.max_context + P.rule_max_query) // self.page_size) + 1) // 64) * 64
+        self._classes = [c for c in RULE_CLASS_PAGES if c < top] + [top]
         if P.draft_page_s is not None:
             self.score_tbl = np.asarray(P.draft_page_s, dtype=np.float64).reshape(N_METHODS, 2)
             self._score_rows = self.score_tbl.tolist()
@@ -303,10 +331,12 @@ class CalibratedCostModel(RooflineCostModel):
     ATTN_MIN_SPLIT = MIN_SPLIT_TOKENS
     WORK_CACHE_MAX = 1 << 18  # makespans kept (per model) of passes of more items than SMs
 
-    def work_ratio(self, q, kv, qmax: int | None = None) -> float:
+    def work_ratio(self, q, kv, qmax: int | None = None, dummies: int = 0) -> float:
         """Makespan of the pass's attention work items, greedily scheduled on `attn_sms` SMs in
         list order, over their total / SMs (>= 1). `q`, `kv`: per request in pass order (prefill,
         drafts, verifications), query tokens and KV tokens read (a draft: its sparse selection).
+        `dummies`: the shape rule's dummy verifiers after them (one token of KV each: a unit of
+        one block, which counts against the SMs in the split rule).
         Replicates gpu_runtime/attention.py plan_attention's host plan (one KV head's units; every
         head has the same). One pass of `work_ratios`."""
         q = np.asarray(q, np.int64)
@@ -314,6 +344,8 @@ class CalibratedCostModel(RooflineCostModel):
             return 1.0
         # `work_ratios` of one pass, on 1-d arrays (the same integers: its units)
         kv = np.asarray(kv, np.int64)
+        if dummies:
+            q, kv = np.concatenate([q, np.ones(dummies, np.int64)]), np.concatenate([kv, np.ones(dummies, np.int64)])
         c = self.tile_class(int(q.max()) if qmax is None else int(qmax))
         bn, qb = int(self._wi_bn[c]), int(self._wi_qb[c])
         nqb = -(-q // qb)
@@ -327,9 +359,10 @@ class CalibratedCostModel(RooflineCostModel):
             code = (-(-u_end // bn))[j < nqb[:, None]]
         return float(self._code_ratios(code[None, :], bn)[0])
 
-    def work_ratios(self, q, kv, live, qmax=None, rank=None) -> np.ndarray:
+    def work_ratios(self, q, kv, live, qmax=None, rank=None, dummies=None) -> np.ndarray:
         """`work_ratio` of many passes: row i holds pass i's requests where `live` (other entries
-        are ignored), in pass order, or in the order of `rank` (a stable sort of row i's rank).
+        are ignored), in pass order, or in the order of `rank` (a stable sort of row i's rank);
+        `dummies[i]` dummy verifiers after them (see work_ratio).
 
         A pass's ratio depends only on its plan's units (KV blocks of each unit, in plan order)
         and its KV block size (the tile class's), which change only when a request's KV crosses a
@@ -344,6 +377,13 @@ class CalibratedCostModel(RooflineCostModel):
             return np.ones(n)
         if not n:
             return np.ones(0)
+        D = int(dummies.max()) if dummies is not None and len(dummies) else 0
+        if D:  # dummy verifiers: one token of KV, after every request (the largest rank)
+            one = np.ones((n, D), np.int64)
+            q, kv = np.concatenate([q, one], axis=1), np.concatenate([kv, one], axis=1)
+            live = np.concatenate([live, np.arange(D) < dummies[:, None]], axis=1)
+            if rank is not None:
+                rank = np.concatenate([rank, np.full((n, D), np.iinfo(np.int64).max)], axis=1)
         cls = self.tile_class(np.where(live, q, 0).max(axis=1) if qmax is None else np.asarray(qmax))
         bn = self._wi_bn[cls]
         qb = self._wi_qb[cls][:, None]
@@ -468,21 +508,35 @@ class CalibratedCostModel(RooflineCostModel):
         sparse = np.minimum(plan.draft_budget, plan.draft_context) + plan.draft_pos + 1
         q = np.concatenate([plan.prefill_tokens, np.ones(len(plan.draft_ids), np.int64), plan.verify_query])
         kv = np.concatenate([plan.prefill_context + plan.prefill_tokens, sparse, plan.verify_context + plan.verify_query])
-        tall = self.split_prefill(plan.prefill_tokens, len(q))
+        ruled = bool(self.ruled(int(q.sum())))
+        tall = self.split_prefill(plan.prefill_tokens, len(q), ruled)
+        dummies = (1 << (len(q) - 1).bit_length()) - len(q) if ruled else 0  # the rule's, beside the rest
         if not tall.any():
-            return self.work_ratio(q, kv), 1.0
+            return self.work_ratio(q, kv, None, dummies), 1.0
         m = np.zeros(len(q), bool)
         m[:len(tall)] = tall
-        return self.work_ratio(q[~m], kv[~m]), self.work_ratio(q[m], kv[m])
+        r_tall = self.work_ratio(q[m], kv[m], self._tile_cap if ruled else None)
+        if not (~m).any():
+            return 1.0, r_tall
+        qmax = max(int(q[~m].max()), self.p.rule_max_query) if ruled else None  # the rule's tile (see time)
+        return self.work_ratio(q[~m], kv[~m], qmax, dummies), r_tall
 
-    def split_prefill(self, prefill_q, n_requests: int) -> np.ndarray:
+    def split_prefill(self, prefill_q, n_requests: int, ruled: bool = False) -> np.ndarray:
         """Which of a pass's prefill chunks run in an attention launch of their own (the runtime
-        plans chunks of 128-row tiles apart when the pass holds other requests): a mask."""
+        plans chunks of 128-row tiles apart when the pass holds other requests): a mask. `ruled`:
+        a pass padded by the shape rule, whose every chunk runs in the 128-row prefill launch."""
         q = np.asarray(prefill_q, np.int64)
         if not self.p.prefill_split or not len(q):
             return np.zeros(len(q), bool)
+        if ruled:
+            return np.ones(len(q), bool)
         tall = self.tile_class(q) == len(TILES) - 1
         return tall if tall.sum() < n_requests else np.zeros(len(q), bool)
+
+    def ruled(self, tokens: np.ndarray) -> np.ndarray:
+        """Which passes of `tokens` tokens the shape rule pads (those it graphs: at most
+        `prefill_graph_tokens`; gpu_runtime/executor.py `_prepare`)."""
+        return (np.asarray(tokens) <= self.p.prefill_graph_tokens) & (self.p.padding == "rule")
 
     # scalar twins (same operations in the same order)
     def _verify1(self, c: int, q: int, cls: int | None = None) -> float:
@@ -545,10 +599,14 @@ class CalibratedCostModel(RooflineCostModel):
         tokens = n_dr
         logits = n_dr + n_pre
         qmax = 1
-        tall = self.split_prefill(plan.prefill_tokens, n_pre + n_dr + n_ver) if n_pre else None
+        ruled = self.p.padding == "rule" and \
+            n_dr + int(plan.prefill_tokens.sum()) + int(plan.verify_query.sum()) <= self.p.prefill_graph_tokens
+        tall = self.split_prefill(plan.prefill_tokens, n_pre + n_dr + n_ver, ruled) if n_pre else None
         split = tall is not None and bool(tall.any())
         if n_pre:
             qmax = max(qmax, int(plan.prefill_tokens[~tall].max(initial=1)) if split else int(plan.prefill_tokens.max()))
+            if ruled:  # the rule: a pass carrying prefill takes the tallest tile a verification can need
+                qmax = max(qmax, self.p.rule_max_query)
         if n_ver:
             qmax = max(qmax, int(plan.verify_query.max()))
         cls = self.tile_class(qmax)
@@ -593,7 +651,8 @@ class CalibratedCostModel(RooflineCostModel):
             logits += nq
         if tokens == 0:
             return 0.0
-        keep = (plan.keep_scores or (n_dr and DraftMethod.VERIFY_ATTN in methods)) and (n_ver or n_pre)
+        # the rule keeps verify-attn's page scores in every pass (a pass of drafts alone: into a scratch slot)
+        keep = (plan.keep_scores or (n_dr and DraftMethod.VERIFY_ATTN in methods)) and (n_ver or n_pre or ruled)
         if self.p.attn_sms or (keep and self.p.score_attn_frac):  # the attention kernel: less the extras
             kern = total - n_ver * self.p.verify_req_s
             if n_dr:
@@ -612,7 +671,8 @@ class CalibratedCostModel(RooflineCostModel):
         if self.p.padding != "none" and not eager:
             tokens, logits = padded(tokens, logits, n_dr, n_ver, self.p.padding, SCRATCH_PAGES * self.page_size, n_pre,
                                     self.p.rule_max_query)
-        t = self.pass_overhead(tokens, num_logits=logits) + total + self.pass_terms(eager, methods)
+        # the linear part alone: the eager terms are pass_terms and _eager below (as _flat_times)
+        t = RooflineCostModel.pass_overhead(self, tokens, num_logits=logits) + total + self.pass_terms(eager, methods)
         if n_dr and 0 in plan.draft_pos.tolist():
             t += self._first_pass_list[plan.draft_method]
         if n_ver and int(plan.verify_query.max()) > 1:
@@ -620,21 +680,37 @@ class CalibratedCostModel(RooflineCostModel):
         if n_dr and n_ver:
             t += self.p.mixed_pass_s
         if n_dr and self._selects:
-            t += self._select1(plan, methods)
+            t += self._select1(plan, methods, ruled, self.p.padding in ("bucket", "pow2") and not eager)
         if keep and self.p.score_col_s:
-            t += self._scores1(plan)
+            t += self._scores1(plan, ruled)
         return self._eager(t) if eager else t
 
-    def _scores1(self, plan: PassPlan) -> float:
+    def _scores1(self, plan: PassPlan, ruled: bool = False) -> float:
         """A verify-attn pass keeping its verifications' page scores: the attention kernel writes
         one score per page into a [every request's rows, longest page list] buffer, reset every
-        layer, and the kept rows are copied out (pass_attention.py)."""
-        ps = self.page_size
-        w = max(int(((plan.draft_context + plan.draft_pos + ps) // ps).max(initial=0)),
-                int(((plan.verify_context + plan.verify_query + ps - 1) // ps).max(initial=0)),
-                int(((plan.prefill_context + plan.prefill_tokens + ps - 1) // ps).max(initial=0)))
+        layer, and the kept rows are copied out (pass_attention.py). Under the shape rule
+        (`ruled`): the requests padded to a power of two, the width the longest one's class."""
+        w = self._longest_pages(plan)
         n = len(plan.draft_ids) + len(plan.verify_ids) + len(plan.prefill_ids)
-        return self.p.score_col_s * n * (-(-w // self.SELECT_COLS) * self.SELECT_COLS)
+        if ruled and w <= self._classes[-1]:
+            return self.p.score_col_s * ((1 << (n - 1).bit_length()) * next(c for c in self._classes if c >= w))
+        return self.p.score_col_s * (n * (-(-w // self.SELECT_COLS) * self.SELECT_COLS))
+
+    def _longest_pages(self, plan: PassPlan) -> int:
+        """Pages of the pass's longest request (a draft's: its context, drafts held and this one)."""
+        ps = self.page_size
+        return max(int(((plan.draft_context + plan.draft_pos + ps) // ps).max(initial=0)),
+                   int(((plan.verify_context + plan.verify_query + ps - 1) // ps).max(initial=0)),
+                   int(((plan.prefill_context + plan.prefill_tokens + ps - 1) // ps).max(initial=0)))
+
+    def _rule_cols(self, pages: np.ndarray) -> np.ndarray:
+        """Top-k columns of selections under the shape rule: the next power of two of the width
+        class holding `pages` (the pass's longest request), or of `pages` (in 128s) beyond the
+        classes (the pass leaves the rule)."""
+        c = np.asarray(self._classes, np.int64)
+        w = np.where(pages <= c[-1], c[np.minimum(np.searchsorted(c, pages), len(c) - 1)],
+                     -(-pages // self.SELECT_COLS) * self.SELECT_COLS)
+        return _pow2(np.maximum(w, 1))
 
     # ---- page selection's top-k (per pass) ----
     # The runtime selects pages with a top-k kernel over a [selecting rows, columns] grid whose
@@ -645,10 +721,29 @@ class CalibratedCostModel(RooflineCostModel):
     # Who selects: a run's first drafts (verify-refreshed methods; their count padded to a power
     # of two, as the runtime pads them), every draft (step-refreshed methods). Whose pages set the
     # width: the drafts' (verify-attn: the first drafts'; step-layer: every request's, the width
-    # of the page scores its layer 0 writes). Static drafts select nothing.
+    # of the page scores its layer 0 writes). Static drafts select nothing. Padded graphed passes
+    # select for every drafting row (dummies too); under the shape rule every request selects, at
+    # its width class (see the module docstring). One row's program takes as long as the width
+    # whatever the rows: `select_base_req` requests' worth more per selection.
     SELECT_COLS = 128
 
-    def _select1(self, plan: PassPlan, methods) -> float:
+    def _sel_reqs1(self, n: int) -> float:
+        """Selecting requests' worth of top-k time for `n` of them: each row is one program, a
+        selection of few rows takes one row's latency (`select_base_req`) rather than nothing."""
+        return n + self.p.select_base_req if n else 0.0
+
+    def _sel_reqs(self, n: np.ndarray) -> np.ndarray:
+        """`_sel_reqs1` of an integer array."""
+        return np.where(n > 0, n + self.p.select_base_req, 0.0)
+
+    def _pad_drafters(self, n):
+        """Drafting rows of a padded graphed pass with `n` real ones (gpu_runtime/padding.py
+        `drafters`: the bucket padding's request counts, or powers of two)."""
+        if isinstance(n, (int, np.integer)):
+            return (pow2(n) if self.p.padding == "pow2" else pad_count(n)) if n else 0
+        return np.where(n > 0, pow2_vec(n) if self.p.padding == "pow2" else pad_count_vec(n), 0)
+
+    def _select1(self, plan: PassPlan, methods, ruled: bool = False, padded: bool = False) -> float:
         t = 0.0
         ps, cols = self.page_size, self.SELECT_COLS
         for m in methods:
@@ -656,23 +751,33 @@ class CalibratedCostModel(RooflineCostModel):
             if not c:
                 continue
             pos = plan.draft_pos
+            if ruled:  # every request selects (dummy entries too), at its class's width
+                if DraftMethod(m).refresh == "verify" and not (pos == 0).any():
+                    continue
+                n = len(plan.draft_ids) + len(plan.verify_ids) + len(plan.prefill_ids)
+                w = self._longest_pages(plan)
+                t += c * self._sel_reqs1(1 << (n - 1).bit_length()) * int(self._rule_cols(np.int64(w)))
+                continue
             pages = (plan.draft_context + pos + ps) // ps  # (context + pos + 1) tokens
+            # padded graphed passes select for every drafting row, dummy ones too (their count
+            # padded: `_pad_drafters`); a first-draft selection as long, unless all are first
+            d = self._pad_drafters(len(pos)) if padded else len(pos)
             if DraftMethod(m).refresh == "verify":
                 first = pos == 0
                 n = int(first.sum())
                 if not n:
                     continue
-                n = 1 << (n - 1).bit_length()
+                n = d if d > n else 1 << (n - 1).bit_length()
                 w = int(pages[first].max()) if m == DraftMethod.VERIFY_ATTN else int(pages.max())
             else:
-                n = len(pos)
+                n = d
                 w = int(pages.max())
                 if m == DraftMethod.STEP_LAYER:  # every request's pages
                     w = max(int(((plan.draft_context + plan.draft_pos + ps) // ps).max()),
                             int(((plan.verify_context + plan.verify_query + ps - 1) // ps).max(initial=0)),
                             int(((plan.prefill_context + plan.prefill_tokens + ps - 1) // ps).max(initial=0)))
             w = -(-w // cols) * cols
-            t += c * n * (1 << (w - 1).bit_length())
+            t += c * self._sel_reqs1(n) * (1 << (w - 1).bit_length())
         return t
 
     def pass_overhead(self, num_tokens: int, prefill_tokens: int = 0, *, num_logits: int | None = None) -> float:
@@ -767,8 +872,9 @@ class CalibratedCostModel(RooflineCostModel):
                     self.draft_attn(ctx, budget, method, seg.draft_pos)
                 att = att + np.where(draft, d, 0.0)
         tokens = q.sum(axis=1) + draft.sum(axis=1)
-        # passes keeping page scores: the run's method is verify-attn, and they verify
-        keep = verify.any(axis=1) if method == DraftMethod.VERIFY_ATTN else np.zeros(len(kind), bool)
+        ruled = self.ruled(tokens)
+        # passes keeping page scores: the run's method is verify-attn, and they verify (the rule: all)
+        keep = (verify.any(axis=1) | ruled) if method == DraftMethod.VERIFY_ATTN else np.zeros(len(kind), bool)
         frac = self.p.score_attn_frac if keep.any() else 0.0
         if self.p.attn_sms or frac:  # the attention kernel, less the per-request extras
             kern = att - np.where(verify, self.p.verify_req_s, 0.0)
@@ -777,8 +883,10 @@ class CalibratedCostModel(RooflineCostModel):
             if self.p.attn_sms:  # its tail (see work_ratio), pass by pass
                 sparse = np.minimum(budget, ctx) + seg.draft_pos + 1
                 # pass order (of the passes of more than one round): drafts, then verifications
+                nreq = (draft | verify).sum(axis=1)
+                dummies = np.where(ruled & (nreq > 0), _pow2(np.maximum(nreq, 1)) - nreq, 0)
                 r = self.work_ratios(np.where(draft, 1, q), np.where(draft, sparse, ctx + q), draft | verify,
-                                     rank=verify)
+                                     rank=verify.astype(np.int64), dummies=dummies)
                 att = att + kern * (r - 1.0)[:, None]
                 kern = kern * r[:, None]
             if frac:
@@ -804,26 +912,31 @@ class CalibratedCostModel(RooflineCostModel):
                     continue
                 dm = draft
                 pages = (ctx + seg.draft_pos + ps) // ps
+                nd = dm.sum(axis=1)
+                d = self._pad_drafters(nd) if self.p.padding in ("bucket", "pow2") else nd  # (graphed: no prefill)
                 if DraftMethod(m).refresh == "verify":
                     who = dm & (seg.draft_pos == 0)
                     n = who.sum(axis=1)
-                    n = np.where(n > 0, _pow2(np.maximum(n, 1)), 0)
+                    n = np.where(n > 0, np.where(d > n, d, _pow2(np.maximum(n, 1))), 0)
                     w = np.where(who if m == DraftMethod.VERIFY_ATTN else dm, pages, 0).max(axis=1)
                 else:
-                    n = dm.sum(axis=1)
+                    n = d
                     w = np.where(dm, pages, 0).max(axis=1)
                     if m == DraftMethod.STEP_LAYER:  # every request's pages
                         w = np.maximum(np.where(draft, pages, 0).max(axis=1),
                                        np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1))
                 w = -(-np.maximum(w, 1) // self.SELECT_COLS) * self.SELECT_COLS
-                t = t + c * n * _pow2(w)
+                allw = np.maximum(np.where(draft, pages, 0).max(axis=1),
+                                  np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1))
+                # the rule: every request selects (dummy entries too), at its class's width
+                n = np.where(ruled & (n > 0), _pow2(np.maximum((draft | verify).sum(axis=1), 1)), n)
+                t = t + c * self._sel_reqs(n) * np.where(ruled, self._rule_cols(allw), _pow2(w))
         if self.p.score_col_s and keep.any():
             ps = self.page_size
             w = np.maximum(np.where(draft, (ctx + seg.draft_pos + ps) // ps, 0).max(axis=1),
                            np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1))
-            w = -(-w // self.SELECT_COLS) * self.SELECT_COLS
             nreq = (draft | verify).sum(axis=1)
-            t = t + np.where(keep, self.p.score_col_s * nreq * w, 0.0)
+            t = t + np.where(keep, self.p.score_col_s * self._rule_scale(nreq, w, ruled), 0.0)
         return t
 
     def _decode_times(self, context: list[int], n: int) -> np.ndarray:
@@ -849,7 +962,10 @@ class CalibratedCostModel(RooflineCostModel):
             kern = att - self.p.verify_req_s
             # one query block a request: its unit's KV blocks are those of its KV (context + 1)
             bn = int(self._wi_bn[c])
-            ratio = self._code_ratios(-(-(ctx + 1) // bn), bn)
+            code = -(-(ctx + 1) // bn)
+            if self.ruled(r) and r & (r - 1):  # the rule's dummy verifiers: a unit of one block each
+                code = np.concatenate([code, np.ones((n, (1 << (r - 1).bit_length()) - r), np.int64)], axis=1)
+            ratio = self._code_ratios(code, bn)
             att = att + kern * (ratio - 1.0)[:, None]
         if self.p.padding == "none":
             return self.overhead_table(r)[np.full(n, r, np.int64)] + att.sum(axis=1)
@@ -869,6 +985,7 @@ class CalibratedCostModel(RooflineCostModel):
         np.maximum.at(qmax, batch.ver_of, batch.ver_q)
         tall = batch.split_prefill(self)
         np.maximum.at(qmax, batch.pre_of[~tall], batch.pre_q[~tall])
+        qmax = np.where(self.ruled(batch.tokens) & batch.has_prefill, np.maximum(qmax, self.p.rule_max_query), qmax)
         cls = self.tile_class(qmax)
         att = np.zeros(n)
         kern_tall = np.zeros(n)  # split prefill chunks' attention (their own launch)
@@ -884,7 +1001,8 @@ class CalibratedCostModel(RooflineCostModel):
             v = self.full_attn(batch.ver_ctx, batch.ver_q, cls[batch.ver_of]) if self.tiles else \
                 self.full_attn(batch.ver_ctx, batch.ver_q)
             att += np.bincount(batch.ver_of, v, n)
-        keep = batch.keeps()
+        ruled = self.ruled(batch.tokens)
+        keep = batch.keeps(ruled)
         frac = self.p.score_attn_frac
         if self.p.attn_sms or (frac and keep.any()):  # the attention kernel's tail (see work_ratio)
             kern = att - np.bincount(batch.ver_of, minlength=n) * self.p.verify_req_s
@@ -921,9 +1039,9 @@ class CalibratedCostModel(RooflineCostModel):
             has_v = np.bincount(batch.ver_of, minlength=n) > 0
             per = per + np.where(batch.has_draft & has_v, self.p.mixed_pass_s, 0.0)
             if self._selects:
-                per = per + self._select_batch(batch)
+                per = per + self._select_batch(batch, ruled, ~eager & (self.p.padding in ("bucket", "pow2")))
         if self.p.score_col_s:
-            per = per + self._scores_batch(batch, keep)
+            per = per + self._scores_batch(batch, keep, ruled)
         t = lin + att + per
         if self.p.eager_launch_s and eager.any():
             P = self.p
@@ -932,47 +1050,64 @@ class CalibratedCostModel(RooflineCostModel):
             t = np.where(eager, h + (rest ** e + P.eager_launch_s ** e) ** (1.0 / e), t)
         return np.where(batch.tokens > 0, t, 0.0)  # an empty pass costs nothing (as time())
 
-    def _select_batch(self, batch: PlanBatch) -> np.ndarray:
-        """`_select1` of many plans (vector)."""
+    def _select_batch(self, batch: PlanBatch, ruled: np.ndarray, padded: np.ndarray) -> np.ndarray:
+        """`_select1` of many plans (vector); `ruled`: `ruled(batch.tokens)`, `padded`: passes the
+        bucket or pow2 padding pads."""
         n, ps = batch.n, self.page_size
         out = np.zeros(n)
         pages = (batch.dr_ctx + batch.dr_pos + ps) // ps
-        allw = np.zeros(n, np.int64)  # every request's pages (step-layer's score width)
-        np.maximum.at(allw, batch.dr_of, pages)
-        np.maximum.at(allw, batch.ver_of, (batch.ver_ctx + batch.ver_q + ps - 1) // ps)
-        np.maximum.at(allw, batch.pre_of, (batch.pre_ctx + batch.pre_q + ps - 1) // ps)
+        allw = self._longest_batch(batch)  # every request's pages (step-layer's score width)
+        nreq = np.bincount(batch.dr_of, minlength=n) + np.bincount(batch.ver_of, minlength=n) + \
+            np.bincount(batch.pre_of, minlength=n)
         for m in np.unique(batch.dr_method).tolist():
             c = self._select_list[m]
             if not c:
                 continue
             dm = batch.dr_method == m
+            nd = np.bincount(batch.dr_of[dm], minlength=n)
+            d = np.where(padded, self._pad_drafters(nd), nd)
             if DraftMethod(m).refresh == "verify":
                 who = dm & (batch.dr_pos == 0)
                 cnt = np.bincount(batch.dr_of[who], minlength=n)
-                cnt = np.where(cnt > 0, _pow2(np.maximum(cnt, 1)), 0)
+                cnt = np.where(cnt > 0, np.where(d > cnt, d, _pow2(np.maximum(cnt, 1))), 0)
                 src = who if m == DraftMethod.VERIFY_ATTN else dm
             else:
-                cnt = np.bincount(batch.dr_of[dm], minlength=n)
+                cnt = d
                 src = dm
             w = np.zeros(n, np.int64)
             np.maximum.at(w, batch.dr_of[src], pages[src])
             if m == DraftMethod.STEP_LAYER:
                 w = np.where(cnt > 0, allw, w)
             w = -(-np.maximum(w, 1) // self.SELECT_COLS) * self.SELECT_COLS
-            out += c * cnt * _pow2(w)
+            # the rule: every request selects (dummy entries too), at its class's width
+            cnt = np.where(ruled & (cnt > 0), _pow2(np.maximum(nreq, 1)), cnt)
+            out += c * self._sel_reqs(cnt) * np.where(ruled, self._rule_cols(allw), _pow2(w))
         return out
 
-    def _scores_batch(self, batch: PlanBatch, keep: np.ndarray) -> np.ndarray:
-        """`_scores1` of many plans (vector); `keep`: `batch.keeps()`."""
+    def _longest_batch(self, batch: PlanBatch) -> np.ndarray:
+        """`_longest_pages` of every plan."""
         n, ps = batch.n, self.page_size
         w = np.zeros(n, np.int64)
         np.maximum.at(w, batch.dr_of, (batch.dr_ctx + batch.dr_pos + ps) // ps)
         np.maximum.at(w, batch.ver_of, (batch.ver_ctx + batch.ver_q + ps - 1) // ps)
         np.maximum.at(w, batch.pre_of, (batch.pre_ctx + batch.pre_q + ps - 1) // ps)
-        w = -(-w // self.SELECT_COLS) * self.SELECT_COLS
+        return w
+
+    def _scores_batch(self, batch: PlanBatch, keep: np.ndarray, ruled: np.ndarray) -> np.ndarray:
+        """`_scores1` of many plans (vector); `keep`: `batch.keeps(ruled)`."""
+        n = batch.n
+        w = self._longest_batch(batch)
         nreq = np.bincount(batch.dr_of, minlength=n) + np.bincount(batch.ver_of, minlength=n) + \
             np.bincount(batch.pre_of, minlength=n)
-        return np.where(keep, self.p.score_col_s * nreq * w, 0.0)
+        return np.where(keep, self.p.score_col_s * self._rule_scale(nreq, w, ruled), 0.0)
+
+    def _rule_scale(self, nreq: np.ndarray, w: np.ndarray, ruled: np.ndarray) -> np.ndarray:
+        """Page-score rows x columns: requests x the longest's pages in 128s, or under the rule
+        (`ruled`, within its classes) requests padded to a power of two x the class's width."""
+        c = np.asarray(self._classes, np.int64)
+        on = ruled & (w <= c[-1])
+        cw = c[np.minimum(np.searchsorted(c, w), len(c) - 1)]
+        return np.where(on, _pow2(np.maximum(nreq, 1)) * cw, nreq * (-(-w // self.SELECT_COLS) * self.SELECT_COLS))
 
     def kv_capacity_pages(self, reserve_frac: float | None = None, selection_metadata: bool = True) -> int:
         """The KV pages the runtime could allocate on the measured GPU, where the profile says so."""
