@@ -44,14 +44,19 @@ def _trace_of(r: dict):
     from spsim.validate import select
 
     w = r.get("window") or {}
-    return select(read_trace(r["trace"]), w.get("limit"), w.get("window_s"))
+    tr = select(read_trace(r["trace"]), w.get("limit"), w.get("window_s"))
+    if w.get("speed") and len(tr) > 1:  # validate_gpu.py's `speed=X`: the window's arrivals X times as fast
+        from spsim.traces.transforms import rescale_qps
+
+        tr = rescale_qps(tr, w["speed"] * len(tr) / float(tr.arrival_s[-1]))
+    return tr
 
 
 def repredict(r: dict, profile: str) -> dict:
     """The simulator's metrics for the run `r` (a validate JSON) under `profile`."""
     from spsim.config import ServingConfig
     from spsim.cost.profile import load_cost_model
-    from spsim.validate import priced_as_run, simulate_like
+    from spsim.validate import _max_query, priced_as_run, simulate_like
     from spsim.validate_report import metrics
 
     tr = _trace_of(r)
@@ -59,8 +64,9 @@ def repredict(r: dict, profile: str) -> dict:
         raise ValueError(f"the trace window is not the run's ({len(tr)} requests, {tr.ids[0]}..{tr.ids[-1]})")
     cfg = ServingConfig(policy=r["policy"], acceptance=r["acceptance"], model=r["model"], profile=profile,
                         offline=r["load"] == "offline", seed=r["seed"], kv_pages=r["kv_pages"]).validate()
-    coarse = bool(((r.get("runtime") or {}).get("padding") or {}).get("coarse"))
-    cost = priced_as_run(load_cost_model(profile), coarse)
+    pad = (r.get("runtime") or {}).get("padding") or {}
+    cost = priced_as_run(load_cost_model(profile), bool(pad.get("coarse")), shape_rule=bool(pad.get("shape_rule")),
+                         max_query=_max_query(cfg))
     sim, _ = simulate_like(tr, cfg, cost)
     measured = {k: v["measured"] for k, v in r["metrics"].items()}
     return metrics(measured, sim.summary)
