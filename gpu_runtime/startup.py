@@ -413,10 +413,13 @@ class PreKey:
         bn, tile, qb = max(ps, cfg[0]), cfg[1:], bm // g
         # units (request, query block), each once per KV head (a request's heads attend alike)
         nqb = np.maximum(1, -(-q_len[sub] // qb))
-        u_req = np.repeat(sub, nqb)
-        u_qb = (np.arange(len(u_req)) - np.repeat(np.cumsum(nqb) - nqb, nqb)) * qb
-        u_kv, u_q = kv[u_req], q_len[u_req]
-        u_end = np.clip(u_kv - u_q + np.minimum(u_qb + qb, u_q), 0, u_kv)
+        if nqb.max(initial=1) == 1:  # one query block a request (short tiles): its causal bound is its length
+            u_end = kv[sub]
+        else:
+            u_req = np.repeat(sub, nqb)
+            u_qb = (np.arange(len(u_req)) - np.repeat(np.cumsum(nqb) - nqb, nqb)) * qb
+            u_kv, u_q = kv[u_req], q_len[u_req]
+            u_end = np.clip(u_kv - u_q + np.minimum(u_qb + qb, u_q), 0, u_kv)
         blocks = -(-u_end // bn)
 
         def items(blocks, split):  # work items over every head
