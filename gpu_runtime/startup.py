@@ -276,7 +276,8 @@ class PreKey:
         q_len, n_rows, n_pre, n_dr, entries, shape = c
         rule, ps = self.rule, self.ps
         kv = q_len.copy()  # tokens each request attends to: start + query (dummies and filler start at 0)
-        kv[:n_pre + n_dr + len(verifies)] += [s for _, s in prefill] + [s + p for s, p in drafts] + [s for _, s in verifies]
+        kv[:n_pre + n_dr + len(verifies)] += ([s for _, s in prefill] + [s + p for s, p in drafts]
+                                              + [s for _, s in verifies])
         longest = -(-int(kv.max()) // ps)
         if n_dr:  # a drafting request's page table holds its next token's page too
             longest = max(longest, max(-(-(s + p + 2) // ps) for s, p in drafts))
@@ -383,7 +384,8 @@ class PreKey:
         bm0 = None if tile_q is None else choose_block_m(np.minimum(q_len, max(1, tile_q)), g)
         if split is not None and 0 < len(split) < n:
             keep[split] = False
-            launches = [(np.flatnonzero(keep), bm0, ns.max_items), (np.asarray(split), ns.block_m_split, ns.max_items_split)]
+            launches = [(np.flatnonzero(keep), bm0, ns.max_items),
+                        (np.asarray(split), ns.block_m_split, ns.max_items_split)]
         else:
             launches = [(np.flatnonzero(keep), bm0, ns.max_items)]
         out = []
