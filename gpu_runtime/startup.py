@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from functools import lru_cache
 
+import numpy as np
 import torch
 
 from .shapes import ShapeRule
@@ -233,14 +234,227 @@ def shape_set_for(rule: ShapeRule, batcher_config, model_cfg, method: int, pool_
                     token_budget=bc.token_budget)
 
 
+class PreKey:
+    """What fixes a made-up pass's graph key, from its spec alone, on host numbers: no pass is
+    built, nothing uploaded (building one, `RuntimeExecutor.synthetic`, then keying it,
+    `GraphedPasses.shape_key`, took ~25 s of an H100's start-up for ~7,000 passes of ~1,200 keys).
+
+    Under the shape rule a key reads a pass's composition only through its counts (padded requests,
+    requests and tokens with the filler, logits rows, selection entries, whether it carries prefill,
+    drafts, starts a run), the attention launches' tiles and rooms (`PassAttention._set_caps`), and
+    its contexts only through the width class of its longest request, whether it stays on the rule
+    (context, drafting slab, work within the room) and the tile: a short-tile launch of many work
+    items takes the long tile (`attention.plan_attention`). The pre-key is those, and the draft
+    store's version; a launch whose work could pass its room (then padded by its own sizes) gets a
+    pre-key of its own. Passes off the rule give None: `capture` skips them, as it skips their
+    built passes. What follows contexts is computed per pass, the rest once per composition (and
+    class). `DEDUPE = "check"` builds every pass and asserts equal pre-keys gave equal keys
+    (tests/test_startup.py: the key sets with and without the pre-key equal, five policies)."""
+
+    def __init__(self, ex, q_heads: int):
+        from .pass_attention import budget_pages
+
+        self.ex, self.pad, self.rule = ex, ex.padding, ex.padding.rule
+        self.ps, self.hkv = self.rule.page_size, ex.cache.cfg.kv_heads
+        self.q_heads, self.g = int(q_heads), int(q_heads) // self.hkv
+        self.kp = budget_pages(ex.budget, self.ps)
+        self._comp: dict = {}  # composition -> its context-free part (`_composition`)
+        self._launches: dict = {}  # (composition, class) -> its launches (`_plan_launches`)
+        self._own = 0  # passes given a pre-key of their own
+
+    def __call__(self, prefill=(), drafts=(), verifies=()):
+        """The pre-key of `RuntimeExecutor.synthetic(prefill, drafts, verifies)`'s pass (None: no
+        graph), mirroring executor.py `_prepare` (ruled) and pass_attention.py `PassAttention`."""
+        from spsim.plan import DraftMethod
+
+        comp = (tuple(n for n, _ in prefill), tuple(p for _, p in drafts), tuple(q for q, _ in verifies))
+        c = self._comp.get(comp)
+        if c is None:
+            c = self._comp[comp] = self._composition(*comp)
+        if not c:
+            return None
+        q_len, n_rows, n_pre, n_dr, entries, shape = c
+        rule, ps = self.rule, self.ps
+        kv = q_len.copy()  # tokens each request attends to: start + query (dummies and filler start at 0)
+        kv[:n_pre + n_dr + len(verifies)] += ([s for _, s in prefill] + [s + p for s, p in drafts]
+                                              + [s for _, s in verifies])
+        longest = -(-int(kv.max()) // ps)
+        if n_dr:  # a drafting request's page table holds its next token's page too
+            longest = max(longest, max(-(-(s + p + 2) // ps) for s, p in drafts))
+        width = rule.width(longest)
+        if width is None:
+            return None  # off the rule: not captured
+        rows = kv  # what each request's rows attend to in the pass's main page lists
+        if n_dr or entries:  # the drafting slab's page counts (pass_attention.py `_setup_drafts`)
+            d_kv = np.ones(entries, np.int64)
+            run = np.zeros(entries, np.int64)
+            d_kv[:n_dr] = kv[n_pre:n_pre + n_dr]
+            run[:n_dr] = [s for s, _ in drafts]
+            npg = -(-d_kv // ps)
+            if self.ex.method in (DraftMethod.VERIFY_QUEST, DraftMethod.VERIFY_ATTN):
+                counts = np.minimum(-(-(run + 1) // ps), self.kp) + (npg - 1 - run // ps)
+            else:
+                counts = np.minimum(npg, self.kp)
+            if -(-max(int(counts.max()), self.kp + 2) // 8) * 8 > rule.slab_width:
+                return None  # off the rule
+            if n_dr:
+                rows = kv.copy()
+                rows[n_pre:n_pre + n_dr] = (counts[:n_dr] - 1) * ps + (d_kv[:n_dr] - 1) % ps + 1
+        lc = self._launches.get((comp, width))
+        if lc is None:
+            lc = self._launches[(comp, width)] = self._plan_launches(q_len, n_rows, n_pre, n_dr, entries, width)
+        if lc == "own":
+            self._own += 1
+            return ("own", self._own)
+        lists, split = lc
+        tiles = [split]
+        for i, launches in enumerate(lists):
+            for sub, bm, bn, tile, room, cap, follows in launches:
+                if follows:  # this launch's tile or room may follow contexts
+                    t = self._launch(q_len, kv if i else rows, sub, bm, room, cap)
+                    if t is None:
+                        self._own += 1
+                        return ("own", self._own)
+                    bn, tile = t
+                tiles.append((bm, bn, tile, room, cap))
+        return shape, width, self.ex.store.version, tuple(tiles)
+
+    def _composition(self, pre_q, draft_pos, ver_q):
+        """The context-free part of a pass: (query lengths of its requests, dummies and filler
+        included; padded request count; prefill chunks; drafting requests; selection entries), or
+        None for a pass past the graph token limit."""
+        from .graphs import PREFILL_GRAPH_TOKENS
+
+        pad = self.pad
+        n_pre, n_dr = len(pre_q), len(draft_pos)
+        q = list(pre_q) + [1] * n_dr + list(ver_q)
+        tokens = sum(q)
+        if not q or tokens > PREFILL_GRAPH_TOKENS:
+            return None
+        n_rows = pad.rows(len(q))
+        q += [1] * (n_rows - len(q))  # dummy verifiers, one token each
+        fill = pad.filler_tokens(tokens + n_rows - (n_pre + n_dr + len(ver_q)))
+        if fill:
+            q.append(fill)
+        entries = n_rows if n_dr or (n_pre and self.rule.max_draft > 0) else 0
+        # the logits rows (executor.py `_prepare`: real rows, padded with spare dummy rows)
+        real = n_pre + n_dr + sum(ver_q)
+        logits = len(pad.logit_rows(list(range(real)), [0] if len(q) > real else [], (n_rows, sum(q))))
+        # what of the composition the key reads besides its launches (the query lengths only
+        # through counts, the tokens, the tiles and the rooms): equal for compositions that move
+        # tokens between requests within one token class, or that draft instead of verifying
+        shape = (n_pre, n_dr > 0, 0 in draft_pos, n_rows, len(q), sum(q), logits, entries)
+        return np.asarray(q, np.int64), n_rows, n_pre, n_dr, entries, shape
+
+    def _plan_launches(self, q_len, n_rows, n_pre, n_dr, entries, width):
+        """Per page list of the pass (the main one; layer 0's full one under step-layer), its
+        launches as `(requests, block_m, block_n, (warps, stages), room, merge room, follows)`,
+        `follows` True where the tile or the work's fit in the room may follow contexts (computed
+        per pass: `_launch`); "own" when the work is past the room whatever the contexts."""
+        from types import SimpleNamespace
+
+        from spsim.plan import DraftMethod
+
+        from .attention import PREFILL_TILE, SHORT_TILE, TALL_TILE, choose_block_m
+        from .pass_attention import SPLIT_PREFILL, PassAttention, tall_prefill
+
+        g, hkv, n = self.g, self.hkv, len(q_len)
+        split = tall_prefill(q_len, n_pre, g) if SPLIT_PREFILL else None
+        if SPLIT_PREFILL and n_pre and n > n_pre:
+            split = np.arange(n_pre)
+        tile_q, skip = None, None
+        if n > n_rows and n > 1:  # the filler (executor.py `_prepare`): its query sets no tile, it gets no work
+            short = np.ones(n - 1, bool)
+            if split is not None:
+                short[split] = False
+            tile_q = int(max(q_len[:-1][short], default=1))
+            if n_pre:
+                tile_q = self.rule.max_draft + 1
+            skip = np.asarray([n - 1])
+        # the rule's room for the work lists, by the runtime's own code on a stand-in pass
+        ns = SimpleNamespace(hkv=hkv, width_class=width, ps=self.ps, q_len=q_len, skip=skip, tile_q=tile_q,
+                             split=split, positions=SimpleNamespace(shape=(int(q_len.sum()),)),
+                             max_items=None, max_items_split=None, block_m_split=None)
+        PassAttention._set_caps(ns, self.q_heads)
+        caps = PassAttention.plan_caps(ns)
+        # `plan_attention`'s launches (`PagedAttention._plan`'s arguments)
+        keep = np.ones(n, bool)
+        if skip is not None:
+            keep[skip] = False
+        bm0 = None if tile_q is None else choose_block_m(np.minimum(q_len, max(1, tile_q)), g)
+        if split is not None and 0 < len(split) < n:
+            keep[split] = False
+            launches = [(np.flatnonzero(keep), bm0, ns.max_items),
+                        (np.asarray(split), ns.block_m_split, ns.max_items_split)]
+        else:
+            launches = [(np.flatnonzero(keep), bm0, ns.max_items)]
+        out = []
+        for (sub, bm, room), cap in zip(launches, caps):
+            bm = bm or choose_block_m(q_len[sub], g)
+            cfg = SHORT_TILE if bm <= 32 else TALL_TILE if bm < 128 else PREFILL_TILE
+            nqb = np.maximum(1, -(-q_len[sub] // (bm // g)))
+            units = hkv * int(nqb.sum())
+            if units > room:  # past the room at any split (one item a unit at least)
+                return "own"
+            # items fit the room (splits lengthen until they do), merges fit where units do; only
+            # the short tile's switch to the long one follows contexts
+            follows = units > cap[1] or bm <= 32
+            out.append((sub, bm, max(self.ps, cfg[0]), cfg[1:], room, tuple(cap), follows))
+        lists0 = self.ex.method == DraftMethod.STEP_LAYER and bool(n_dr or entries)
+        return ([out, out] if lists0 else [out]), None if split is None else len(split)
+
+    def _launch(self, q_len, kv, sub, bm, room, cap):
+        """`plan_attention`'s (block_n, (warps, stages)) for the requests `sub` of `kv` tokens each,
+        on host numbers; None when its work or merges pass the room `cap`."""
+        from spsim.worklist import MIN_SPLIT_TOKENS, NUM_SMS, WAVES, split_blocks_for
+
+        from .attention import LONG_TILE, LONG_TILE_WAVES, PREFILL_TILE, SHORT_TILE, TALL_TILE
+
+        g, ps, hkv = self.g, self.ps, self.hkv
+        cfg = SHORT_TILE if bm <= 32 else TALL_TILE if bm < 128 else PREFILL_TILE
+        bn, tile, qb = max(ps, cfg[0]), cfg[1:], bm // g
+        # units (request, query block), each once per KV head (a request's heads attend alike)
+        nqb = np.maximum(1, -(-q_len[sub] // qb))
+        if nqb.max(initial=1) == 1:  # one query block a request (short tiles): its causal bound is its length
+            u_end = kv[sub]
+        else:
+            u_req = np.repeat(sub, nqb)
+            u_qb = (np.arange(len(u_req)) - np.repeat(np.cumsum(nqb) - nqb, nqb)) * qb
+            u_kv, u_q = kv[u_req], q_len[u_req]
+            u_end = np.clip(u_kv - u_q + np.minimum(u_qb + qb, u_q), 0, u_kv)
+        blocks = -(-u_end // bn)
+
+        def items(blocks, split):  # work items over every head
+            return hkv * int(np.maximum(1, -(-blocks // split)).sum())
+
+        tps = split_blocks_for(np.repeat(blocks, hkv), NUM_SMS, WAVES, MIN_SPLIT_TOKENS, bn) * bn
+        longest = max(1, int(blocks.max(initial=1))) * bn
+        while items(blocks, tps // bn) > room and tps < longest:
+            tps *= 2
+        splits = np.maximum(1, -(-blocks // (tps // bn)))
+        if bm <= 32 and hkv * int(splits.sum()) >= LONG_TILE_WAVES * NUM_SMS and tps % LONG_TILE[0] == 0:
+            bn, tile = max(ps, LONG_TILE[0]), LONG_TILE[1:]
+            splits = np.maximum(1, -(-(-(-u_end // bn)) // (tps // bn)))
+        if hkv * int(splits.sum()) > cap[0] or hkv * int((splits > 1).sum()) > cap[1]:
+            return None
+        return bn, tile
+
+
+# skip building passes whose pre-key was seen (`PreKey`); "check": build every one and assert
+# that equal pre-keys gave equal graph keys (tests)
+DEDUPE: bool | str = True
+
+
 def capture(graphs, ex, shape_set: ShapeSet, progress=None, warm: str = "first") -> dict:
     """Capture into `graphs` (graphs.GraphedPasses) a graph for every shape of `shape_set` through
     the executor's made-up passes (`RuntimeExecutor.synthetic`), then freeze: serving captures
     nothing more.
-    Returns `{graphs, passes, seconds, bytes}` (bytes: the device memory the graphs' pool and
-    inputs took, as the allocator counts it) and where the seconds went (`phases`: preparing
-    the made-up passes, keying them, warm-up forwards, capturing, and running once each made-up
-    pass past the graph limit, `ShapeSet.eager_passes`).
+    A made-up pass is built and keyed only when its pre-key (`PreKey`) is new: one pass per key.
+    Returns `{graphs, passes, built, seconds, bytes}` (passes: the set's made-up passes, built: those
+    built; bytes: the device memory the graphs' pool and inputs took, as the allocator counts it)
+    and where the seconds went (`phases`: preparing the made-up passes, pre-keys included, keying
+    them, warm-up forwards, capturing, and running once each made-up pass past the graph limit,
+    `ShapeSet.eager_passes`).
     `warm`: "always" runs each pass eagerly before its capture (what `forward` does); "first"
     only before the first capture of each kernel set (`_kernels`) and captures the rest in
     relaxed mode, so a kernel compiled late loads inside the capture: a warm-up forward costs
@@ -269,16 +483,31 @@ def capture(graphs, ex, shape_set: ShapeSet, progress=None, warm: str = "first")
                     graphs.model(tok, attn.positions, attn, logit_rows=rows)
                 eager += 1
     phases["eager"] = time.perf_counter() - t
-    made, warmed = 0, set()
+    made, warmed, built = 0, set(), 0
+    # passes whose pre-key an earlier pass had key alike (`PreKey`): not built. Only where the
+    # pre-key mirrors the path (the rule's padding, padded plans, prefill computed)
+    pre = PreKey(ex, graphs.model.cfg.q_heads) if DEDUPE and graphs.pad and ex.padding is not None \
+        and ex.padding.rule is not None and not ex.synthetic_prefill else None
+    pre_seen: dict = {}  # pre-key -> the key its first pass had (None: no graph)
     for i, spec in enumerate(specs):
         t = time.perf_counter()
+        if pre is not None:
+            pk = pre(**spec)
+            if DEDUPE != "check" and (pk is None or pk in pre_seen):
+                phases["prepare"] += time.perf_counter() - t
+                continue
+        built += 1
         attn, tok, rows, graphable, _ = ex.synthetic(**spec)
         t1 = time.perf_counter()
         phases["prepare"] += t1 - t
-        if attn is None or not graphable or not graphs.eligible(attn) or attn.off_rule:
-            continue
-        shaped = graphs.shape_key(attn, tok, rows)
-        phases["key"] += time.perf_counter() - t1
+        shaped = None
+        if attn is not None and graphable and graphs.eligible(attn) and not attn.off_rule:
+            shaped = graphs.shape_key(attn, tok, rows)
+            phases["key"] += time.perf_counter() - t1
+        if pre is not None:
+            got = None if shaped is None else shaped[0]
+            assert pk is not None or got is None, ("a pass the pre-key leaves out has a graph", spec)
+            assert pre_seen.setdefault(pk, got) == got, ("one pre-key, two graph keys", spec)
         if shaped is None:
             continue
         key, plans, caps = shaped
@@ -296,7 +525,7 @@ def capture(graphs, ex, shape_set: ShapeSet, progress=None, warm: str = "first")
         torch.cuda.synchronize(dev)
     if ex.padding is not None:
         ex.padding.reset_stats()
-    graphs.startup_stats = {"graphs": len(graphs.graphs), "passes": len(specs),
+    graphs.startup_stats = {"graphs": len(graphs.graphs), "passes": len(specs), "built": built,
                             "seconds": round(time.perf_counter() - t0, 3),
                             "bytes": int(torch.cuda.memory_reserved(dev) - res0) if cuda else 0,
                             "allocated_bytes": int(torch.cuda.memory_allocated(dev) - mem0) if cuda else 0,
