@@ -377,7 +377,7 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
         "model": lc.name, "weights": opts.weights or "random (seeded)", "dtype": str(dtype).replace("torch.", ""),
         "kv_pages": pages, "acceptance": cfg.acceptance or "real", "temperature": opts.temperature,
         "synthetic_prefill": opts.synthetic_prefill,
-        "policy_cost_model": getattr(cost, "name", type(cost).__name__), "passes": len(passes),
+        "policy_cost_model": cost.name, "passes": len(passes),
         "stopped_early": bool(opts.max_passes and len(passes) >= opts.max_passes),
         "mean_host_ms": float(host.mean()), "p99_host_ms": float(np.percentile(host, 99)),
         "cuda_graphs": first_graphs,

@@ -63,7 +63,7 @@ def simulate(trace: Trace, cfg: SimConfig, cost=None, acceptance=None, progress=
         fp = FastPath(b)
         ex = SimExecutor(cost, acc, table, serving.want_entropy, cfg.draft_budget, serving.method, fp.one_pass)
         # a profile measured on the overlapped runtime: its arrivals are seen a pass later (replica.py)
-        replicas.append(Replica(env, i, b, fp, ex, fast=cfg.fast, lag=bool(getattr(cost, "overlapped", False))))
+        replicas.append(Replica(env, i, b, fp, ex, fast=cfg.fast, lag=cost.overlapped))
     router = ROUTERS[cfg.router]()
     log = None
     if draft_sample:

@@ -81,9 +81,10 @@ def kv_capacity(cfg: ServingConfig, cost, page_size: int) -> int:
     if cfg.kv_pages:
         return int(cfg.kv_pages)
     kw = {} if cfg.reserve_frac is None else {"reserve_frac": cfg.reserve_frac}
-    if hasattr(cost, "kv_capacity_pages"):
-        return int(cost.kv_capacity_pages(**kw))
-    model = getattr(cost, "model", None) or get_model(cfg.model)
+    pages = cost.kv_capacity_pages(**kw)
+    if pages is not None:
+        return int(pages)
+    model = cost.model or get_model(cfg.model)  # a model that knows no GPU: the config's
     return int(kv_capacity_pages(model, cfg.gpu, page_size, cfg.kv_dtype, cfg.weight_dtype, cfg.tp, **kw))
 
 
@@ -139,8 +140,8 @@ def build(cfg: ServingConfig, *, prefix_cache: bool = True, block_size: int | No
 
         raise SpsimError(f"policy {spec.name!r} reads the acceptance model's outcomes: give a preset "
                          "(--acceptance PRESET), not real acceptance")
-    model = getattr(cost, "model", None) or get_model(cfg.model)
-    page_size = int(getattr(cost, "page_size", cfg.page_size))
+    model = cost.model or get_model(cfg.model)
+    page_size = int(cfg.page_size if cost.page_size is None else cost.page_size)
     method = draft_method(cfg, spec)
     bcfg = BatcherConfig(
         capacity_pages=int(capacity if capacity is not None else kv_capacity(cfg, cost, page_size)),

@@ -215,13 +215,13 @@ def summarize_run(table, batchers, cat_ns: list[dict], cat_passes: list[dict], c
         s["slo"] = SLO.parse(cfg.slo).evaluate(Latencies.from_requests(req, s))
     s["config"] = {
         "policy": batchers[0].policy.spec, "replicas": cfg.replicas, "router": cfg.router,
-        "seed": cfg.seed, "cost_model": getattr(cost, "name", type(cost).__name__),
-        "model": cfg.model, "gpu": cfg.gpu, "tp": cfg.tp, "profile": cfg.profile or getattr(cost, "source", None),
-        "cost_heldout_error": (getattr(cost, "info", None) or {}).get("heldout_error"),
+        "seed": cfg.seed, "cost_model": cost.name,
+        "model": cfg.model, "gpu": cfg.gpu, "tp": cfg.tp, "profile": cfg.profile or cost.source,
+        "cost_heldout_error": cost.info.get("heldout_error"),
         # a profile measured on the overlapped runtime: arrivals wait a pass longer (simulator/replica.py)
-        "overlapped_runtime": bool(getattr(cost, "overlapped", False)),
+        "overlapped_runtime": bool(cost.overlapped),
         # how the measured runtime pads graphed passes, priced (cost/padding.py); "none": not priced
-        "padded_passes": getattr(getattr(cost, "p", None), "padding", "none"),
+        "padded_passes": cost.padding,
         "acceptance": cfg.acceptance, "load": cfg.load,
         "draft_kv": cfg.draft_kv, "draft_budget": cfg.draft_budget, "max_draft": cfg.max_draft,
         "max_batch": cfg.max_batch, "token_budget": cfg.token_budget, "page_size": cfg.page_size,

@@ -218,7 +218,7 @@ def validate_measured(trace, cfg: ServingConfig, measured: dict, *, padded: bool
     return {"spsim_validate": 1, "measured_at": measured.get("measured_at", "client"),
             "server": measured.get("server"), "requests": len(trace), "policy": cfg.policy, "load": cfg.load,
             "acceptance": cfg.acceptance, "seed": cfg.seed, "kv_pages": int(cfg.kv_pages),
-            "cost_model": getattr(cost, "name", type(cost).__name__), "metrics": met,
+            "cost_model": cost.name, "metrics": met,
             "targets_met": all(checked) if checked else None,
             "simulator": {"completed": sim.summary["completed"], "rejected": sim.summary["rejected"]}}
 

@@ -149,7 +149,7 @@ def compare(trace, cfg, run, sim, sim_passes, cost) -> dict:
     reps = rt.get("repeats")
     met = metrics(rs, ss, reps)
     checked = [v["within"] for v in met.values() if v["within"] is not None]
-    meta = cost.metadata() if hasattr(cost, "metadata") else {}
+    meta = cost.metadata()
     return {
         "spsim_validate": 1,
         "trace": trace.meta.get("name") or trace.meta.get("source") or None,
@@ -158,8 +158,8 @@ def compare(trace, cfg, run, sim, sim_passes, cost) -> dict:
         "arrival_span_s": float(trace.arrival_s[-1] - trace.arrival_s[0]) if len(trace) else 0.0,
         "policy": rs["config"]["policy"], "load": cfg.load, "pass_clocked": clocked,
         "acceptance": cfg.acceptance, "seed": cfg.seed, "kv_pages": int(cfg.kv_pages),
-        "cost_model": getattr(cost, "name", type(cost).__name__),
-        "profile": cfg.profile or getattr(cost, "source", None),
+        "cost_model": cost.name,
+        "profile": cfg.profile or cost.source,
         "cost_metadata": {k: meta.get(k) for k in ("kind", "gpu", "model", "date", "heldout_error") if k in meta},
         "device": rt["device_name"], "model": rt["model"], "dtype": rt["dtype"],
         "same_plans": plans,

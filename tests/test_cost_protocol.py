@@ -116,3 +116,40 @@ def test_policies_reach_the_tables_through_the_protocol(spec):
                           num_decode=n, prefill_tokens=0, max_draft=16)
         got.append(np.asarray(pol.targets(view)).tolist())
     assert got[0] == got[1] and calls
+
+
+def declared() -> set[str]:
+    """The protocol's members: its annotated attributes and its methods."""
+    methods = {k for k, v in vars(CostModel).items() if callable(v) and not k.startswith("_")}
+    return set(CostModel.__annotations__) | methods
+
+
+def shipped_kinds():
+    from spsim.cost import load_cost_model
+
+    roofline, constant = make_cost_model(), ConstantCostModel()
+    calibrated = load_cost_model(profile_path("h200", "llama-3.1-8b"))
+    return {"roofline": roofline, "calibrated": calibrated, "constant": constant,
+            "recording(roofline)": RecordingCost(roofline), "recording(calibrated)": RecordingCost(calibrated)}
+
+
+def test_every_shipped_model_has_every_declared_member():
+    """Callers read the protocol's members plainly (no getattr fallbacks), so each model holds
+    each one itself: on its class or instance, not reached through a wrapper's `__getattr__`."""
+    names = declared()
+    assert {"time", "times", "overlapped", "source", "info", "padding", "model", "page_size",
+            "kv_capacity_pages"} <= names
+    for kind, cm in shipped_kinds().items():
+        missing = [n for n in sorted(names) if not (hasattr(type(cm), n) or n in vars(cm))]
+        assert not missing, f"{kind} lacks {missing}"
+        assert isinstance(cm, CostModel)
+        for n in names:
+            getattr(cm, n)  # and each one reads (a property that raises counts as missing)
+
+
+def test_the_recording_wrapper_reads_its_models_members():
+    cal = shipped_kinds()["calibrated"]
+    rec = RecordingCost(cal)
+    for n in ("name", "source", "info", "overlapped", "model", "page_size", "padding"):
+        assert getattr(rec, n) is getattr(cal, n) or getattr(rec, n) == getattr(cal, n)
+    assert rec.kv_capacity_pages() == cal.kv_capacity_pages()

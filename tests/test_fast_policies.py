@@ -69,15 +69,28 @@ def test_ema_looks_replays_get():
 
 
 class _ProtocolOnly:
-    """A cost model with the protocol's methods only (no lookup tables, no draft positions):
+    """A cost model with the protocol's members only (no lookup tables, no draft positions):
     the roofline, every draft priced as a cycle's first."""
 
     name = "protocol-only"
+    source = None
+    overlapped = False
+    padding = "none"
 
     def __init__(self):
         from spsim.cost import RooflineCostModel
 
         self.cm = RooflineCostModel()
+        self.model, self.page_size, self.info = self.cm.model, self.cm.page_size, {}
+
+    def kv_capacity_pages(self, reserve_frac=None):
+        return self.cm.kv_capacity_pages(reserve_frac)
+
+    def metadata(self):
+        return {"cost_model": self.name}
+
+    def times(self, batch):
+        return np.array([self.time(p) for p in batch.plans])
 
     def pass_overhead(self, num_tokens, prefill_tokens=0):
         return self.cm.pass_overhead(num_tokens, prefill_tokens)

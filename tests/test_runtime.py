@@ -40,6 +40,17 @@ class CheapDrafts:
     of a verification), so all of them draft on this short-context trace."""
 
     name = "cheap-drafts"
+    source = None
+    overlapped = False
+    padding = "none"
+    model = None  # prices no model or GPU: the run's config sizes the KV pool
+    page_size = None
+
+    def __init__(self):
+        self.info = {}
+
+    def kv_capacity_pages(self, reserve_frac=None):
+        return None
 
     def time(self, plan):
         return 1e-3

@@ -5,6 +5,9 @@ embedded default) and, from calibration, models fitted to GPU measurements. Poli
 to price their choices; the simulator uses it as its clock; calibration fits it through `times`.
 `times` is the one pricing form: the simulator's runs of decode passes are batches too
 (`PlanBatch.decode`, `PlanBatch.plain`), which a model with lookup tables prices from their grids.
+
+Every member is declared here and every model has each one: a member that does not apply to a
+model holds its neutral value (`None`, `False`, "none"), so callers read it plainly.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from spsim.models import ModelConfig
 from spsim.plan import PassPlan
 
 from .batch import PlanBatch
@@ -21,6 +25,32 @@ from .batch import PlanBatch
 @runtime_checkable
 class CostModel(Protocol):
     name: str
+    """The model's kind, as profiles and run summaries name it ("roofline", "calibrated", ...)."""
+
+    source: str | None
+    """The profile file the model was loaded from (a shipped one), None where built in code."""
+
+    info: dict
+    """The profile's measurement metadata (errors, KV pages, points); empty for an analytic model."""
+
+    overlapped: bool
+    """Measured on a runtime that plans each pass while the previous one runs: the simulator then
+    sees arrivals a pass later (simulator/replica.py). False for a model not measured so."""
+
+    model: ModelConfig | None
+    """The LLM the model prices (window, KV sizes); None where it prices none: the run's config says."""
+
+    page_size: int | None
+    """KV page size (tokens) the model prices; None where it prices none: the run's config says."""
+
+    padding: str
+    """How the measured runtime pads graphed passes, as priced (cost/padding.py's modes); "none":
+    padding not priced."""
+
+    def kv_capacity_pages(self, reserve_frac: float | None = None) -> int | None:
+        """KV pages a replica holds on the model's GPU beside its weights (`reserve_frac`: the share
+        of memory held back, else the default); None where the model knows no GPU: the caller
+        sizes the pool from the run's config."""
 
     def time(self, plan: PassPlan) -> float:
         """Seconds for one forward pass, priced from its actual per-request composition."""

@@ -586,6 +586,11 @@ class CalibratedCostModel(RooflineCostModel):
         return h + (rest ** e + P.eager_launch_s ** e) ** (1.0 / e)
 
     @property
+    def padding(self) -> str:
+        """How the measured runtime pads graphed passes, as priced (the params' `padding`)."""
+        return self.p.padding
+
+    @property
     def overlapped(self) -> bool:
         """Measured on a runtime that plans each pass while the previous one runs (the simulator
         then lets arrivals wait a pass longer: simulator/replica.py)."""

@@ -9,10 +9,19 @@ from spsim.plan import PassPlan
 
 class ConstantCostModel:
     name = "constant"
+    source: str | None = None
+    overlapped = False
+    padding = "none"
+    model = None  # prices no model or GPU: the run's config sizes its KV pool
+    page_size = None
 
     def __init__(self, seconds_per_pass: float = 1e-3, draft_fraction: float = 0.5):
         self.c = float(seconds_per_pass)
         self.f = float(draft_fraction)
+        self.info: dict = {}
+
+    def kv_capacity_pages(self, reserve_frac: float | None = None) -> None:
+        return None  # no GPU: the caller sizes the pool from the run's config
 
     def time(self, plan: PassPlan) -> float:
         return self.c

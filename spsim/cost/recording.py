@@ -6,10 +6,30 @@ from __future__ import annotations
 import numpy as np
 
 
+def _inner(member: str) -> property:
+    """The wrapped model's `member` (a value, or a bound method with its own signature)."""
+    return property(lambda self: getattr(self.inner, member))
+
+
 class RecordingCost:
     """The run's cost model, recording each pass the simulator prices, in order: every batch's
     passes are priced one `time()` call each (a decode grid as its plans). Subclasses keep
     something else per pass by overriding `record`."""
+
+    # the CostModel protocol's members, the wrapped model's (time and times record, below)
+    name = _inner("name")
+    source = _inner("source")
+    info = _inner("info")
+    overlapped = _inner("overlapped")
+    model = _inner("model")
+    page_size = _inner("page_size")
+    padding = _inner("padding")
+    kv_capacity_pages = _inner("kv_capacity_pages")
+    pass_overhead = _inner("pass_overhead")
+    marginal = _inner("marginal")
+    tables = _inner("tables")
+    spec_overhead = _inner("spec_overhead")
+    metadata = _inner("metadata")
 
     def __init__(self, cost):
         self.inner = cost
@@ -29,5 +49,5 @@ class RecordingCost:
                             "drafts": len(plan.draft_ids), "verifies": len(plan.verify_ids),
                             "verify_tokens": int(plan.verify_query.sum()), "predicted_ms": seconds * 1e3})
 
-    def __getattr__(self, name):
+    def __getattr__(self, name):  # anything else the wrapped model offers
         return getattr(self.inner, name)

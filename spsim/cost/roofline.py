@@ -75,6 +75,9 @@ class RooflineCostModel:
     """Implements spsim.cost.CostModel from model shapes, GPU datasheet figures and efficiency factors."""
 
     name = "roofline"
+    source: str | None = None  # set where loaded from a shipped profile (cost/shipped.py)
+    overlapped = False  # analytic: measured on no runtime
+    padding = "none"  # analytic: prices no padding
 
     def __init__(self, model: ModelConfig | str = "llama-3.1-8b", gpu: GPU | str = "h200", tp: int = 1,
                  weight_dtype: str = "bf16", kv_dtype: str = "bf16", page_size: int = 16,
@@ -87,6 +90,7 @@ class RooflineCostModel:
         kb = dtype_bytes(kv_dtype)
         self.tp, self.weight_dtype, self.kv_dtype, self.page_size = tp, weight_dtype, kv_dtype, page_size
         self.p = params or RooflineParams()
+        self.info: dict = {}  # analytic: no measurements
         if check_memory:  # raises SpsimError when the weights do not fit (e.g. 70B at tp=1 on 80 GB)
             kv_budget_bytes(self.model, self.gpu, weight_dtype, tp)
         m, g, P = self.model, self.gpu, self.p
