@@ -25,12 +25,37 @@ from .text import TextCodec
 log = logging.getLogger("spsim.serve")
 
 
+class Mailbox:
+    """Tokens on their way from the engine thread to the event loop, one wake-up per pass: each
+    `call_soon_threadsafe` writes the loop's wake-up pipe and has the loop take the GIL, so one per
+    request per pass (tens at load) competes with the engine thread planning the next pass. The
+    engine thread puts (queue, item) pairs and flushes after each pass's deliveries
+    (`LiveEngine.flush`)."""
+
+    def __init__(self, loop):
+        self.loop = loop
+        self.items: list = []
+
+    def put(self, q: asyncio.Queue, item) -> None:
+        self.items.append((q, item))
+
+    def flush(self) -> None:
+        if self.items:
+            items, self.items = self.items, []
+            self.loop.call_soon_threadsafe(_put_all, items)
+
+
+def _put_all(items) -> None:
+    for q, item in items:
+        q.put_nowait(item)
+
+
 class Stream:
     """One request's outputs as the HTTP side reads them: (text, token ids, finish) items, stop
     strings applied, latencies observed."""
 
-    def __init__(self, params: Params, codec: TextCodec, metrics: ServerMetrics, loop):
-        self.params, self.metrics, self.loop = params, metrics, loop
+    def __init__(self, params: Params, codec: TextCodec, metrics: ServerMetrics, mail: Mailbox):
+        self.params, self.metrics, self.mail = params, metrics, mail
         self.q: asyncio.Queue = asyncio.Queue()
         self.dec = codec.decoder()
         self.held = ""  # text not handed out yet: it may be the start of a stop string
@@ -66,7 +91,7 @@ class Stream:
         if finish is not None:
             self.metrics.e2e.observe(now - self.t0)
             self.metrics.finished(finish)
-        self.loop.call_soon_threadsafe(self.q.put_nowait, (text, list(ids), finish))
+        self.mail.put(self.q, (text, list(ids), finish))
         return stop
 
 
@@ -124,7 +149,9 @@ def create_app(engine: LiveEngine, codec: TextCodec, served_name: str, temperatu
         if need > engine.pages:
             raise ApiError(400, f"max_tokens: prompt and output need {need:,} KV pages; this server has "
                                 f"{engine.pages:,}", "max_tokens")
-        st = Stream(p, codec, metrics, asyncio.get_running_loop())
+        if engine.mail is None:  # the loop serving requests, known once the first one comes
+            engine.mail = Mailbox(asyncio.get_running_loop())
+        st = Stream(p, codec, metrics, engine.mail)
         req = LiveRequest(prompt=p.prompt, max_tokens=p.max_tokens, on_tokens=st.on_tokens, min_tokens=p.min_tokens,
                           ignore_eos=p.ignore_eos, stop_ids=p.stop_ids, key=client_key(request.headers.get("x-request-id")),
                           temperature=p.temperature)

@@ -96,6 +96,7 @@ class LiveEngine:
         self._cpu = torch.device(opts.device).type == "cpu"
         self.error: BaseException | None = None
         self.closing = False  # shutting down: no new requests
+        self.mail = None  # app.Mailbox: the requests' tokens, handed to the event loop by `flush`
 
     # ------------------------------------------------------------ called from any thread
     def submit(self, req: LiveRequest) -> None:
@@ -154,6 +155,7 @@ class LiveEngine:
             for req in list(self.reqs.values()):
                 req.finished = "abort"
                 req.on_tokens([], "abort")
+            self.flush()
             raise
 
     def _loop(self) -> None:
@@ -161,6 +163,7 @@ class LiveEngine:
         pending = None  # the overlapped loop's pass in flight: (ticket, plan)
         while not self._stop.is_set():
             self._drain()
+            self.flush()  # aborts and rejections the inbox brought
             if not b.has_work():
                 if pending is not None:  # what is in flight may finish requests
                     self._settle(*pending)
@@ -188,6 +191,12 @@ class LiveEngine:
         self._drain()
         for req in list(self.reqs.values()):  # shutting down: what is left ends now
             self._end(req, "abort")
+        self.flush()
+
+    def flush(self) -> None:
+        """Engine thread: hand the event loop what `on_tokens` produced since the last flush."""
+        if self.mail is not None:
+            self.mail.flush()
 
     def _settle(self, tk, plan, apply: bool = False) -> None:
         out = self.ex.finish(tk)
@@ -198,6 +207,7 @@ class LiveEngine:
         self.passes += 1
         self._count_spec(plan, out)
         self._deliver(plan)
+        self.flush()  # overlapped: while the GPU runs the pass launched before this one settled
         done = self.ex.done
         for rid in [r for r in done if r not in self.reqs]:  # handed out: nothing keeps them
             del done[rid]

@@ -493,3 +493,27 @@ def test_sigterm_drains_requests_in_flight_then_refuses_new_ones():
     assert out == {0: (800, "length"), 1: (800, "length")}
     assert rc == 0, err
     assert "0 requests aborted, 0 KV pages in use" in err.splitlines()[-1], err
+
+
+def test_a_pass_wakes_the_event_loop_once():
+    """The engine thread hands a pass's tokens to the event loop in one wake-up (app.Mailbox), not
+    one per request: each wake-up takes the GIL from the engine planning the next pass."""
+    import asyncio
+
+    from spsim.server.app import Mailbox
+
+    class Loop:
+        calls = 0
+
+        def call_soon_threadsafe(self, fn, *args):
+            Loop.calls += 1
+            fn(*args)
+
+    mail = Mailbox(Loop())
+    queues = [asyncio.Queue() for _ in range(5)]
+    for i, q in enumerate(queues):
+        mail.put(q, ("x", [i], None))
+    mail.flush()
+    mail.flush()  # nothing new: no wake-up
+    assert Loop.calls == 1
+    assert [q.get_nowait() for q in queues] == [("x", [i], None) for i in range(5)]
