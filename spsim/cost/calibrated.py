@@ -508,7 +508,7 @@ class CalibratedCostModel(RooflineCostModel):
         sparse = np.minimum(plan.draft_budget, plan.draft_context) + plan.draft_pos + 1
         q = np.concatenate([plan.prefill_tokens, np.ones(len(plan.draft_ids), np.int64), plan.verify_query])
         kv = np.concatenate([plan.prefill_context + plan.prefill_tokens, sparse, plan.verify_context + plan.verify_query])
-        ruled = bool(self.ruled(int(q.sum())))
+        ruled = self.ruled1(int(q.sum()))
         tall = self.split_prefill(plan.prefill_tokens, len(q), ruled)
         dummies = (1 << (len(q) - 1).bit_length()) - len(q) if ruled else 0  # the rule's, beside the rest
         if not tall.any():
@@ -536,7 +536,13 @@ class CalibratedCostModel(RooflineCostModel):
     def ruled(self, tokens: np.ndarray) -> np.ndarray:
         """Which passes of `tokens` tokens the shape rule pads (those it graphs: at most
         `prefill_graph_tokens`; gpu_runtime/executor.py `_prepare`)."""
-        return (np.asarray(tokens) <= self.p.prefill_graph_tokens) & (self.p.padding == "rule")
+        if self.p.padding != "rule":  # (most profiles: no array arithmetic on the hot path)
+            return np.zeros(np.shape(tokens), bool)
+        return np.asarray(tokens) <= self.p.prefill_graph_tokens
+
+    def ruled1(self, tokens: int) -> bool:
+        """`ruled` of one pass (a Python int)."""
+        return self.p.padding == "rule" and tokens <= self.p.prefill_graph_tokens
 
     # scalar twins (same operations in the same order)
     def _verify1(self, c: int, q: int, cls: int | None = None) -> float:
@@ -878,6 +884,7 @@ class CalibratedCostModel(RooflineCostModel):
                 att = att + np.where(draft, d, 0.0)
         tokens = q.sum(axis=1) + draft.sum(axis=1)
         ruled = self.ruled(tokens)
+        anyr = bool(ruled.any())  # (the rule's terms below cost nothing where no pass is ruled)
         # passes keeping page scores: the run's method is verify-attn, and they verify (the rule: all)
         keep = (verify.any(axis=1) | ruled) if method == DraftMethod.VERIFY_ATTN else np.zeros(len(kind), bool)
         frac = self.p.score_attn_frac if keep.any() else 0.0
@@ -888,8 +895,10 @@ class CalibratedCostModel(RooflineCostModel):
             if self.p.attn_sms:  # its tail (see work_ratio), pass by pass
                 sparse = np.minimum(budget, ctx) + seg.draft_pos + 1
                 # pass order (of the passes of more than one round): drafts, then verifications
-                nreq = (draft | verify).sum(axis=1)
-                dummies = np.where(ruled & (nreq > 0), _pow2(np.maximum(nreq, 1)) - nreq, 0)
+                dummies = None
+                if anyr:
+                    nreq = (draft | verify).sum(axis=1)
+                    dummies = np.where(ruled & (nreq > 0), _pow2(np.maximum(nreq, 1)) - nreq, 0)
                 r = self.work_ratios(np.where(draft, 1, q), np.where(draft, sparse, ctx + q), draft | verify,
                                      rank=verify.astype(np.int64), dummies=dummies)
                 att = att + kern * (r - 1.0)[:, None]
@@ -931,6 +940,9 @@ class CalibratedCostModel(RooflineCostModel):
                         w = np.maximum(np.where(draft, pages, 0).max(axis=1),
                                        np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1))
                 w = -(-np.maximum(w, 1) // self.SELECT_COLS) * self.SELECT_COLS
+                if not anyr:
+                    t = t + c * self._sel_reqs(n) * _pow2(w)
+                    continue
                 allw = np.maximum(np.where(draft, pages, 0).max(axis=1),
                                   np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1))
                 # the rule: every request selects (dummy entries too), at its class's width
@@ -968,7 +980,7 @@ class CalibratedCostModel(RooflineCostModel):
             # one query block a request: its unit's KV blocks are those of its KV (context + 1)
             bn = int(self._wi_bn[c])
             code = -(-(ctx + 1) // bn)
-            if self.ruled(r) and r & (r - 1):  # the rule's dummy verifiers: a unit of one block each
+            if r & (r - 1) and self.ruled1(r):  # the rule's dummy verifiers: a unit of one block each
                 code = np.concatenate([code, np.ones((n, (1 << (r - 1).bit_length()) - r), np.int64)], axis=1)
             ratio = self._code_ratios(code, bn)
             att = att + kern * (ratio - 1.0)[:, None]
