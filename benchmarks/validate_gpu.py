@@ -17,7 +17,8 @@ overruns its estimate; whatever finished is written by then. Writes, in --out:
 `validate_<trace>_<policy>.json` per run (validate.json's content), `validate_index.json` (every
 run's headline errors, skips, machine), and `validate_runs/<name>/` (passes.jsonl with each pass's
 predicted time, both summaries, both request tables). `--pack` turns that folder into one
-`validate_runs<tag>.tar.gz` at the end (a machine that sends back few files sends that one).
+`validate_runs<tag>.tar.gz` at the end (a machine that sends back few files sends that one;
+with `--append`, the runs of the archive already there that this call did not run again stay).
 Exit code 2 with one line on bad input.
 """
 
@@ -345,19 +346,32 @@ def main() -> int:
         if mon is not None:
             mon.close()
     if a.pack and (out / "validate_runs").is_dir():
-        pack(out / "validate_runs", out / f"validate_runs{a.tag}.tar.gz")
+        pack(out / "validate_runs", out / f"validate_runs{a.tag}.tar.gz", keep_old=a.append)
     done = sum(r.get("status") == "done" for r in index["runs"])
     print(f"\n{done} of {len(targets) * len(policies)} runs done in {time.monotonic() - t_start:.0f} s; "
           f"results in {out}", flush=True)
     return 0
 
 
-def pack(folder: Path, archive: Path) -> None:
-    """`folder` into the gzip tar `archive` (names relative to its parent), then removed."""
+def pack(folder: Path, archive: Path, keep_old: bool = False) -> None:
+    """`folder` into the gzip tar `archive` (names relative to its parent), then removed.
+    `keep_old` (`--append`): the runs an existing archive holds that this call did not run again
+    stay in it (one archive for the whole matrix)."""
+    import io
     import shutil
     import tarfile
 
+    old = []
+    if keep_old and archive.exists():
+        new_runs = {p.name for p in folder.iterdir()}
+        with tarfile.open(archive) as tar:
+            for m in tar.getmembers():
+                parts = Path(m.name).parts
+                if m.isfile() and len(parts) > 2 and parts[1] not in new_runs:
+                    old.append((m, tar.extractfile(m).read()))
     with tarfile.open(archive, "w:gz") as tar:
+        for m, data in old:
+            tar.addfile(m, io.BytesIO(data))
         tar.add(folder, arcname=folder.name)
     shutil.rmtree(folder)
 

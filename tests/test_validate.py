@@ -294,6 +294,16 @@ def test_gpu_script_packs_the_per_pass_files(tmp_path):
         names = sorted(m.name for m in tar.getmembers() if m.isfile())
         assert names == ["validate_runs/a/passes.jsonl", "validate_runs/b/validate.json"]
         assert tar.extractfile("validate_runs/a/passes.jsonl").read() == b'{"pass": 0}\n'
+    # `--append`: a later call's archive keeps the earlier runs it did not run again
+    (runs / "b").mkdir(parents=True)
+    (runs / "b" / "validate.json").write_text('{"again": 1}\n')
+    (runs / "c").mkdir()
+    (runs / "c" / "validate.json").write_text("{}\n")
+    pack(runs, tmp_path / "validate_runs_x.tar.gz", keep_old=True)
+    with tarfile.open(tmp_path / "validate_runs_x.tar.gz") as tar:
+        names = sorted(m.name for m in tar.getmembers() if m.isfile())
+        assert names == ["validate_runs/a/passes.jsonl", "validate_runs/b/validate.json", "validate_runs/c/validate.json"]
+        assert tar.extractfile("validate_runs/b/validate.json").read() == b'{"again": 1}\n'
 
 
 def test_gpu_script_appends_calls_into_one_index(tmp_path):
