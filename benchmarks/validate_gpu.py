@@ -4,12 +4,15 @@ vendor/wheels/, imported from its wheel).
 
     python3 benchmarks/validate_gpu.py --out benchmarks/results --minutes 8
 
-Targets (default): the first 50 Mooncake requests offline (long contexts: the error pass by pass,
-and the two worlds' plans checked equal) and the Azure conversation requests arriving in the first
-45 s at the trace's own times (short contexts: throughput and TTFT/TPOT/E2EL percentiles), each
-under ar, fixed-k:k=4 and aspire. Llama-3.1-8B shape, random bf16 weights, preset acceptance
-sparsespec-llama8b, the H200 calibration profile where the checkout has it (else the cost model
-`spsim run` would use). Runs interleave the traces, so a cut-short budget still covers both.
+Targets (default): the standing matrix (docs/validation.md): the Azure conversation requests
+arriving in the first 45 s at the trace's own times and at 2x and 4x that rate (short contexts),
+Mooncake arrivals of the first 40 s (long contexts), the first 50 Mooncake requests offline (the
+error pass by pass, the two worlds' plans checked equal) and 64 in a closed loop of 16, each under
+ar, sync:k=4, fixed-k:k=4, entropy and aspire, without rehearsal. Llama-3.1-8B shape, random bf16
+weights, preset acceptance sparsespec-llama8b, the H200 calibration profile where the checkout has
+it (else the cost model `spsim run` would use; `--calibrate-first` fits one on this GPU first).
+Runs go policy by policy over every target, so a cut-short budget still covers each target;
+the matrix takes several calls (`--append`).
 
 Each run is simulated first (seconds); its predicted duration tells whether the GPU run fits the
 time left, else it is skipped and says so. An alarm at the end of --minutes stops a run that
