@@ -33,8 +33,8 @@ def main() -> int:
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--device", default="cuda", help="cuda, or cpu (tiny models only)")
     ap.add_argument("--design", default="default", choices=["default", "smoke"])
-    ap.add_argument("--points", default=None, help="also measure these pass compositions (JSON lines: "
-                    "`spsim replay ... --calibration-points FILE`)")
+    ap.add_argument("--points", action="append", default=None, help="also measure these pass compositions "
+                    "(JSON lines: `spsim replay ... --calibration-points FILE`); repeat for several files")
     ap.add_argument("--shape-rule", action=argparse.BooleanOptionalAction, default=True,
                     help="pad passes by the runtime's shape rule (what `--startup-shapes` runs, the default, use): "
                     "the profile then prices that padding")

@@ -177,7 +177,7 @@ def main() -> int:
                     help="measure and fit a profile on this GPU first (calibrate_gpu, this many minutes of the "
                     "budget) and validate against it: calibration and validation on one machine, in one command")
     ap.add_argument("--calibrate-design", default="default", choices=["default", "smoke"])
-    ap.add_argument("--calibrate-points", default=None, metavar="FILE",
+    ap.add_argument("--calibrate-points", default=None, metavar="FILE[,FILE]",
                     help="with --calibrate-first: also measure these pass compositions (calibrate_gpu --points)")
     ap.add_argument("--append", action="store_true", help="merge into --out's index of earlier calls (one "
                     "matrix over several device calls): runs of the same trace, load and policy are replaced, "
@@ -263,7 +263,7 @@ def main() -> int:
                    str(a.calibrate_first), "--out", str(prof), "--measurements",
                    str(prof.with_suffix(".measurements.jsonl")), "--device", a.device, "--design", a.calibrate_design] \
                 + ["--shape-rule" if a.shape_rule else "--no-shape-rule"] \
-                + (["--points", a.calibrate_points] if a.calibrate_points else [])  # the profile prices the padding the runs use
+                + [x for f in (a.calibrate_points or "").split(",") if f for x in ("--points", f)]
             rc = subprocess.run(cmd).returncode
             if rc:
                 print(f"error: the calibration failed (exit code {rc}): {' '.join(cmd)}", file=sys.stderr)

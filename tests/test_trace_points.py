@@ -148,3 +148,8 @@ def test_calibrate_cli_checks_the_points_file_first(tmp_path):
     assert isinstance(r.exception, InputError) and "p.jsonl:1: expected a JSON object" in str(r.exception)
     r = runner.invoke(app, ["calibrate", "--from", str(bad), "--points", str(bad)])
     assert isinstance(r.exception, SpsimError) and "give it with --gpu" in str(r.exception)
+    good = tmp_path / "good.jsonl"  # several files: each checked, the bad one named
+    good.write_text('{"group":"verify","method":1,"budget":2048,"prefill":[],"drafts":[],"verifies":[[400,5]]}\n')
+    r = runner.invoke(app, ["calibrate", "--gpu", "--device", "cpu", "--model", "tiny", "--points", str(good),
+                            "--points", str(bad), "--out", str(tmp_path / "x.json")])
+    assert isinstance(r.exception, InputError) and "p.jsonl:1: expected a JSON object" in str(r.exception)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -43,9 +43,9 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("cuda", "--device", help="cuda, or cpu (tiny models: tests the pipeline)."),
         design: str = typer.Option("default", "--design", help="default (the full sweep) or smoke (a few "
                                    "points of every kind, for tests)."),
-        points: Optional[Path] = typer.Option(None, "--points", help="Also measure these pass compositions "
-                                              "(JSON lines; `spsim replay ... --calibration-points FILE` writes the "
-                                              "ones a trace and policy ask for)."),
+        points: Optional[List[Path]] = typer.Option(None, "--points", metavar="FILE", help="Also measure these pass compositions "
+                                                    "(JSON lines; `spsim replay ... --calibration-points FILE` writes "
+                                                    "the ones a trace and policy ask for); repeat for several files."),
         shape_rule: bool = typer.Option(True, "--shape-rule/--no-shape-rule", help="Pad the measured passes by "
                                         "the runtime's shape rule, as `spsim run` pads them by default "
                                         "(--startup-shapes); --no-shape-rule for runs with --no-startup-shapes."),
@@ -68,16 +68,17 @@ def register(app: typer.Typer) -> None:
             raise SpsimError(f"--design must be default or smoke (got {design!r})")
         if host_log is not None and not host_log.is_file():
             raise SpsimError(f"--host-log {host_log}: not a file")
-        if points is not None:
+        if points:
             if from_ is not None:
                 raise SpsimError("--points adds compositions to measure: give it with --gpu, not --from")
             from spsim.calibration.trace_points import read_points
 
-            read_points(points)  # a bad file fails now, before the model is built
+            for f in points:
+                read_points(f)  # a bad file fails now, before the model is built
         if from_ is not None:
             calibrate_from(from_, out, str(host_log) if host_log else None)
             return
         calibrate_gpu(model, minutes, str(out) if out else None, str(measurements) if measurements else None,
                       device=device, design=design, host_log=str(host_log) if host_log else None,
-                      page_size=page_size, t_start=t_start, points=str(points) if points else None,
+                      page_size=page_size, t_start=t_start, points=[str(f) for f in points] if points else None,
                       measure_kw={"shape_rule": shape_rule})
