@@ -56,7 +56,7 @@ def repredict(r: dict, profile: str) -> dict:
     """The simulator's metrics for the run `r` (a validate JSON) under `profile`."""
     from spsim.config import ServingConfig
     from spsim.cost.profile import load_cost_model
-    from spsim.validate import _max_query, priced_as_run, simulate_like
+    from spsim.validate import longest_query, priced_as_run, simulate_like
     from spsim.validate_report import metrics
 
     tr = _trace_of(r)
@@ -66,7 +66,7 @@ def repredict(r: dict, profile: str) -> dict:
                         offline=r["load"] == "offline", seed=r["seed"], kv_pages=r["kv_pages"]).validate()
     pad = (r.get("runtime") or {}).get("padding") or {}
     cost = priced_as_run(load_cost_model(profile), bool(pad.get("coarse")), shape_rule=bool(pad.get("shape_rule")),
-                         max_query=_max_query(cfg))
+                         max_query=longest_query(cfg))
     sim, _ = simulate_like(tr, cfg, cost)
     measured = {k: v["measured"] for k, v in r["metrics"].items()}
     return metrics(measured, sim.summary)

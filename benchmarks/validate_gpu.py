@@ -110,10 +110,10 @@ def run_key(r: dict) -> tuple:
             json.dumps(r.get("mode"), sort_keys=True), r.get("policy"))
 
 
-def load_earlier(path: Path, version: str) -> list[dict]:
-    """The runs of an existing index (`--append`), refused when its kernels were others."""
+def load_earlier(path: Path, version: str) -> dict:
+    """An existing index (`--append`; {} where there is none), refused when its kernels were others."""
     if not path.exists():
-        return []
+        return {}
     try:
         old = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -121,15 +121,7 @@ def load_earlier(path: Path, version: str) -> list[dict]:
     if old.get("kernel_version") != version:
         fail(f"error: {path}: runs of kernel version {old.get('kernel_version')}, this checkout runs "
              f"{version}: --append merges one version's runs (use another --out or --tag)")
-    return [dict(r, date=r.get("date", old.get("date"))) for r in old.get("runs", [])]
-
-
-def calls_of(path: Path) -> list[dict]:
-    try:
-        old = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return []
-    return old.get("calls") or [{"date": old.get("date"), "command": old.get("command")}]
+    return old
 
 
 def headline(r: dict) -> dict:
@@ -238,9 +230,10 @@ def main() -> int:
 
     index["kernel_version"] = kernel_version()
     index_path = out / f"validate_index{a.tag}.json"
-    earlier = load_earlier(index_path, index["kernel_version"]) if a.append else []
-    earlier_calls = calls_of(index_path) if a.append and index_path.exists() else []
-    earlier_device = (json.loads(index_path.read_text()).get("machine") or {}).get("device") if earlier else None
+    old = load_earlier(index_path, index["kernel_version"]) if a.append else {}
+    earlier = [dict(r, date=r.get("date", old.get("date"))) for r in old.get("runs", [])]
+    earlier_calls = (old.get("calls") or [{"date": old.get("date"), "command": old.get("command")}]) if old else []
+    earlier_device = (old.get("machine") or {}).get("device") if earlier else None
 
     def save_index():
         index["wall_s"] = round(time.monotonic() - t_start, 1)

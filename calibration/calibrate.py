@@ -29,9 +29,9 @@ def default_paths(model: str, out: str | None, measurements: str | None) -> tupl
 def calibrate_gpu(model: str = "llama-3.1-8b", minutes: float | None = 8.0, out: str | None = None,
                   measurements: str | None = None, device: str = "cuda", design: str = "default",
                   host_log: str | None = None, page_size: int = 16, t_start: float | None = None, log=print,
-                  measure_kw: dict | None = None, points: str | list | None = None) -> dict:
+                  measure_kw: dict | None = None, points: list[str] | None = None) -> dict:
     """Measure what `measurements` lacks (until done or the time budget), then fit and write the
-    profile. Returns the fit report. `points`: a points file (`trace_points`) measured beside the
+    profile. Returns the fit report. `points`: points files (`trace_points`) measured beside the
     design. `measure_kw`: more arguments of `measure` (tests)."""
     from .measure import measure
     from .trace_points import read_points
@@ -39,8 +39,7 @@ def calibrate_gpu(model: str = "llama-3.1-8b", minutes: float | None = 8.0, out:
     t_start = time.monotonic() if t_start is None else t_start
     out_p, meas = default_paths(model, out, measurements)
     _check_writable(out_p)
-    files = [points] if isinstance(points, (str, Path)) else list(points or ())  # one file or several
-    extra = [p for f in files for p in read_points(f)] or None
+    extra = [p for f in points or () for p in read_points(f)] or None
     deadline = None if minutes is None else t_start + 60 * minutes - FIT_RESERVE_S
     counts = measure(meas, model, device, design=design, deadline=deadline, page_size=page_size, log=log,
                      extra_points=extra, **(measure_kw or {}))

@@ -155,7 +155,7 @@ def validate(trace, cfg: ServingConfig, opts, *, model=None, tokenizer=None, cos
     padded = (opts.pad_passes if opts.pad_passes is not None
               else opts.cuda_graphs and model.device.type == "cuda")  # as engine.py decides
     cost = priced_as_run(cost, opts.coarse_shapes, shape_rule=padded and bool(opts.shape_rule),
-                         max_query=_max_query(cfg))
+                         max_query=longest_query(cfg))
     wall = {}
     t0 = time.perf_counter()
     sim, sim_passes = simulate_like(trace, cfg, cost)
@@ -211,7 +211,7 @@ def validate_measured(trace, cfg: ServingConfig, measured: dict, *, padded: bool
     if measured.get("completed") != len(trace):
         raise SpsimError(f"the measured summary completed {measured.get('completed')} requests, the trace has "
                          f"{len(trace)}: measure and predict the same requests (--limit, --window)")
-    cost = priced_as_run(build_cost_model(cfg), False, shape_rule=padded and shape_rule, max_query=_max_query(cfg))
+    cost = priced_as_run(build_cost_model(cfg), False, shape_rule=padded and shape_rule, max_query=longest_query(cfg))
     sim, _ = simulate_like(trace, cfg, cost)
     met = metrics(measured, sim.summary)
     checked = [v["within"] for v in met.values() if v["within"] is not None]
@@ -223,7 +223,7 @@ def validate_measured(trace, cfg: ServingConfig, measured: dict, *, padded: bool
             "simulator": {"completed": sim.summary["completed"], "rejected": sim.summary["rejected"]}}
 
 
-def _max_query(cfg) -> int:
+def longest_query(cfg) -> int:
     """A verification's most tokens under the run's policy (what the shape rule pads for)."""
     from .policies.registry import parse_policy
 

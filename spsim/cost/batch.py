@@ -166,8 +166,9 @@ class PlanBatch:
             return np.zeros(len(self.pre_of), bool)
         from .calibrated import TILES  # the calibrated model's rule (it alone splits prefill)
 
-        tall = (model.tile_class(self.pre_q) == len(TILES) - 1) | model.ruled(self.tokens)[self.pre_of]
+        ruled = model.ruled(self.tokens)
+        tall = (model.tile_class(self.pre_q) == len(TILES) - 1) | ruled[self.pre_of]
         n = self.n
         n_req = np.bincount(self.pre_of, minlength=n) + np.bincount(self.dr_of, minlength=n) + \
             np.bincount(self.ver_of, minlength=n)
-        return tall & ((np.bincount(self.pre_of[tall], minlength=n) < n_req) | model.ruled(self.tokens))[self.pre_of]
+        return tall & ((np.bincount(self.pre_of[tall], minlength=n) < n_req) | ruled)[self.pre_of]

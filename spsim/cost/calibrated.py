@@ -95,6 +95,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 
+from spsim.buckets import pad_count, pow2
 from spsim.hardware import GPU
 from spsim.models import ModelConfig
 from spsim.plan import DraftMethod, PassPlan
@@ -103,7 +104,6 @@ from spsim.worklist import MIN_SPLIT_TOKENS, WAVES, split_of_units
 from .batch import PlanBatch
 from .padding import MODES as PADDING_MODES
 from .padding import SCRATCH_PAGES, pad_count_vec, padded, padded_vec, pow2_vec
-from spsim.buckets import pad_count, pow2
 from .roofline import RooflineCostModel, RooflineParams
 
 N_METHODS = len(DraftMethod)
@@ -236,6 +236,7 @@ class CalibratedCostModel(RooflineCostModel):
         # longest context a request reaches (the window plus a run of drafts), then that one
         top = -(-(-(-(self.model.max_context + P.rule_max_query) // self.page_size) + 1) // 64) * 64
         self._classes = [c for c in RULE_CLASS_PAGES if c < top] + [top]
+        self._classes_a = np.asarray(self._classes, np.int64)
         if P.draft_page_s is not None:
             self.score_tbl = np.asarray(P.draft_page_s, dtype=np.float64).reshape(N_METHODS, 2)
             self._score_rows = self.score_tbl.tolist()
@@ -718,10 +719,13 @@ class CalibratedCostModel(RooflineCostModel):
         """Top-k columns of selections under the shape rule: the next power of two of the width
         class holding `pages` (the pass's longest request), or of `pages` (in 128s) beyond the
         classes (the pass leaves the rule)."""
-        c = np.asarray(self._classes, np.int64)
-        w = np.where(pages <= c[-1], c[np.minimum(np.searchsorted(c, pages), len(c) - 1)],
-                     -(-pages // self.SELECT_COLS) * self.SELECT_COLS)
+        w = np.where(pages <= self._classes[-1], self._class_of(pages), -(-pages // self.SELECT_COLS) * self.SELECT_COLS)
         return _pow2(np.maximum(w, 1))
+
+    def _class_of(self, pages: np.ndarray) -> np.ndarray:
+        """The rule's width class holding `pages` (the top one past it: callers check)."""
+        c = self._classes_a
+        return c[np.minimum(np.searchsorted(c, pages), len(c) - 1)]
 
     # ---- page selection's top-k (per pass) ----
     # The runtime selects pages with a top-k kernel over a [selecting rows, columns] grid whose
@@ -1121,10 +1125,8 @@ class CalibratedCostModel(RooflineCostModel):
     def _rule_scale(self, nreq: np.ndarray, w: np.ndarray, ruled: np.ndarray) -> np.ndarray:
         """Page-score rows x columns: requests x the longest's pages in 128s, or under the rule
         (`ruled`, within its classes) requests padded to a power of two x the class's width."""
-        c = np.asarray(self._classes, np.int64)
-        on = ruled & (w <= c[-1])
-        cw = c[np.minimum(np.searchsorted(c, w), len(c) - 1)]
-        return np.where(on, _pow2(np.maximum(nreq, 1)) * cw, nreq * (-(-w // self.SELECT_COLS) * self.SELECT_COLS))
+        on = ruled & (w <= self._classes[-1])
+        return np.where(on, _pow2(np.maximum(nreq, 1)) * self._class_of(w), nreq * (-(-w // self.SELECT_COLS) * self.SELECT_COLS))
 
     def kv_capacity_pages(self, reserve_frac: float | None = None, selection_metadata: bool = True) -> int:
         """The KV pages the runtime could allocate on the measured GPU, where the profile says so."""
