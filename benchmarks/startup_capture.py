@@ -1,4 +1,4 @@
-"""How long the shape rule's start-up capture takes (gpu_runtime/shapes.py, graphs.py `startup`),
+"""How long the shape rule's start-up capture takes (gpu_runtime/startup.py),
 and where the time goes, per policy, at the serving settings' defaults.
 
     python3 benchmarks/startup_capture.py --out benchmarks/results [--policies ar,aspire] [--max-batch 256]
