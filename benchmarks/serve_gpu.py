@@ -8,7 +8,7 @@ weights, preset acceptance sparsespec-llama8b, fixed KV pages, loopback), a few 
 bench serve` (in this process) replays the Azure conversation requests arriving in the first
 --window seconds at the trace's own times and at each multiple of that rate in --rates; the server
 stops; the simulator predicts each replay (`spsim validate --measured`); `spsim run` serves the
-same trace at its own times in this process for the served-vs-run TPOT gap. Writes
+same trace at each rate in this process for the served-vs-run TPOT gap. Writes
 `serve_gpu_<gpu>.json` after each policy. From a checkout without an install (simpy, starlette
 and uvicorn from vendor/wheels/).
 """
@@ -137,13 +137,16 @@ def main() -> None:
         if not a.no_run:
             from spsim.gpu_runtime.engine import RuntimeOptions, release_served, run_trace
 
-            r = run_trace(tr, cfg, RuntimeOptions(device=dev, record_events=False, shape_rule=True,
-                                                           startup_shapes=True)).result.summary
-            row["spsim_run"] = {k: r.get(k) for k in ("mean_tpot_ms", "p99_tpot_ms", "mean_ttft_ms",
-                                                      "output_throughput", "completed")}
-            first = row["replays"][0]["measured"] if row["replays"] else None
-            if first is not None and first["mean_tpot_ms"] is not None and r["mean_tpot_ms"] is not None:
-                row["served_minus_run_tpot_ms"] = first["mean_tpot_ms"] - r["mean_tpot_ms"]
+            keys = ("mean_tpot_ms", "p99_tpot_ms", "mean_ttft_ms", "output_throughput", "completed")
+            row["spsim_run"], row["served_minus_run_tpot_ms"] = [], {}
+            for rep in row["replays"]:  # the same trace and rate in this process, no HTTP
+                q = None if rep["rate_x"] == 1 else native * rep["rate_x"]
+                r = run_trace(tr, cfg.with_(qps=q), RuntimeOptions(device=dev, record_events=False, shape_rule=True,
+                                                                   startup_shapes=True)).result.summary
+                row["spsim_run"].append({"rate_x": rep["rate_x"], **{k: r.get(k) for k in keys}})
+                served = rep["measured"]["mean_tpot_ms"]
+                if served is not None and r["mean_tpot_ms"] is not None:
+                    row["served_minus_run_tpot_ms"][f"{rep['rate_x']:g}x"] = served - r["mean_tpot_ms"]
             release_served()
             torch.cuda.empty_cache() if dev == "cuda" else None
         rows.append(row)
