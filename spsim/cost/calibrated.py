@@ -231,6 +231,7 @@ class CalibratedCostModel(RooflineCostModel):
         self._wi_bn = np.maximum(self.page_size, np.where(bmt <= 32, 128, 64))
         self._wi_qb = np.maximum(1, bmt // self.group)
         self._wi_cap = -(-self.ATTN_MIN_SPLIT // self._wi_bn)
+        self._wi_bn_l, self._wi_qb_l = self._wi_bn.tolist(), self._wi_qb.tolist()
         self._build_tables(min(self.model.max_context, table_q or self.model.max_context))
         # the shape rule's width classes (pages; gpu_runtime/shapes.py ShapeRule.classes): below the
         # longest context a request reaches (the window plus a run of drafts), then that one
@@ -431,18 +432,29 @@ class CalibratedCostModel(RooflineCostModel):
             if r is None:
                 if len(cache) >= self.WORK_CACHE_MAX:
                     cache.clear()
-                r = cache[key] = self._units_ratio(units, b, hkv, S)
+                r = cache[key] = self._units_ratio(units.tolist(), b, hkv, S)
             out.append(r)
         if n == 1 or len(out) == n:
             return np.array(out)
         return np.array(out)[np.cumsum(chg) - 1]
 
-    def _units_ratio(self, units: np.ndarray, bn: int, hkv: int, S: int) -> float:
-        """One pass's ratio from its plan's units (KV blocks of each unit, one head, in plan order;
-        int64) and KV block size `bn`, on Python ints and floats: the split rule
+    def _units_ratio1(self, units: list[int], bn: int) -> float:
+        """`_units_ratio` of a list of units, cached by (bn, units) as `_code_ratios` caches its rows
+        (the scalar paths: one pass, or a plain segment's few distinct rows)."""
+        key = (bn, tuple(units))
+        cache = self._work_cache
+        r = cache.get(key)
+        if r is None:
+            if len(cache) >= self.WORK_CACHE_MAX:
+                cache.clear()
+            r = cache[key] = self._units_ratio(units, bn, self._hkv, int(self.p.attn_sms))
+        return r
+
+    def _units_ratio(self, ul: list[int], bn: int, hkv: int, S: int) -> float:
+        """One pass's ratio from its plan's units (KV blocks of each unit, one head, in plan order)
+        and KV block size `bn`, on Python ints and floats: the split rule
         (`worklist.split_of_units`), the closed form in one round, the makespan where it runs more
         than one."""
-        ul = units.tolist()
         if not ul:
             return 1.0
         total = hkv * sum(ul)
@@ -451,7 +463,7 @@ class CalibratedCostModel(RooflineCostModel):
         c = float(self.p.attn_item_tokens)
         ideal = (float(total * bn) + c * items) / S
         if items > S:  # more than one round
-            return max(1.0, self._makespan(units, split, bn, hkv, c, S) / ideal)
+            return max(1.0, self._makespan(np.asarray(ul, np.int64), split, bn, hkv, c, S) / ideal)
         return max(1.0, (float(min(umax, split) * bn) + c) / ideal)
 
     @staticmethod
@@ -501,26 +513,49 @@ class CalibratedCostModel(RooflineCostModel):
             rounds = K == S
         return float(free[-1])
 
+    def work_ratio1(self, q: list[int], kv: list[int], qmax: int | None = None, dummies: int = 0) -> float:
+        """`work_ratio` on Python lists (a plan of a few requests: no numpy calls), the same units
+        and so the same ratio, cached by its units."""
+        if not self.p.attn_sms or not q:
+            return 1.0
+        if dummies:
+            q, kv = q + [1] * dummies, kv + [1] * dummies
+        c = self.tile_class(max(q) if qmax is None else qmax)
+        bn, qb = self._wi_bn_l[c], self._wi_qb_l[c]
+        units = []
+        for n, k in zip(q, kv):  # units in request order, query blocks inner (q >= 1: one block at least)
+            base = k - n
+            for j in range(1, -(-n // qb) + 1):
+                e = base + (j * qb if j * qb < n else n)
+                units.append(-(-(k if k < e else e if e > 0 else 0) // bn))
+        return self._units_ratio1(units, bn)
+
     def plan_work_ratio(self, plan: PassPlan) -> tuple[float, float]:
         """`work_ratio` of a plan's attention launch, and of its prefill chunks' own launch where
         they are planned apart (`split_prefill`; else 1.0)."""
         if not self.p.attn_sms:
             return 1.0, 1.0
-        sparse = np.minimum(plan.draft_budget, plan.draft_context) + plan.draft_pos + 1
-        q = np.concatenate([plan.prefill_tokens, np.ones(len(plan.draft_ids), np.int64), plan.verify_query])
-        kv = np.concatenate([plan.prefill_context + plan.prefill_tokens, sparse, plan.verify_context + plan.verify_query])
-        ruled = self.ruled1(int(q.sum()))
-        tall = self.split_prefill(plan.prefill_tokens, len(q), ruled)
+        b = int(plan.draft_budget)
+        pq = plan.prefill_tokens.tolist()
+        vq = plan.verify_query.tolist()
+        q = pq + [1] * len(plan.draft_ids) + vq
+        kv = [c + t for c, t in zip(plan.prefill_context.tolist(), pq)] + \
+            [(b if b < c else c) + p + 1 for c, p in zip(plan.draft_context.tolist(), plan.draft_pos.tolist())] + \
+            [c + t for c, t in zip(plan.verify_context.tolist(), vq)]
+        ruled = self.ruled1(sum(q))
+        tall = self.split_prefill1(pq, len(q), ruled)
         dummies = (1 << (len(q) - 1).bit_length()) - len(q) if ruled else 0  # the rule's, beside the rest
-        if not tall.any():
-            return self.work_ratio(q, kv, None, dummies), 1.0
-        m = np.zeros(len(q), bool)
-        m[:len(tall)] = tall
-        r_tall = self.work_ratio(q[m], kv[m], self._tile_cap if ruled else None)
-        if not (~m).any():
+        if not any(tall):
+            return self.work_ratio1(q, kv, None, dummies), 1.0
+        n = len(tall)
+        r_tall = self.work_ratio1([x for x, t in zip(q, tall) if t], [x for x, t in zip(kv, tall) if t],
+                                  self._tile_cap if ruled else None)
+        if all(tall) and n == len(q):
             return 1.0, r_tall
-        qmax = max(int(q[~m].max()), self.p.rule_max_query) if ruled else None  # the rule's tile (see time)
-        return self.work_ratio(q[~m], kv[~m], qmax, dummies), r_tall
+        q_o = [x for x, t in zip(q, tall) if not t] + q[n:]
+        kv_o = [x for x, t in zip(kv, tall) if not t] + kv[n:]
+        qmax = max(max(q_o), self.p.rule_max_query) if ruled else None  # the rule's tile (see time)
+        return self.work_ratio1(q_o, kv_o, qmax, dummies), r_tall
 
     def split_prefill(self, prefill_q, n_requests: int, ruled: bool = False) -> np.ndarray:
         """Which of a pass's prefill chunks run in an attention launch of their own (the runtime
@@ -533,6 +568,16 @@ class CalibratedCostModel(RooflineCostModel):
             return np.ones(len(q), bool)
         tall = self.tile_class(q) == len(TILES) - 1
         return tall if tall.sum() < n_requests else np.zeros(len(q), bool)
+
+    def split_prefill1(self, prefill_q: list[int], n_requests: int, ruled: bool = False) -> list[bool]:
+        """`split_prefill` of a list (the scalar paths)."""
+        if not self.p.prefill_split or not prefill_q:
+            return [False] * len(prefill_q)
+        if ruled:
+            return [True] * len(prefill_q)
+        top = len(TILES) - 1
+        tall = [self.tile_class(x) == top for x in prefill_q]
+        return tall if sum(tall) < n_requests else [False] * len(prefill_q)
 
     def ruled(self, tokens: np.ndarray) -> np.ndarray:
         """Which passes of `tokens` tokens the shape rule pads (those it graphs: at most
@@ -962,19 +1007,27 @@ class CalibratedCostModel(RooflineCostModel):
 
     def _decode_times(self, context: list[int], n: int) -> np.ndarray:
         if self.p.attn_sms or self.p.padding != "none":  # the tail and padding are per pass
+            if n == 1:
+                t = self._plain1(context)
+                if t is not None:
+                    return np.array([t])
             ctx = np.asarray(context, np.int64) + np.arange(n, dtype=np.int64)[:, None]
-            t = self._plain_times(ctx)
+            t = self._plain_times(ctx, context)
             if t is not None:
                 return t
             return self._grid_times(PlanBatch.plain(context, n))
         return super()._decode_times(context, n)  # q = 1: the smallest tile, no pass terms
 
-    def _plain_times(self, ctx: np.ndarray) -> np.ndarray | None:
+    def _plain_times(self, ctx: np.ndarray, first: list[int] | None = None) -> np.ndarray | None:
         """`_grid_times` of plain decode passes (every request verifies one token: the smallest
-        tile, no drafts, no pass terms; `ctx`: (passes, requests) KV tokens before each pass),
-        without the general machinery: the same floats from the same operations in the same
-        order. None where the tables do not cover them."""
+        tile, no drafts, no pass terms; `ctx`: (passes, requests) KV tokens before each pass; `first`:
+        its first row where each pass is one token on from the last), without the general machinery:
+        the same floats from the same operations in the same order. None where the tables do not
+        cover them."""
         n, r = ctx.shape
+        if n == 1:
+            t = self._plain1(ctx[0].tolist())
+            return None if t is None else np.array([t])
         if not (r and n and self.tables_fit(int(ctx.max()) + 1, 2)):
             return None
         c = self.tile_class(1) if self.tiles else 0
@@ -983,21 +1036,60 @@ class CalibratedCostModel(RooflineCostModel):
             kern = att - self.p.verify_req_s
             # one query block a request: its unit's KV blocks are those of its KV (context + 1)
             bn = int(self._wi_bn[c])
-            code = -(-(ctx + 1) // bn)
-            if r & (r - 1) and self.ruled1(r):  # the rule's dummy verifiers: a unit of one block each
-                code = np.concatenate([code, np.ones((n, (1 << (r - 1).bit_length()) - r), np.int64)], axis=1)
-            ratio = self._code_ratios(code, bn)
+            extra = (1 << (r - 1).bit_length()) - r if r & (r - 1) and self.ruled1(r) else 0  # the rule's dummies
+            if first is not None:
+                ratio = self._plain_ratios(first, n, bn, extra)
+            else:
+                code = -(-(ctx + 1) // bn)
+                if extra:  # a unit of one block each
+                    code = np.concatenate([code, np.ones((n, extra), np.int64)], axis=1)
+                ratio = self._code_ratios(code, bn)
             att = att + kern * (ratio - 1.0)[:, None]
         if self.p.padding == "none":
             return self.overhead_table(r)[np.full(n, r, np.int64)] + att.sum(axis=1)
-        # r tokens and logits rows, r verifications: every pass pads the same, its linear part is one
-        # number (numpy's elementwise formulas give each entry the same bits at any array length)
+        return self._plain_overhead(r) + att.sum(axis=1)
+
+    def _plain_overhead(self, r: int):
+        """The padded linear part of a plain decode pass of r requests: r tokens and logits rows,
+        r verifications, every such pass padded alike, so one number (numpy's elementwise formulas
+        give each entry the same bits at any array length)."""
         ovh = self._plain_ovh.get(r)
         if ovh is None:
             one = np.array([r], np.int64)
             tp, lp = padded_vec(one, one, one * 0, one, self.p.padding, SCRATCH_PAGES * self.page_size)
             ovh = self._plain_ovh[r] = self.overhead_vec(tp, lp)[0]
-        return ovh + att.sum(axis=1)
+        return ovh
+
+    def _plain_ratios(self, first: list[int], n: int, bn: int, extra: int) -> np.ndarray:
+        """`work_ratios` of n plain decode passes from the first one's contexts: a request's unit
+        (the KV blocks of context + 1 tokens) grows by a block at the passes where its context is
+        a multiple of `bn`, so the units change only there (each distinct row priced once)."""
+        starts = sorted({0, *(i for x in first for i in range((-x) % bn or bn, n, bn))})
+        vals = []
+        for i in starts:
+            vals.append(self._units_ratio1([-(-(x + i + 1) // bn) for x in first] + [1] * extra, bn))
+        if len(vals) == 1:
+            return np.full(n, vals[0])
+        return np.repeat(np.array(vals), np.diff(starts + [n]))
+
+    def _plain1(self, context: list[int]) -> float | None:
+        """`_plain_times` of one pass (the step path's decode passes) on Python floats: the same
+        operations in the same order, the row summed in numpy's order (`_row_sum`)."""
+        r = len(context)
+        if not (r and self.tables_fit(max(context) + 1, 2)):
+            return None
+        c = self.tile_class(1) if self.tiles else 0
+        att = (self.verify_table_cls(c) if self.tiles else self.verify_table())[context, 1].tolist()
+        if self.p.attn_sms:
+            bn = self._wi_bn_l[c]
+            units = [-(-(x + 1) // bn) for x in context]
+            if r & (r - 1) and self.ruled1(r):  # the rule's dummy verifiers: a unit of one block each
+                units += [1] * ((1 << (r - 1).bit_length()) - r)
+            m = self._units_ratio1(units, bn) - 1.0
+            v = self.p.verify_req_s
+            att = [a + (a - v) * m for a in att]
+        ovh = self.overhead_table(r)[r] if self.p.padding == "none" else self._plain_overhead(r)
+        return float(ovh + _row_sum(att))
 
     def _flat_times(self, batch: PlanBatch) -> np.ndarray:
         """`time(plan)` of many plans at once (vector formulas; the fit calls this per step)."""
@@ -1158,6 +1250,40 @@ class CalibratedCostModel(RooflineCostModel):
     def with_params(self, **kw) -> "CalibratedCostModel":
         return CalibratedCostModel(self.model, self.gpu, self.tp, self.weight_dtype, self.kv_dtype, self.page_size,
                                    replace(self.p, **kw), check_memory=False, info=self.info)
+
+
+def _row_sum(x: list[float]) -> float:
+    """`np.sum` of a float64 row, bit for bit: numpy's pairwise summation (blocks of up to 128 in
+    eight interleaved partial sums, halves above that), so a pass priced on Python floats equals
+    the same pass priced in a segment (tests/test_calibrated_speed.py holds it to numpy)."""
+    return 0.0 + _pairwise(x, 0, len(x))
+
+
+def _pairwise(a: list[float], lo: int, n: int) -> float:
+    if n < 8:
+        res = -0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    if n <= 128:
+        r0, r1, r2, r3, r4, r5, r6, r7 = a[lo:lo + 8]
+        end = lo + n - n % 8
+        for j in range(lo + 8, end, 8):
+            r0 += a[j]
+            r1 += a[j + 1]
+            r2 += a[j + 2]
+            r3 += a[j + 3]
+            r4 += a[j + 4]
+            r5 += a[j + 5]
+            r6 += a[j + 6]
+            r7 += a[j + 7]
+        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        for j in range(end, lo + n):
+            res += a[j]
+        return res
+    h = n // 2
+    h -= h % 8
+    return _pairwise(a, lo, h) + _pairwise(a, lo + h, n - h)
 
 
 def _pow2(x: np.ndarray) -> np.ndarray:
