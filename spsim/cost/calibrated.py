@@ -475,6 +475,13 @@ class CalibratedCostModel(RooflineCostModel):
         next K items start on the K earliest SMs as long as none of those K frees later than an
         item of the step already placed ends (then no SM is taken twice in the step)."""
         u = np.repeat(units, hkv)
+        if int(units.max()) <= split and (units[1:] >= units[:-1]).all():
+            # one item per unit and head, ascending (a prefill chunk's query blocks): the schedule is
+            # round robin (item i on SM i mod S: the SM freeing first is always the next one), so
+            # each SM's end is its items' sum in turn
+            p = (u * bn).astype(np.float64) + c
+            p = np.concatenate((p, np.zeros(-len(p) % S)))
+            return float(p.reshape(-1, S).sum(axis=0).max())
         if int(units.max()) <= split:  # one item per unit and head
             p = (u * bn).astype(np.float64) + c
         else:
@@ -524,7 +531,11 @@ class CalibratedCostModel(RooflineCostModel):
         bn, qb = self._wi_bn_l[c], self._wi_qb_l[c]
         units = []
         for n, k in zip(q, kv):  # units in request order, query blocks inner (q >= 1: one block at least)
-            base = k - n
+            base = k - n  # the KV before the query (>= 0): query block j ends at base + j x qb tokens
+            if n > qb and base >= 0:
+                units += [-(-e // bn) for e in range(base + qb, k, qb)]
+                units.append(-(-k // bn))
+                continue
             for j in range(1, -(-n // qb) + 1):
                 e = base + (j * qb if j * qb < n else n)
                 units.append(-(-(k if k < e else e if e > 0 else 0) // bn))
