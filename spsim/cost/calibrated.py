@@ -667,39 +667,41 @@ class CalibratedCostModel(RooflineCostModel):
         tokens = n_dr
         logits = n_dr + n_pre
         qmax = 1
-        ruled = self.p.padding == "rule" and \
-            n_dr + int(plan.prefill_tokens.sum()) + int(plan.verify_query.sum()) <= self.p.prefill_graph_tokens
-        tall = self.split_prefill(plan.prefill_tokens, n_pre + n_dr + n_ver, ruled) if n_pre else None
-        split = tall is not None and bool(tall.any())
+        pq, vq = plan.prefill_tokens.tolist(), plan.verify_query.tolist()  # (few: Python ints)
+        ruled = self.p.padding == "rule" and n_dr + sum(pq) + sum(vq) <= self.p.prefill_graph_tokens
+        tall = self.split_prefill1(pq, n_pre + n_dr + n_ver, ruled)
+        split = any(tall)
         if n_pre:
-            qmax = max(qmax, int(plan.prefill_tokens[~tall].max(initial=1)) if split else int(plan.prefill_tokens.max()))
+            qmax = max(qmax, max([q for q, t in zip(pq, tall) if not t], default=1) if split else max(pq))
             if ruled:  # the rule: a pass carrying prefill takes the tallest tile a verification can need
                 qmax = max(qmax, self.p.rule_max_query)
         if n_ver:
-            qmax = max(qmax, int(plan.verify_query.max()))
+            qmax = max(qmax, max(vq))
         cls = self.tile_class(qmax)
         kern_tall = 0.0  # the split prefill chunks' attention (their own launch)
         if n_pre:
-            t = plan.prefill_tokens
             if scalar:
                 f = self._prefill1
                 top = len(TILES) - 1
-                for i, (c, q) in enumerate(zip(plan.prefill_context.tolist(), t.tolist())):
-                    if split and tall[i]:
+                for c, q, t in zip(plan.prefill_context.tolist(), pq, tall):
+                    if t:
                         kern_tall += f(c, q, top)
                     else:
                         total += f(c, q, cls)
             else:
-                a = self.prefill_attn(plan.prefill_context, t, np.where(tall, len(TILES) - 1, cls) if split else cls)
-                kern_tall = float(a[tall].sum()) if split else 0.0
+                tall_a = np.array(tall)
+                a = self.prefill_attn(plan.prefill_context, plan.prefill_tokens,
+                                      np.where(tall_a, len(TILES) - 1, cls) if split else cls)
+                kern_tall = float(a[tall_a].sum()) if split else 0.0
                 total += float(a.sum()) - kern_tall
-            tokens += int(t.sum())
+            tokens += sum(pq)
         methods = ()
+        dpos = plan.draft_pos.tolist()
         if n_dr:
             b, m = plan.draft_budget, plan.draft_method
             if scalar:
                 f = self._draft1
-                for c, pos in zip(plan.draft_context.tolist(), plan.draft_pos.tolist()):
+                for c, pos in zip(plan.draft_context.tolist(), dpos):
                     total += f(c, b, m, pos, cls)
             else:
                 total += float(self.draft_attn(plan.draft_context, b, m, plan.draft_pos, cls).sum())
@@ -707,14 +709,11 @@ class CalibratedCostModel(RooflineCostModel):
         if n_ver:
             if scalar:
                 f = self._verify1
-                nq = 0
-                for c, q in zip(plan.verify_context.tolist(), plan.verify_query.tolist()):
+                for c, q in zip(plan.verify_context.tolist(), vq):
                     total += f(c, q, cls)
-                    nq += q
             else:
-                q = plan.verify_query
-                total += float(self.full_attn(plan.verify_context, q, cls).sum())
-                nq = int(q.sum())
+                total += float(self.full_attn(plan.verify_context, plan.verify_query, cls).sum())
+            nq = sum(vq)
             tokens += nq
             logits += nq
         if tokens == 0:
@@ -724,8 +723,7 @@ class CalibratedCostModel(RooflineCostModel):
         if self.p.attn_sms or (keep and self.p.score_attn_frac):  # the attention kernel: less the extras
             kern = total - n_ver * self.p.verify_req_s
             if n_dr:
-                kern -= float(self.draft_extra(plan.draft_context, plan.draft_budget, plan.draft_method,
-                                               plan.draft_pos).sum())
+                kern -= self._draft_extra_sum(plan, dpos)
             if self.p.attn_sms:  # its tail (each launch its own)
                 r, r_tall = self.plan_work_ratio(plan)
                 total += kern * (r - 1.0)
@@ -741,9 +739,9 @@ class CalibratedCostModel(RooflineCostModel):
                                     self.p.rule_max_query)
         # the linear part alone: the eager terms are pass_terms and _eager below (as _flat_times)
         t = RooflineCostModel.pass_overhead(self, tokens, num_logits=logits) + total + self.pass_terms(eager, methods)
-        if n_dr and 0 in plan.draft_pos.tolist():
+        if n_dr and 0 in dpos:
             t += self._first_pass_list[plan.draft_method]
-        if n_ver and int(plan.verify_query.max()) > 1:
+        if n_ver and max(vq) > 1:
             t += self.p.spec_pass_s
         if n_dr and n_ver:
             t += self.p.mixed_pass_s
@@ -752,6 +750,16 @@ class CalibratedCostModel(RooflineCostModel):
         if keep and self.p.score_col_s:
             t += self._scores1(plan, ruled)
         return self._eager(t) if eager else t
+
+    def _draft_extra_sum(self, plan: PassPlan, dpos: list[int]) -> float:
+        """`draft_extra` of a plan's drafts, summed as numpy sums them (`_row_sum`): few drafts on
+        Python floats, many as vectors."""
+        if not self.tiles or len(dpos) > self.SCALAR_MAX:
+            return float(self.draft_extra(plan.draft_context, plan.draft_budget, plan.draft_method, plan.draft_pos).sum())
+        m, ps = plan.draft_method, self.page_size
+        score, req = self._score_rows[m], self._req_rows[m]
+        return _row_sum([score[k] * ((c + ps - 1) // ps) + req[k]
+                         for c, k in zip(plan.draft_context.tolist(), (1 if p > 0 else 0 for p in dpos))])
 
     def _scores1(self, plan: PassPlan, ruled: bool = False) -> float:
         """A verify-attn pass keeping its verifications' page scores: the attention kernel writes
@@ -1039,7 +1047,7 @@ class CalibratedCostModel(RooflineCostModel):
         if n == 1:
             t = self._plain1(ctx[0].tolist())
             return None if t is None else np.array([t])
-        if not (r and n and self.tables_fit(int(ctx.max()) + 1, 2)):
+        if not (r and n and self.tables_fit(max(first) + n if first else int(ctx.max()) + 1, 2)):
             return None
         c = self.tile_class(1) if self.tiles else 0
         att = (self.verify_table_cls(c) if self.tiles else self.verify_table())[:, 1][ctx]
@@ -1076,12 +1084,11 @@ class CalibratedCostModel(RooflineCostModel):
         (the KV blocks of context + 1 tokens) grows by a block at the passes where its context is
         a multiple of `bn`, so the units change only there (each distinct row priced once)."""
         starts = sorted({0, *(i for x in first for i in range((-x) % bn or bn, n, bn))})
-        vals = []
-        for i in starts:
-            vals.append(self._units_ratio1([-(-(x + i + 1) // bn) for x in first] + [1] * extra, bn))
+        vals = [self._units_ratio1([-(-(x + i + 1) // bn) for x in first] + [1] * extra, bn) for i in starts]
         if len(vals) == 1:
             return np.full(n, vals[0])
-        return np.repeat(np.array(vals), np.diff(starts + [n]))
+        starts.append(n)
+        return np.repeat(vals, [b - a for a, b in zip(starts, starts[1:])])
 
     def _plain1(self, context: list[int]) -> float | None:
         """`_plain_times` of one pass (the step path's decode passes) on Python floats: the same
