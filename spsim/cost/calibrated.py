@@ -90,6 +90,7 @@ in the tile q needs, a draft in the smallest); the simulator's decode segments a
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import asdict, dataclass, fields, replace
 
@@ -332,6 +333,7 @@ class CalibratedCostModel(RooflineCostModel):
     ATTN_WAVES = WAVES  # the split rule's: work items per SM aimed at, and the split floor
     ATTN_MIN_SPLIT = MIN_SPLIT_TOKENS
     WORK_CACHE_MAX = 1 << 18  # makespans kept (per model) of passes of more items than SMs
+    HEAP_ITEMS = 1024  # a schedule of at most this many items: item by item on a heap (faster than numpy's steps)
 
     def work_ratio(self, q, kv, qmax: int | None = None, dummies: int = 0) -> float:
         """Makespan of the pass's attention work items, greedily scheduled on `attn_sms` SMs in
@@ -474,6 +476,11 @@ class CalibratedCostModel(RooflineCostModel):
         that frees first), taken in steps of up to S items: with the SMs' free times sorted, the
         next K items start on the K earliest SMs as long as none of those K frees later than an
         item of the step already placed ends (then no SM is taken twice in the step)."""
+        ul = units.tolist()
+        if max(ul) > split or not (units[1:] >= units[:-1]).all():
+            n = hkv * sum([-(-x // split) if x > split else 1 for x in ul])
+            if n <= CalibratedCostModel.HEAP_ITEMS:
+                return _heap_makespan(ul, split, bn, hkv, c, S)
         u = np.repeat(units, hkv)
         if int(units.max()) <= split and (units[1:] >= units[:-1]).all():
             # one item per unit and head, ascending (a prefill chunk's query blocks): the schedule is
@@ -1268,6 +1275,26 @@ class CalibratedCostModel(RooflineCostModel):
     def with_params(self, **kw) -> "CalibratedCostModel":
         return CalibratedCostModel(self.model, self.gpu, self.tp, self.weight_dtype, self.kv_dtype, self.page_size,
                                    replace(self.p, **kw), check_memory=False, info=self.info)
+
+
+def _heap_makespan(units: list[int], split: int, bn: int, hkv: int, c: float, S: int) -> float:
+    """`CalibratedCostModel._makespan` item by item: each item to the SM that frees first (a heap
+    of the SMs' free times), the schedule's definition."""
+    full = float(split * bn) + c
+    p = []
+    for u in units:
+        if u <= split:
+            seq = [float(u * bn) + c]
+        else:
+            f, r = divmod(u, split)
+            seq = [full] * f + [float(r * bn) + c] if r else [full] * f
+        p += seq * hkv
+    free = p[:S]
+    heapq.heapify(free)
+    put = heapq.heapreplace
+    for x in p[S:]:
+        put(free, free[0] + x)
+    return max(free)
 
 
 def _row_sum(x: list[float]) -> float:
