@@ -213,6 +213,9 @@ class CalibratedCostModel(RooflineCostModel):
         self._tile_cls = np.minimum(np.searchsorted(np.asarray(TILES), bm), len(TILES) - 1).astype(np.int64)
         self._tile_cls_list = self._tile_cls.tolist()
         self._tile_cap = cap
+        # the tallest query a pass of each tile class holds (the top class: any), for its verify table
+        self._cls_top_q = [int(np.flatnonzero(self._tile_cls == c).max(initial=-1)) if c != self._tile_cls[cap]
+                           else None for c in range(len(TILES))]
         self.tiles = P.attn_tile_eff is not None
         if self.tiles:
             self.tile_bm = np.asarray([max(t, g) for t in TILES], np.int64)  # rows of one tile
@@ -281,6 +284,22 @@ class CalibratedCostModel(RooflineCostModel):
         sm = (mem ** self._ap + cmp ** self._ap) ** self._iap
         return self.L * (sm + ((n_kv + (P.split_tokens - 1)) // P.split_tokens) * P.attn_split_s + P.attn_req_s)
 
+    def _attn_read(self, n, cls):
+        """`_attn(n, n, 1, cls)`: a one-token query over `n` KV tokens. A draft table's many
+        contexts mostly read the whole budget (the largest n), computed once there (an elementwise
+        formula: the same bits)."""
+        if np.ndim(cls) == 0 and np.size(n) > 4096:
+            at = n == n.max()  # the contexts past the budget
+            k = np.count_nonzero(at)
+            if 2 * k > n.size:
+                one = n[at][:1]
+                out = np.full(n.shape, self._attn(one, one, 1, cls)[0])
+                if k < n.size:
+                    rest = n[~at]
+                    out[~at] = self._attn(rest, rest, 1, cls)
+                return out
+        return self._attn(n, n, 1, cls)
+
     def _attn1(self, n: int, causal: float, q: int, c: int) -> float:
         """Scalar twin of `_attn` (same operations in the same order)."""
         P = self.p
@@ -315,7 +334,7 @@ class CalibratedCostModel(RooflineCostModel):
             t = RooflineCostModel.draft_attn(self, context, budget, method, pos)
             return t + self.req_tbl[method, np.minimum(pos, 1)]
         sparse = np.minimum(budget, context) + pos + 1
-        ts = self._attn(sparse, sparse, 1, cls)
+        ts = self._attn_read(sparse, cls)
         t = ts + self.score_tbl[method, np.minimum(pos, 1)] * ((context + (self.page_size - 1)) // self.page_size)
         if np.any(method == DraftMethod.STEP_LAYER):  # the designated layer reads all the KV
             full = context + pos + 1
@@ -898,10 +917,16 @@ class CalibratedCostModel(RooflineCostModel):
         return ok
 
     def verify_table_cls(self, cls: int) -> np.ndarray:
-        """[context, q] -> full_attn(context, q) in tile class `cls`; q = 0 is 0."""
+        """[context, q] -> full_attn(context, q) in tile class `cls`; q = 0 is 0. Only the queries a
+        pass of that class holds (every q of a pass is at most its tallest, which sets its class):
+        the columns past them are NaN, never read (a wrong read would show)."""
+        top = self._cls_top_q[cls]
+        rows = self._tbl_rows if top is None else min(self._tbl_rows, top + 1)
+
         def block(c):
             out = np.zeros((len(c), self._tbl_rows))
-            for q in range(1, self._tbl_rows):
+            out[:, rows:] = np.nan
+            for q in range(1, rows):
                 out[:, q] = self.full_attn(c, np.full_like(c, q), cls)
             return out
 
