@@ -429,8 +429,6 @@ class CalibratedCostModel(RooflineCostModel):
         """`work_ratios` from each pass's units (row i: pass i's KV blocks per unit, -1 where none)
         and KV block size (per pass; an int: every pass's, every entry a unit, as plain decodes)."""
         n = len(code)
-        hkv = max(1, self.model.kv_heads // self.tp)
-        S = int(self.p.attn_sms)
         same = isinstance(bn, int)
         bl = None if same else bn.tolist()
         if n > 1:  # runs of passes with the same units
@@ -442,19 +440,12 @@ class CalibratedCostModel(RooflineCostModel):
             starts = np.flatnonzero(chg).tolist()
         else:
             starts = (0,)
-        cache = self._work_cache
-        out = []
-        for i in starts:
-            row = code[i]
-            units = row if same else row[row >= 0]
-            b = bn if same else bl[i]
-            key = (b, units.tobytes())
-            r = cache.get(key)
-            if r is None:
-                if len(cache) >= self.WORK_CACHE_MAX:
-                    cache.clear()
-                r = cache[key] = self._units_ratio(units.tolist(), b, hkv, S)
-            out.append(r)
+        rows = code.tolist()  # (Python lists: a row's key costs less than a numpy slice)
+        ratio = self._units_ratio1
+        if same:
+            out = [ratio(rows[i], bn) for i in starts]
+        else:
+            out = [ratio([u for u in rows[i] if u >= 0], bl[i]) for i in starts]
         if n == 1 or len(out) == n:
             return np.array(out)
         return np.array(out)[np.cumsum(chg) - 1]
