@@ -47,9 +47,13 @@ makespan / (total work / SMs), each item `attn_item_tokens` longer than its toke
 attention kernel time (the per-request attention above, without the draft and verify terms) is
 multiplied by it. Nothing is fitted: SMs and the item cost are the runtime's and assumed.
 Computed exactly (no rounding), fast: a plan of at most `attn_sms` items runs one round, so its
-makespan is its longest item and the ratio a closed form, for all passes of a segment at once
-(`work_ratios`); longer plans are scheduled in steps of up to a round (`_makespan`) and cached by
-their units (KV blocks), which change only every 64-128 tokens of a request.
+makespan is its longest item and the ratio a closed form; longer plans are scheduled
+(`_makespan`: round robin where the items ascend, as a prefill chunk's query blocks do, item by
+item on a heap up to `HEAP_ITEMS`, numpy's steps beyond). Ratios are cached by the plan's units
+(KV blocks), which change only every 64-128 tokens of a request: a segment prices each distinct
+row of units once (`work_ratios`; a plain decode segment finds its rows from its first pass,
+`_plain_ratios`), and the step path's passes build their units on Python lists (`plan_work_ratio`,
+`_plain1`) into the same cache.
 
 The shape rule (`padding` "rule": the runtime's default padding, gpu_runtime/shapes.py) changes
 what a graphed pass runs, and the model follows it: a pass carrying prefill runs every chunk in
