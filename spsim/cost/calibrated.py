@@ -487,22 +487,16 @@ class CalibratedCostModel(RooflineCostModel):
         """The greedy list schedule's makespan on S SMs of the plan's items: `units` (KV blocks of
         each unit, in plan order), each unit per head in turn: its items of `split` blocks, then
         the rest, each item `c` tokens longer. Exactly the heap's schedule (each item to the SM
-        that frees first), taken in steps of up to S items: with the SMs' free times sorted, the
-        next K items start on the K earliest SMs as long as none of those K frees later than an
-        item of the step already placed ends (then no SM is taken twice in the step)."""
+        that frees first). Up to HEAP_ITEMS items: item by item on a heap. Beyond: while the items
+        ascend (a prefill chunk's query blocks) the schedule is round robin (item i on SM i mod S:
+        the SM freeing first is always the next one), so each SM's end is its items' sum in turn;
+        the rest on a heap where few, else in steps of up to S items: with the SMs' free times
+        sorted, the next K items start on the K earliest SMs as long as none of those K frees
+        later than an item of the step already placed ends (then no SM is taken twice in the step)."""
         ul = units.tolist()
-        if max(ul) > split or not (units[1:] >= units[:-1]).all():
-            n = hkv * sum([-(-x // split) if x > split else 1 for x in ul])
-            if n <= CalibratedCostModel.HEAP_ITEMS:
-                return _heap_makespan(ul, split, bn, hkv, c, S)
+        if hkv * sum([-(-x // split) if x > split else 1 for x in ul]) <= CalibratedCostModel.HEAP_ITEMS:
+            return _heap_makespan(ul, split, bn, hkv, c, S)
         u = np.repeat(units, hkv)
-        if int(units.max()) <= split and (units[1:] >= units[:-1]).all():
-            # one item per unit and head, ascending (a prefill chunk's query blocks): the schedule is
-            # round robin (item i on SM i mod S: the SM freeing first is always the next one), so
-            # each SM's end is its items' sum in turn
-            p = (u * bn).astype(np.float64) + c
-            p = np.concatenate((p, np.zeros(-len(p) % S)))
-            return float(p.reshape(-1, S).sum(axis=0).max())
         if int(units.max()) <= split:  # one item per unit and head
             p = (u * bn).astype(np.float64) + c
         else:
@@ -511,8 +505,18 @@ class CalibratedCostModel(RooflineCostModel):
             k = np.arange(len(full)) - np.repeat(np.cumsum(n) - n, n)
             p = (np.minimum(full - k * split, split) * bn).astype(np.float64) + c
         N = len(p)
-        free = np.sort(p[:S])  # the first S items start at 0, one per SM
-        a = S
+        down = np.flatnonzero(p[1:] < p[:-1])
+        a = int(down[0]) + 1 if len(down) else N  # the ascending prefix
+        if a > S:  # round robin: each SM's items summed in turn
+            free = np.concatenate((p[:a], np.zeros(-a % S))).reshape(-1, S).sum(axis=0)
+            if a == N:
+                return float(free.max())
+            free.sort()
+        else:
+            free = np.sort(p[:S])  # the first S items start at 0, one per SM
+            a = S
+        if N - a <= CalibratedCostModel.HEAP_ITEMS:  # the rest item by item
+            return _heap_rest(free.tolist(), p[a:].tolist())
         acc, cat = np.minimum.accumulate, np.concatenate
         rounds = True
         while a < N:
@@ -1311,8 +1315,13 @@ def _heap_makespan(units: list[int], split: int, bn: int, hkv: int, c: float, S:
         p += seq * hkv
     free = p[:S]
     heapq.heapify(free)
+    return _heap_rest(free, p[S:])
+
+
+def _heap_rest(free: list[float], p: list[float]) -> float:
+    """The makespan once items `p` are scheduled after SMs free at `free` (a heap, or sorted)."""
     put = heapq.heapreplace
-    for x in p[S:]:
+    for x in p:
         put(free, free[0] + x)
     return max(free)
 
