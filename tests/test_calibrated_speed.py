@@ -212,3 +212,112 @@ def test_plain_decodes_equal_their_segment(gpu_model, variant):
         one = PlanBatch.decode(seg.kind[:1], seg.query[:1], rng.integers(0, top, (1, r)), seg.draft_pos[:1],
                                seg.budget + 64, seg.method + 1)  # a step's pass: any contexts, a drafting run's
         assert np.array_equal(cm.times(one), general.times(one))
+
+
+# ---- the scalar paths: one pass on Python floats, a plan's work ratio on lists, the schedule ----
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 700), st.integers(0, 2**32 - 1), st.sampled_from([1e-9, 1e-3, 1.0, 1e6]))
+def test_row_sum_is_numpys(n, seed, scale):
+    """`_row_sum` (a pass priced on Python floats) adds as numpy's row sum, bit for bit."""
+    from spsim.cost.calibrated import _row_sum
+
+    rng = np.random.default_rng(seed)
+    x = rng.lognormal(0.0, 3.0, (2, n)) * scale
+    assert _row_sum(x[0].tolist()) == x.sum(axis=1)[0]
+    assert _row_sum(x[1].tolist()) == x[1:].sum(axis=1)[0]
+
+
+def heap_makespan(units, split, bn, hkv, c, S) -> float:
+    """The schedule's definition: the item list (each unit per head: items of `split` blocks, then
+    the rest), each item to the SM that frees first."""
+    import heapq
+
+    items = [float(min(u - k * split, split) * bn) + c for u in units for _ in range(hkv)
+             for k in range(max(1, -(-u // split)))]
+    free = [0.0] * S
+    for t in items:
+        heapq.heapreplace(free, free[0] + t)
+    return max(free)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 400), st.integers(1, 90), st.sampled_from([1, 2, 8]), st.sampled_from([16, 132]),
+       st.sampled_from([0.0, 128.0]), st.sampled_from(["fits", "sorted", "random", "prefill"]),
+       st.integers(0, 2**32 - 1))
+def test_makespan_is_the_heap_schedule(n, split, hkv, S, c, order, seed):
+    """`_makespan` (round robin where the items ascend, a heap up to HEAP_ITEMS items, numpy's steps
+    beyond) is the item-by-item schedule: exactly, items being whole tokens."""
+    rng = np.random.default_rng(seed)
+    if order == "prefill":  # a chunk's query blocks at some context: ascending, one block more each few
+        units = (rng.integers(0, 3000) + np.arange(1, n + 1) * 32 + 63) // 64
+    elif order == "fits":  # ascending, one item each: round robin
+        units = np.sort(rng.integers(0, split + 1, n))
+    else:
+        units = rng.integers(0, 3 * split + 2, n)
+        units = np.sort(units) if order == "sorted" else units
+    items = hkv * int(np.maximum(1, -(-units // split)).sum())
+    if items <= S:
+        return  # one round: never scheduled
+    got = CalibratedCostModel._makespan(units.astype(np.int64), split, 64, hkv, c, S)
+    assert got == heap_makespan(units.tolist(), split, 64, hkv, c, S)
+
+
+def plan_work_ratio_vectors(cm, plan):
+    """`plan_work_ratio` on numpy arrays (`work_ratio` of each launch): the reference the list
+    version keeps."""
+    if not cm.p.attn_sms:
+        return 1.0, 1.0
+    sparse = np.minimum(plan.draft_budget, plan.draft_context) + plan.draft_pos + 1
+    q = np.concatenate([plan.prefill_tokens, np.ones(len(plan.draft_ids), np.int64), plan.verify_query])
+    kv = np.concatenate([plan.prefill_context + plan.prefill_tokens, sparse, plan.verify_context + plan.verify_query])
+    ruled = cm.ruled1(int(q.sum()))
+    tall = cm.split_prefill(plan.prefill_tokens, len(q), ruled)
+    dummies = (1 << (len(q) - 1).bit_length()) - len(q) if ruled else 0
+    if not tall.any():
+        return cm.work_ratio(q, kv, None, dummies), 1.0
+    m = np.zeros(len(q), bool)
+    m[:len(tall)] = tall
+    r_tall = cm.work_ratio(q[m], kv[m], cm._tile_cap if ruled else None)
+    if not (~m).any():
+        return 1.0, r_tall
+    qmax = max(int(q[~m].max()), cm.p.rule_max_query) if ruled else None
+    return cm.work_ratio(q[~m], kv[~m], qmax, dummies), r_tall
+
+
+@pytest.mark.parametrize("padding", ["bucket", "rule"])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), n_pre=st.integers(0, 3), n_dr=st.integers(0, 20), n_ver=st.integers(0, 20),
+       top=st.sampled_from([300, 5000, 130000]))
+def test_plan_work_ratio_on_lists_is_the_vector_one(padding, seed, n_pre, n_dr, n_ver, top):
+    """A plan's work ratios computed on Python lists (the step path's prefill passes) equal the
+    vector computation (the same units, so the same ratio), for both shipped shapes."""
+    from spsim.plan import PassPlan
+
+    if not n_pre + n_dr + n_ver:
+        return
+    rng = np.random.default_rng(seed)
+    for cm in (model("llama-3.1-8b", 128.0, 132), model("llama-3.2-3b", 128.0, 132)):
+        cm = cm.with_params(padding=padding)
+        i64 = lambda x: np.asarray(x, np.int64)  # noqa: E731
+        plan = PassPlan(prefill_ids=i64(np.arange(n_pre)), prefill_context=i64(rng.integers(0, top, n_pre)),
+                        prefill_tokens=i64(rng.choice([1, 7, 130, 2048], n_pre)),
+                        draft_ids=i64(np.arange(n_dr) + 100), draft_context=i64(rng.integers(1, top, n_dr)),
+                        draft_pos=i64(rng.integers(0, 8, n_dr)), draft_budget=int(rng.choice([256, 2048])),
+                        verify_ids=i64(np.arange(n_ver) + 200), verify_context=i64(rng.integers(1, top, n_ver)),
+                        verify_query=i64(rng.integers(1, 18, n_ver)))
+        assert cm.plan_work_ratio(plan) == plan_work_ratio_vectors(cm, plan)
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "llama-3.2-3b"])
+def test_class_tables_hold_every_query_their_passes_hold(name):
+    """A tile class's verify table covers every query a pass of that class can hold (the columns
+    past them are never read): equal to the formula there."""
+    cm = CalibratedCostModel(name, "h200", params=PARAMS, table_q=64)
+    cm.tables_fit(5000, 18)
+    c = np.arange(5000)
+    for q in range(1, 18):
+        cls = cm.tile_class(q)
+        for k in range(cls, 4):  # a pass of class k holds queries up to its tallest
+            tbl = cm.verify_table_cls(k)
+            assert np.array_equal(tbl[c, q], cm.full_attn(c, np.full_like(c, q), k))

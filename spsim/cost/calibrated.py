@@ -47,9 +47,13 @@ makespan / (total work / SMs), each item `attn_item_tokens` longer than its toke
 attention kernel time (the per-request attention above, without the draft and verify terms) is
 multiplied by it. Nothing is fitted: SMs and the item cost are the runtime's and assumed.
 Computed exactly (no rounding), fast: a plan of at most `attn_sms` items runs one round, so its
-makespan is its longest item and the ratio a closed form, for all passes of a segment at once
-(`work_ratios`); longer plans are scheduled in steps of up to a round (`_makespan`) and cached by
-their units (KV blocks), which change only every 64-128 tokens of a request.
+makespan is its longest item and the ratio a closed form; longer plans are scheduled
+(`_makespan`: round robin where the items ascend, as a prefill chunk's query blocks do, item by
+item on a heap up to `HEAP_ITEMS`, numpy's steps beyond). Ratios are cached by the plan's units
+(KV blocks), which change only every 64-128 tokens of a request: a segment prices each distinct
+row of units once (`work_ratios`; a plain decode segment finds its rows from its first pass,
+`_plain_ratios`), and the step path's passes build their units on Python lists (`plan_work_ratio`,
+`_plain1`) into the same cache.
 
 The shape rule (`padding` "rule": the runtime's default padding, gpu_runtime/shapes.py) changes
 what a graphed pass runs, and the model follows it: a pass carrying prefill runs every chunk in
@@ -90,6 +94,7 @@ in the tile q needs, a draft in the smallest); the simulator's decode segments a
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import asdict, dataclass, fields, replace
 
@@ -212,6 +217,9 @@ class CalibratedCostModel(RooflineCostModel):
         self._tile_cls = np.minimum(np.searchsorted(np.asarray(TILES), bm), len(TILES) - 1).astype(np.int64)
         self._tile_cls_list = self._tile_cls.tolist()
         self._tile_cap = cap
+        # the tallest query a pass of each tile class holds (the top class: any), for its verify table
+        self._cls_top_q = [int(np.flatnonzero(self._tile_cls == c).max(initial=-1)) if c != self._tile_cls[cap]
+                           else None for c in range(len(TILES))]
         self.tiles = P.attn_tile_eff is not None
         if self.tiles:
             self.tile_bm = np.asarray([max(t, g) for t in TILES], np.int64)  # rows of one tile
@@ -231,6 +239,7 @@ class CalibratedCostModel(RooflineCostModel):
         self._wi_bn = np.maximum(self.page_size, np.where(bmt <= 32, 128, 64))
         self._wi_qb = np.maximum(1, bmt // self.group)
         self._wi_cap = -(-self.ATTN_MIN_SPLIT // self._wi_bn)
+        self._wi_bn_l, self._wi_qb_l = self._wi_bn.tolist(), self._wi_qb.tolist()
         self._build_tables(min(self.model.max_context, table_q or self.model.max_context))
         # the shape rule's width classes (pages; gpu_runtime/shapes.py ShapeRule.classes): below the
         # longest context a request reaches (the window plus a run of drafts), then that one
@@ -279,6 +288,22 @@ class CalibratedCostModel(RooflineCostModel):
         sm = (mem ** self._ap + cmp ** self._ap) ** self._iap
         return self.L * (sm + ((n_kv + (P.split_tokens - 1)) // P.split_tokens) * P.attn_split_s + P.attn_req_s)
 
+    def _attn_read(self, n, cls):
+        """`_attn(n, n, 1, cls)`: a one-token query over `n` KV tokens. A draft table's many
+        contexts mostly read the whole budget (the largest n), computed once there (an elementwise
+        formula: the same bits)."""
+        if np.ndim(cls) == 0 and np.size(n) > 4096:
+            at = n == n.max()  # the contexts past the budget
+            k = np.count_nonzero(at)
+            if 2 * k > n.size:
+                one = n[at][:1]
+                out = np.full(n.shape, self._attn(one, one, 1, cls)[0])
+                if k < n.size:
+                    rest = n[~at]
+                    out[~at] = self._attn(rest, rest, 1, cls)
+                return out
+        return self._attn(n, n, 1, cls)
+
     def _attn1(self, n: int, causal: float, q: int, c: int) -> float:
         """Scalar twin of `_attn` (same operations in the same order)."""
         P = self.p
@@ -313,7 +338,7 @@ class CalibratedCostModel(RooflineCostModel):
             t = RooflineCostModel.draft_attn(self, context, budget, method, pos)
             return t + self.req_tbl[method, np.minimum(pos, 1)]
         sparse = np.minimum(budget, context) + pos + 1
-        ts = self._attn(sparse, sparse, 1, cls)
+        ts = self._attn_read(sparse, cls)
         t = ts + self.score_tbl[method, np.minimum(pos, 1)] * ((context + (self.page_size - 1)) // self.page_size)
         if np.any(method == DraftMethod.STEP_LAYER):  # the designated layer reads all the KV
             full = context + pos + 1
@@ -331,6 +356,7 @@ class CalibratedCostModel(RooflineCostModel):
     ATTN_WAVES = WAVES  # the split rule's: work items per SM aimed at, and the split floor
     ATTN_MIN_SPLIT = MIN_SPLIT_TOKENS
     WORK_CACHE_MAX = 1 << 18  # makespans kept (per model) of passes of more items than SMs
+    HEAP_ITEMS = 1024  # a schedule of at most this many items: item by item on a heap (faster than numpy's steps)
 
     def work_ratio(self, q, kv, qmax: int | None = None, dummies: int = 0) -> float:
         """Makespan of the pass's attention work items, greedily scheduled on `attn_sms` SMs in
@@ -407,8 +433,6 @@ class CalibratedCostModel(RooflineCostModel):
         """`work_ratios` from each pass's units (row i: pass i's KV blocks per unit, -1 where none)
         and KV block size (per pass; an int: every pass's, every entry a unit, as plain decodes)."""
         n = len(code)
-        hkv = max(1, self.model.kv_heads // self.tp)
-        S = int(self.p.attn_sms)
         same = isinstance(bn, int)
         bl = None if same else bn.tolist()
         if n > 1:  # runs of passes with the same units
@@ -420,29 +444,33 @@ class CalibratedCostModel(RooflineCostModel):
             starts = np.flatnonzero(chg).tolist()
         else:
             starts = (0,)
-        cache = self._work_cache
-        out = []
-        for i in starts:
-            row = code[i]
-            units = row if same else row[row >= 0]
-            b = bn if same else bl[i]
-            key = (b, units.tobytes())
-            r = cache.get(key)
-            if r is None:
-                if len(cache) >= self.WORK_CACHE_MAX:
-                    cache.clear()
-                r = cache[key] = self._units_ratio(units, b, hkv, S)
-            out.append(r)
+        rows = code.tolist()  # (Python lists: a row's key costs less than a numpy slice)
+        ratio = self._units_ratio1
+        if same:
+            out = [ratio(rows[i], bn) for i in starts]
+        else:
+            out = [ratio([u for u in rows[i] if u >= 0], bl[i]) for i in starts]
         if n == 1 or len(out) == n:
             return np.array(out)
         return np.array(out)[np.cumsum(chg) - 1]
 
-    def _units_ratio(self, units: np.ndarray, bn: int, hkv: int, S: int) -> float:
-        """One pass's ratio from its plan's units (KV blocks of each unit, one head, in plan order;
-        int64) and KV block size `bn`, on Python ints and floats: the split rule
+    def _units_ratio1(self, units: list[int], bn: int) -> float:
+        """`_units_ratio` of a list of units, cached by (bn, units) as `_code_ratios` caches its rows
+        (the scalar paths: one pass, or a plain segment's few distinct rows)."""
+        key = (bn, tuple(units))
+        cache = self._work_cache
+        r = cache.get(key)
+        if r is None:
+            if len(cache) >= self.WORK_CACHE_MAX:
+                cache.clear()
+            r = cache[key] = self._units_ratio(units, bn, self._hkv, int(self.p.attn_sms))
+        return r
+
+    def _units_ratio(self, ul: list[int], bn: int, hkv: int, S: int) -> float:
+        """One pass's ratio from its plan's units (KV blocks of each unit, one head, in plan order)
+        and KV block size `bn`, on Python ints and floats: the split rule
         (`worklist.split_of_units`), the closed form in one round, the makespan where it runs more
         than one."""
-        ul = units.tolist()
         if not ul:
             return 1.0
         total = hkv * sum(ul)
@@ -451,7 +479,7 @@ class CalibratedCostModel(RooflineCostModel):
         c = float(self.p.attn_item_tokens)
         ideal = (float(total * bn) + c * items) / S
         if items > S:  # more than one round
-            return max(1.0, self._makespan(units, split, bn, hkv, c, S) / ideal)
+            return max(1.0, self._makespan(np.asarray(ul, np.int64), split, bn, hkv, c, S) / ideal)
         return max(1.0, (float(min(umax, split) * bn) + c) / ideal)
 
     @staticmethod
@@ -459,9 +487,15 @@ class CalibratedCostModel(RooflineCostModel):
         """The greedy list schedule's makespan on S SMs of the plan's items: `units` (KV blocks of
         each unit, in plan order), each unit per head in turn: its items of `split` blocks, then
         the rest, each item `c` tokens longer. Exactly the heap's schedule (each item to the SM
-        that frees first), taken in steps of up to S items: with the SMs' free times sorted, the
-        next K items start on the K earliest SMs as long as none of those K frees later than an
-        item of the step already placed ends (then no SM is taken twice in the step)."""
+        that frees first). Up to HEAP_ITEMS items: item by item on a heap. Beyond: while the items
+        ascend (a prefill chunk's query blocks) the schedule is round robin (item i on SM i mod S:
+        the SM freeing first is always the next one), so each SM's end is its items' sum in turn;
+        the rest on a heap where few, else in steps of up to S items: with the SMs' free times
+        sorted, the next K items start on the K earliest SMs as long as none of those K frees
+        later than an item of the step already placed ends (then no SM is taken twice in the step)."""
+        ul = units.tolist()
+        if hkv * sum([-(-x // split) if x > split else 1 for x in ul]) <= CalibratedCostModel.HEAP_ITEMS:
+            return _heap_makespan(ul, split, bn, hkv, c, S)
         u = np.repeat(units, hkv)
         if int(units.max()) <= split:  # one item per unit and head
             p = (u * bn).astype(np.float64) + c
@@ -471,8 +505,18 @@ class CalibratedCostModel(RooflineCostModel):
             k = np.arange(len(full)) - np.repeat(np.cumsum(n) - n, n)
             p = (np.minimum(full - k * split, split) * bn).astype(np.float64) + c
         N = len(p)
-        free = np.sort(p[:S])  # the first S items start at 0, one per SM
-        a = S
+        down = np.flatnonzero(p[1:] < p[:-1])
+        a = int(down[0]) + 1 if len(down) else N  # the ascending prefix
+        if a > S:  # round robin: each SM's items summed in turn
+            free = np.concatenate((p[:a], np.zeros(-a % S))).reshape(-1, S).sum(axis=0)
+            if a == N:
+                return float(free.max())
+            free.sort()
+        else:
+            free = np.sort(p[:S])  # the first S items start at 0, one per SM
+            a = S
+        if N - a <= CalibratedCostModel.HEAP_ITEMS:  # the rest item by item
+            return _heap_rest(free.tolist(), p[a:].tolist())
         acc, cat = np.minimum.accumulate, np.concatenate
         rounds = True
         while a < N:
@@ -501,26 +545,53 @@ class CalibratedCostModel(RooflineCostModel):
             rounds = K == S
         return float(free[-1])
 
+    def work_ratio1(self, q: list[int], kv: list[int], qmax: int | None = None, dummies: int = 0) -> float:
+        """`work_ratio` on Python lists (a plan of a few requests: no numpy calls), the same units
+        and so the same ratio, cached by its units."""
+        if not self.p.attn_sms or not q:
+            return 1.0
+        if dummies:
+            q, kv = q + [1] * dummies, kv + [1] * dummies
+        c = self.tile_class(max(q) if qmax is None else qmax)
+        bn, qb = self._wi_bn_l[c], self._wi_qb_l[c]
+        units = []
+        for n, k in zip(q, kv):  # units in request order, query blocks inner (q >= 1: one block at least)
+            base = k - n  # the KV before the query (>= 0): query block j ends at base + j x qb tokens
+            if n > qb and base >= 0:
+                units += [-(-e // bn) for e in range(base + qb, k, qb)]
+                units.append(-(-k // bn))
+                continue
+            for j in range(1, -(-n // qb) + 1):
+                e = base + (j * qb if j * qb < n else n)
+                units.append(-(-(k if k < e else e if e > 0 else 0) // bn))
+        return self._units_ratio1(units, bn)
+
     def plan_work_ratio(self, plan: PassPlan) -> tuple[float, float]:
         """`work_ratio` of a plan's attention launch, and of its prefill chunks' own launch where
         they are planned apart (`split_prefill`; else 1.0)."""
         if not self.p.attn_sms:
             return 1.0, 1.0
-        sparse = np.minimum(plan.draft_budget, plan.draft_context) + plan.draft_pos + 1
-        q = np.concatenate([plan.prefill_tokens, np.ones(len(plan.draft_ids), np.int64), plan.verify_query])
-        kv = np.concatenate([plan.prefill_context + plan.prefill_tokens, sparse, plan.verify_context + plan.verify_query])
-        ruled = self.ruled1(int(q.sum()))
-        tall = self.split_prefill(plan.prefill_tokens, len(q), ruled)
+        b = int(plan.draft_budget)
+        pq = plan.prefill_tokens.tolist()
+        vq = plan.verify_query.tolist()
+        q = pq + [1] * len(plan.draft_ids) + vq
+        kv = [c + t for c, t in zip(plan.prefill_context.tolist(), pq)] + \
+            [(b if b < c else c) + p + 1 for c, p in zip(plan.draft_context.tolist(), plan.draft_pos.tolist())] + \
+            [c + t for c, t in zip(plan.verify_context.tolist(), vq)]
+        ruled = self.ruled1(sum(q))
+        tall = self.split_prefill1(pq, len(q), ruled)
         dummies = (1 << (len(q) - 1).bit_length()) - len(q) if ruled else 0  # the rule's, beside the rest
-        if not tall.any():
-            return self.work_ratio(q, kv, None, dummies), 1.0
-        m = np.zeros(len(q), bool)
-        m[:len(tall)] = tall
-        r_tall = self.work_ratio(q[m], kv[m], self._tile_cap if ruled else None)
-        if not (~m).any():
+        if not any(tall):
+            return self.work_ratio1(q, kv, None, dummies), 1.0
+        n = len(tall)
+        r_tall = self.work_ratio1([x for x, t in zip(q, tall) if t], [x for x, t in zip(kv, tall) if t],
+                                  self._tile_cap if ruled else None)
+        if all(tall) and n == len(q):
             return 1.0, r_tall
-        qmax = max(int(q[~m].max()), self.p.rule_max_query) if ruled else None  # the rule's tile (see time)
-        return self.work_ratio(q[~m], kv[~m], qmax, dummies), r_tall
+        q_o = [x for x, t in zip(q, tall) if not t] + q[n:]
+        kv_o = [x for x, t in zip(kv, tall) if not t] + kv[n:]
+        qmax = max(max(q_o), self.p.rule_max_query) if ruled else None  # the rule's tile (see time)
+        return self.work_ratio1(q_o, kv_o, qmax, dummies), r_tall
 
     def split_prefill(self, prefill_q, n_requests: int, ruled: bool = False) -> np.ndarray:
         """Which of a pass's prefill chunks run in an attention launch of their own (the runtime
@@ -533,6 +604,16 @@ class CalibratedCostModel(RooflineCostModel):
             return np.ones(len(q), bool)
         tall = self.tile_class(q) == len(TILES) - 1
         return tall if tall.sum() < n_requests else np.zeros(len(q), bool)
+
+    def split_prefill1(self, prefill_q: list[int], n_requests: int, ruled: bool = False) -> list[bool]:
+        """`split_prefill` of a list (the scalar paths)."""
+        if not self.p.prefill_split or not prefill_q:
+            return [False] * len(prefill_q)
+        if ruled:
+            return [True] * len(prefill_q)
+        top = len(TILES) - 1
+        tall = [self.tile_class(x) == top for x in prefill_q]
+        return tall if sum(tall) < n_requests else [False] * len(prefill_q)
 
     def ruled(self, tokens: np.ndarray) -> np.ndarray:
         """Which passes of `tokens` tokens the shape rule pads (those it graphs: at most
@@ -611,39 +692,41 @@ class CalibratedCostModel(RooflineCostModel):
         tokens = n_dr
         logits = n_dr + n_pre
         qmax = 1
-        ruled = self.p.padding == "rule" and \
-            n_dr + int(plan.prefill_tokens.sum()) + int(plan.verify_query.sum()) <= self.p.prefill_graph_tokens
-        tall = self.split_prefill(plan.prefill_tokens, n_pre + n_dr + n_ver, ruled) if n_pre else None
-        split = tall is not None and bool(tall.any())
+        pq, vq = plan.prefill_tokens.tolist(), plan.verify_query.tolist()  # (few: Python ints)
+        ruled = self.p.padding == "rule" and n_dr + sum(pq) + sum(vq) <= self.p.prefill_graph_tokens
+        tall = self.split_prefill1(pq, n_pre + n_dr + n_ver, ruled)
+        split = any(tall)
         if n_pre:
-            qmax = max(qmax, int(plan.prefill_tokens[~tall].max(initial=1)) if split else int(plan.prefill_tokens.max()))
+            qmax = max(qmax, max([q for q, t in zip(pq, tall) if not t], default=1) if split else max(pq))
             if ruled:  # the rule: a pass carrying prefill takes the tallest tile a verification can need
                 qmax = max(qmax, self.p.rule_max_query)
         if n_ver:
-            qmax = max(qmax, int(plan.verify_query.max()))
+            qmax = max(qmax, max(vq))
         cls = self.tile_class(qmax)
         kern_tall = 0.0  # the split prefill chunks' attention (their own launch)
         if n_pre:
-            t = plan.prefill_tokens
             if scalar:
                 f = self._prefill1
                 top = len(TILES) - 1
-                for i, (c, q) in enumerate(zip(plan.prefill_context.tolist(), t.tolist())):
-                    if split and tall[i]:
+                for c, q, t in zip(plan.prefill_context.tolist(), pq, tall):
+                    if t:
                         kern_tall += f(c, q, top)
                     else:
                         total += f(c, q, cls)
             else:
-                a = self.prefill_attn(plan.prefill_context, t, np.where(tall, len(TILES) - 1, cls) if split else cls)
-                kern_tall = float(a[tall].sum()) if split else 0.0
+                tall_a = np.array(tall)
+                a = self.prefill_attn(plan.prefill_context, plan.prefill_tokens,
+                                      np.where(tall_a, len(TILES) - 1, cls) if split else cls)
+                kern_tall = float(a[tall_a].sum()) if split else 0.0
                 total += float(a.sum()) - kern_tall
-            tokens += int(t.sum())
+            tokens += sum(pq)
         methods = ()
+        dpos = plan.draft_pos.tolist()
         if n_dr:
             b, m = plan.draft_budget, plan.draft_method
             if scalar:
                 f = self._draft1
-                for c, pos in zip(plan.draft_context.tolist(), plan.draft_pos.tolist()):
+                for c, pos in zip(plan.draft_context.tolist(), dpos):
                     total += f(c, b, m, pos, cls)
             else:
                 total += float(self.draft_attn(plan.draft_context, b, m, plan.draft_pos, cls).sum())
@@ -651,14 +734,11 @@ class CalibratedCostModel(RooflineCostModel):
         if n_ver:
             if scalar:
                 f = self._verify1
-                nq = 0
-                for c, q in zip(plan.verify_context.tolist(), plan.verify_query.tolist()):
+                for c, q in zip(plan.verify_context.tolist(), vq):
                     total += f(c, q, cls)
-                    nq += q
             else:
-                q = plan.verify_query
-                total += float(self.full_attn(plan.verify_context, q, cls).sum())
-                nq = int(q.sum())
+                total += float(self.full_attn(plan.verify_context, plan.verify_query, cls).sum())
+            nq = sum(vq)
             tokens += nq
             logits += nq
         if tokens == 0:
@@ -668,8 +748,7 @@ class CalibratedCostModel(RooflineCostModel):
         if self.p.attn_sms or (keep and self.p.score_attn_frac):  # the attention kernel: less the extras
             kern = total - n_ver * self.p.verify_req_s
             if n_dr:
-                kern -= float(self.draft_extra(plan.draft_context, plan.draft_budget, plan.draft_method,
-                                               plan.draft_pos).sum())
+                kern -= self._draft_extra_sum(plan, dpos)
             if self.p.attn_sms:  # its tail (each launch its own)
                 r, r_tall = self.plan_work_ratio(plan)
                 total += kern * (r - 1.0)
@@ -685,9 +764,9 @@ class CalibratedCostModel(RooflineCostModel):
                                     self.p.rule_max_query)
         # the linear part alone: the eager terms are pass_terms and _eager below (as _flat_times)
         t = RooflineCostModel.pass_overhead(self, tokens, num_logits=logits) + total + self.pass_terms(eager, methods)
-        if n_dr and 0 in plan.draft_pos.tolist():
+        if n_dr and 0 in dpos:
             t += self._first_pass_list[plan.draft_method]
-        if n_ver and int(plan.verify_query.max()) > 1:
+        if n_ver and max(vq) > 1:
             t += self.p.spec_pass_s
         if n_dr and n_ver:
             t += self.p.mixed_pass_s
@@ -696,6 +775,16 @@ class CalibratedCostModel(RooflineCostModel):
         if keep and self.p.score_col_s:
             t += self._scores1(plan, ruled)
         return self._eager(t) if eager else t
+
+    def _draft_extra_sum(self, plan: PassPlan, dpos: list[int]) -> float:
+        """`draft_extra` of a plan's drafts, summed as numpy sums them (`_row_sum`): few drafts on
+        Python floats, many as vectors."""
+        if not self.tiles or len(dpos) > self.SCALAR_MAX:
+            return float(self.draft_extra(plan.draft_context, plan.draft_budget, plan.draft_method, plan.draft_pos).sum())
+        m, ps = plan.draft_method, self.page_size
+        score, req = self._score_rows[m], self._req_rows[m]
+        return _row_sum([score[k] * ((c + ps - 1) // ps) + req[k]
+                         for c, k in zip(plan.draft_context.tolist(), (1 if p > 0 else 0 for p in dpos))])
 
     def _scores1(self, plan: PassPlan, ruled: bool = False) -> float:
         """A verify-attn pass keeping its verifications' page scores: the attention kernel writes
@@ -827,10 +916,16 @@ class CalibratedCostModel(RooflineCostModel):
         return ok
 
     def verify_table_cls(self, cls: int) -> np.ndarray:
-        """[context, q] -> full_attn(context, q) in tile class `cls`; q = 0 is 0."""
+        """[context, q] -> full_attn(context, q) in tile class `cls`; q = 0 is 0. Only the queries a
+        pass of that class holds (every q of a pass is at most its tallest, which sets its class):
+        the columns past them are NaN, never read (a wrong read would show)."""
+        top = self._cls_top_q[cls]
+        rows = self._tbl_rows if top is None else min(self._tbl_rows, top + 1)
+
         def block(c):
             out = np.zeros((len(c), self._tbl_rows))
-            for q in range(1, self._tbl_rows):
+            out[:, rows:] = np.nan
+            for q in range(1, rows):
                 out[:, q] = self.full_attn(c, np.full_like(c, q), cls)
             return out
 
@@ -962,20 +1057,28 @@ class CalibratedCostModel(RooflineCostModel):
 
     def _decode_times(self, context: list[int], n: int) -> np.ndarray:
         if self.p.attn_sms or self.p.padding != "none":  # the tail and padding are per pass
+            if n == 1:
+                t = self._plain1(context)
+                if t is not None:
+                    return np.array([t])
             ctx = np.asarray(context, np.int64) + np.arange(n, dtype=np.int64)[:, None]
-            t = self._plain_times(ctx)
+            t = self._plain_times(ctx, context)
             if t is not None:
                 return t
             return self._grid_times(PlanBatch.plain(context, n))
         return super()._decode_times(context, n)  # q = 1: the smallest tile, no pass terms
 
-    def _plain_times(self, ctx: np.ndarray) -> np.ndarray | None:
+    def _plain_times(self, ctx: np.ndarray, first: list[int] | None = None) -> np.ndarray | None:
         """`_grid_times` of plain decode passes (every request verifies one token: the smallest
-        tile, no drafts, no pass terms; `ctx`: (passes, requests) KV tokens before each pass),
-        without the general machinery: the same floats from the same operations in the same
-        order. None where the tables do not cover them."""
+        tile, no drafts, no pass terms; `ctx`: (passes, requests) KV tokens before each pass; `first`:
+        its first row where each pass is one token on from the last), without the general machinery:
+        the same floats from the same operations in the same order. None where the tables do not
+        cover them."""
         n, r = ctx.shape
-        if not (r and n and self.tables_fit(int(ctx.max()) + 1, 2)):
+        if n == 1:
+            t = self._plain1(ctx[0].tolist())
+            return None if t is None else np.array([t])
+        if not (r and n and self.tables_fit(max(first) + n if first else int(ctx.max()) + 1, 2)):
             return None
         c = self.tile_class(1) if self.tiles else 0
         att = (self.verify_table_cls(c) if self.tiles else self.verify_table())[:, 1][ctx]
@@ -983,21 +1086,59 @@ class CalibratedCostModel(RooflineCostModel):
             kern = att - self.p.verify_req_s
             # one query block a request: its unit's KV blocks are those of its KV (context + 1)
             bn = int(self._wi_bn[c])
-            code = -(-(ctx + 1) // bn)
-            if r & (r - 1) and self.ruled1(r):  # the rule's dummy verifiers: a unit of one block each
-                code = np.concatenate([code, np.ones((n, (1 << (r - 1).bit_length()) - r), np.int64)], axis=1)
-            ratio = self._code_ratios(code, bn)
+            extra = (1 << (r - 1).bit_length()) - r if r & (r - 1) and self.ruled1(r) else 0  # the rule's dummies
+            if first is not None:
+                ratio = self._plain_ratios(first, n, bn, extra)
+            else:
+                code = -(-(ctx + 1) // bn)
+                if extra:  # a unit of one block each
+                    code = np.concatenate([code, np.ones((n, extra), np.int64)], axis=1)
+                ratio = self._code_ratios(code, bn)
             att = att + kern * (ratio - 1.0)[:, None]
         if self.p.padding == "none":
             return self.overhead_table(r)[np.full(n, r, np.int64)] + att.sum(axis=1)
-        # r tokens and logits rows, r verifications: every pass pads the same, its linear part is one
-        # number (numpy's elementwise formulas give each entry the same bits at any array length)
+        return self._plain_overhead(r) + att.sum(axis=1)
+
+    def _plain_overhead(self, r: int):
+        """The padded linear part of a plain decode pass of r requests: r tokens and logits rows,
+        r verifications, every such pass padded alike, so one number (numpy's elementwise formulas
+        give each entry the same bits at any array length)."""
         ovh = self._plain_ovh.get(r)
         if ovh is None:
             one = np.array([r], np.int64)
             tp, lp = padded_vec(one, one, one * 0, one, self.p.padding, SCRATCH_PAGES * self.page_size)
             ovh = self._plain_ovh[r] = self.overhead_vec(tp, lp)[0]
-        return ovh + att.sum(axis=1)
+        return ovh
+
+    def _plain_ratios(self, first: list[int], n: int, bn: int, extra: int) -> np.ndarray:
+        """`work_ratios` of n plain decode passes from the first one's contexts: a request's unit
+        (the KV blocks of context + 1 tokens) grows by a block at the passes where its context is
+        a multiple of `bn`, so the units change only there (each distinct row priced once)."""
+        starts = sorted({0, *(i for x in first for i in range((-x) % bn or bn, n, bn))})
+        vals = [self._units_ratio1([-(-(x + i + 1) // bn) for x in first] + [1] * extra, bn) for i in starts]
+        if len(vals) == 1:
+            return np.full(n, vals[0])
+        starts.append(n)
+        return np.repeat(vals, [b - a for a, b in zip(starts, starts[1:])])
+
+    def _plain1(self, context: list[int]) -> float | None:
+        """`_plain_times` of one pass (the step path's decode passes) on Python floats: the same
+        operations in the same order, the row summed in numpy's order (`_row_sum`)."""
+        r = len(context)
+        if not (r and self.tables_fit(max(context) + 1, 2)):
+            return None
+        c = self.tile_class(1) if self.tiles else 0
+        att = (self.verify_table_cls(c) if self.tiles else self.verify_table())[context, 1].tolist()
+        if self.p.attn_sms:
+            bn = self._wi_bn_l[c]
+            units = [-(-(x + 1) // bn) for x in context]
+            if r & (r - 1) and self.ruled1(r):  # the rule's dummy verifiers: a unit of one block each
+                units += [1] * ((1 << (r - 1).bit_length()) - r)
+            m = self._units_ratio1(units, bn) - 1.0
+            v = self.p.verify_req_s
+            att = [a + (a - v) * m for a in att]
+        ovh = self.overhead_table(r)[r] if self.p.padding == "none" else self._plain_overhead(r)
+        return float(ovh + _row_sum(att))
 
     def _flat_times(self, batch: PlanBatch) -> np.ndarray:
         """`time(plan)` of many plans at once (vector formulas; the fit calls this per step)."""
@@ -1158,6 +1299,65 @@ class CalibratedCostModel(RooflineCostModel):
     def with_params(self, **kw) -> "CalibratedCostModel":
         return CalibratedCostModel(self.model, self.gpu, self.tp, self.weight_dtype, self.kv_dtype, self.page_size,
                                    replace(self.p, **kw), check_memory=False, info=self.info)
+
+
+def _heap_makespan(units: list[int], split: int, bn: int, hkv: int, c: float, S: int) -> float:
+    """`CalibratedCostModel._makespan` item by item: each item to the SM that frees first (a heap
+    of the SMs' free times), the schedule's definition."""
+    full = float(split * bn) + c
+    p = []
+    for u in units:
+        if u <= split:
+            seq = [float(u * bn) + c]
+        else:
+            f, r = divmod(u, split)
+            seq = [full] * f + [float(r * bn) + c] if r else [full] * f
+        p += seq * hkv
+    free = p[:S]
+    heapq.heapify(free)
+    return _heap_rest(free, p[S:])
+
+
+def _heap_rest(free: list[float], p: list[float]) -> float:
+    """The makespan once items `p` are scheduled after SMs free at `free` (a heap, or sorted)."""
+    put = heapq.heapreplace
+    for x in p:
+        put(free, free[0] + x)
+    return max(free)
+
+
+def _row_sum(x: list[float]) -> float:
+    """`np.sum` of a float64 row, bit for bit: numpy's pairwise summation (blocks of up to 128 in
+    eight interleaved partial sums, halves above that), so a pass priced on Python floats equals
+    the same pass priced in a segment (tests/test_calibrated_speed.py holds it to numpy)."""
+    return 0.0 + _pairwise(x, 0, len(x))
+
+
+def _pairwise(a: list[float], lo: int, n: int) -> float:
+    if n < 8:
+        res = -0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    if n <= 128:
+        r0, r1, r2, r3, r4, r5, r6, r7 = a[lo:lo + 8]
+        end = lo + n - n % 8
+        for j in range(lo + 8, end, 8):
+            r0 += a[j]
+            r1 += a[j + 1]
+            r2 += a[j + 2]
+            r3 += a[j + 3]
+            r4 += a[j + 4]
+            r5 += a[j + 5]
+            r6 += a[j + 6]
+            r7 += a[j + 7]
+        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        for j in range(end, lo + n):
+            res += a[j]
+        return res
+    h = n // 2
+    h -= h % 8
+    return _pairwise(a, lo, h) + _pairwise(a, lo + h, n - h)
 
 
 def _pow2(x: np.ndarray) -> np.ndarray:
