@@ -148,7 +148,8 @@ class LatentAcceptance(KeyedDraws):
 
     # -- AcceptanceModel (begin, end: KeyedDraws) ----------------------------------------------
     def _offsets(self, context, budget, method):
-        """Per request: logit offset at staleness 0, and the logit drop per draft position."""
+        """Per request: logit offset at staleness 0, and the logit drop per draft position (one
+        for all where budget and method are)."""
         lr = np.log(np.maximum(context / np.maximum(budget, 1), 1.0))
         stale = self._tst.take(method)
         if self._tsc.any():  # the static window's draft-length slope grows with context beyond the knee
@@ -164,7 +165,8 @@ class LatentAcceptance(KeyedDraws):
             self._j = np.arange(2 * k)
         j = self._j[:k]
         off, stale = self._offsets(context, budget, method)
-        return self._accepted(self._rows(rid, out_pos, j) + (off[:, None] - stale[:, None] * j) <= 0.0, j, drafted)
+        fail = self._rows(rid, out_pos, j) + (off[:, None] - np.multiply.outer(stale, j)) <= 0.0
+        return self._accepted(fail, j, drafted)
 
     def draft_entropy(self, rid, out_pos, draft_pos, context, budget, method) -> np.ndarray:
         draft_pos = np.asarray(draft_pos, np.int64)
@@ -176,13 +178,13 @@ class LatentAcceptance(KeyedDraws):
 
     def draft_entropy_rows(self, rid: int, starts, context, k: int, budget, method) -> np.ndarray:
         """`draft_entropy` of one request's drafts 0..k-1 from each of these cycle starts (their
-        contexts; budget and method per start): (len(starts), k), each entry the same floats as
-        drawn alone (the offsets computed once per start, broadcast along the drafts)."""
+        contexts; budget and method per start or one for all): (len(starts), k), each entry the
+        same floats as drawn alone (the offsets computed once per start, broadcast along the drafts)."""
         starts = np.asarray(starts, np.int64)
         j = np.arange(k, dtype=np.int64)
         s = int(self._store.ensure(np.array([rid], np.int64), np.array([int(starts[-1]) + k], np.int64))[0])
         at = (s + starts)[:, None] + j
         off, stale = self._offsets(context, budget, method)
-        acc = self._store.bufs[0][at] + off[:, None] - stale[:, None] * j > 0.0
+        acc = self._store.bufs[0][at] + off[:, None] - np.multiply.outer(stale, j) > 0.0
         p = self.params
         return ent.signal(acc, self._store.bufs[1][at], p.entropy_median, p.entropy_sigma, self._shift)
