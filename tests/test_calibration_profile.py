@@ -255,12 +255,14 @@ def test_profile_capacity_is_the_measured_kv_pages(cm, tmp_path):
 # ---- shipped profiles
 
 @pytest.fixture
-def shipped(cm, tmp_path, monkeypatch):
+def shipped(cm_plain, tmp_path, monkeypatch):
+    """One profile shipped for the H200 and the 8B (what these tests ask of it does not depend on
+    the profile's terms: not run once per `cm` variant)."""
     import spsim.cost.shipped as sh
 
     monkeypatch.setattr(sh, "PROFILES", tmp_path)
     path = tmp_path / "h200-llama-3.1-8b.json"
-    save_profile(cm, path)
+    save_profile(cm_plain, path)
     return path
 
 
