@@ -74,7 +74,8 @@ def plan_passes(out: str, profile: str = "calibration/profiles/h200-llama-3.1-8b
 def point_of(row: dict, group_ar: str = "ar"):
     """The sweep's point for a recorded pass: its group as the sweep names it (a pass without drafts
     runs as `group_ar`, which keeps no Quest bounds when `ar`), its method and budget."""
-    from spsim.calibration.design import BUDGET, Point
+    from spsim.calibration.design import Point
+    from spsim.plan import DRAFT_BUDGET
     from spsim.plan import DraftMethod
 
     drafts = tuple(map(tuple, row.get("drafts", [])))
@@ -86,7 +87,7 @@ def point_of(row: dict, group_ar: str = "ar"):
         group = "mixed" if verifies else "draft"
     else:
         group = "verify" if any(q > 1 for _, q in verifies) else "ar"
-    return Point(group, int(row.get("method", DraftMethod.VERIFY_QUEST)), int(row.get("budget", BUDGET)),
+    return Point(group, int(row.get("method", DraftMethod.VERIFY_QUEST)), int(row.get("budget", DRAFT_BUDGET)),
                  prefill, drafts, verifies)
 
 

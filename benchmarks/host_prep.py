@@ -38,10 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # a checkout without an install
 OUT = ROOT / "benchmarks" / "results" / "host_prep_cpu.json"
 
-from spsim.plan import DraftMethod, PassPlan  # noqa: E402
+from spsim.plan import DRAFT_BUDGET, DraftMethod, PassPlan  # noqa: E402
 from spsim.calibration.measure import token_resetter  # noqa: E402
-
-BUDGET = 2048  # the batcher's default draft budget (calibration/design.py)
 
 
 # ---------------------------------------------------------------------------- the passes
@@ -61,7 +59,7 @@ def verify(n: int, ctx: int, q: int, rid0: int = 0) -> dict:
 
 def drafts(n: int, ctx: int, method: int, pos: int = 0, rid0: int = 0) -> dict:
     return dict(draft_ids=_ints(range(rid0, rid0 + n)), draft_context=np.full(n, ctx - 1, np.int64),
-                draft_budget=BUDGET, draft_method=int(method),
+                draft_budget=DRAFT_BUDGET, draft_method=int(method),
                 draft_pos=np.full(n, pos, np.int64))
 
 
@@ -156,7 +154,7 @@ def _executor(cfg, method: int, plan: PassPlan, graphs: bool):
     tables, pages = _tables(plan, 16)
     cache = StubCache(cfg, pages + SCRATCH_PAGES, device=DEVICE[0])
     model = StubModel(cfg)
-    ex = RuntimeExecutor(model, cache, Tables(tables), None, lambda rid: [], method=method, budget=BUDGET,
+    ex = RuntimeExecutor(model, cache, Tables(tables), None, lambda rid: [], method=method, budget=DRAFT_BUDGET,
                          record_events=False, padding=PassPadding(pages, 16) if graphs else None)
     if graphs:
         ex.graphs = GraphedPasses(model, cache, capture=False, capture_after=1)
@@ -245,7 +243,7 @@ def main() -> None:
     res = json.loads(out.read_text()) if out.exists() else {"passes": {}}
     res["what"] = ("host preparation per pass on the CPU (ms, median): RuntimeExecutor.execute up to the "
                    "model's forward + attention plans (plan_attention, padded) + graph input staging "
-                   "(GraphedPasses capture=False); Llama-3.1-8B shape, page size 16, draft budget 2048")
+                   f"(GraphedPasses capture=False); Llama-3.1-8B shape, page size 16, draft budget {DRAFT_BUDGET}")
     res.setdefault("machine", {})[a.label] = machine()
     for name, (m, plan) in sel.items():
         row = res["passes"].setdefault(name, {})

@@ -88,7 +88,7 @@ def adaptive(p: LatentParams, gd: float, c0: float, n=N_REQ, ctx=SS_CTX, bud=SS_
         m.begin(r, ctx, OUT)
     pos, nd = np.zeros(n, np.int64), np.zeros(n, np.int64)
     ph, prior = np.ones((n, kmax)), np.full(n, prior0)
-    C, B, M = np.full(n, ctx), np.full(n, bud), np.full(n, method)
+    C = np.full(n, ctx)
     vcost = np.full(kmax + 1, 1.0 + c0)
     cost, drafted, accepted, frac = 0.0, 0, 0, []
     while (pos < OUT).any():
@@ -96,14 +96,14 @@ def adaptive(p: LatentParams, gd: float, c0: float, n=N_REQ, ctx=SS_CTX, bud=SS_
         more = er.draft_more(ph, nd, prior, gd, vcost, np.minimum(kmax, OUT - pos - 1)) & live
         i = np.flatnonzero(more)
         if len(i):
-            e = m.draft_entropy(i, pos[i], nd[i], C[i], B[i], M[i])
+            e = m.draft_entropy(i, pos[i], nd[i], C[i], bud, method)
             ph[i, nd[i]] = er.token_acceptance(e, prior[i], slope, thr)
             nd[i] += 1
             cost += gd * len(i)
         i = np.flatnonzero(live & ~more)
         if len(i):
             k = nd[i]
-            a = m.verify(i, pos[i], k, C[i], B[i], M[i])
+            a = m.verify(i, pos[i], k, C[i], bud, method)
             cost += (1.0 + c0) * len(i)
             pos[i] += a + 1
             drafted, accepted = drafted + int(k.sum()), accepted + int(a.sum())

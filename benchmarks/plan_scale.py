@@ -26,11 +26,12 @@ def run(args, ray: bool, out_dir: Path) -> tuple[dict, float]:
     from spsim.planning.run import PlanInputs, run_plan
     from spsim.simulator.engine import SimConfig
 
+    base = SimConfig()  # the serving defaults, as `spsim plan`'s
     inp = PlanInputs.from_options(
         trace=args.trace, trace_format=None, limit=args.limit, skip_invalid=False, slo=args.slo,
-        policies=args.policies, gpus=args.gpus, models="llama-3.1-8b", replicas="1..8", max_batch="256",
-        draft_budget="2048", draft_kv="auto", tp="1", target_rate=args.target_rate, precision=args.precision,
-        early_stop=True, prices=None, base=SimConfig(), jobs=args.jobs, ray=ray, ray_address=None)
+        policies=args.policies, gpus=args.gpus, models=base.model, replicas="1..8", max_batch=str(base.max_batch),
+        draft_budget=str(base.draft_budget), draft_kv=base.draft_kv, tp=str(base.tp), target_rate=args.target_rate,
+        precision=args.precision, early_stop=True, prices=None, base=base, jobs=args.jobs, ray=ray, ray_address=None)
     t0 = time.perf_counter()
     plan = run_plan(inp, out=out_dir, progress_lines=lambda f, w: print(f"  {w}", file=sys.stderr, flush=True))
     wall = time.perf_counter() - t0

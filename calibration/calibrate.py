@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from spsim.config import ServingConfig
 from spsim.errors import SpsimError
 from spsim.hardware import GPU, get_gpu
 from spsim.models import ModelConfig, get_model
@@ -26,10 +27,10 @@ def default_paths(model: str, out: str | None, measurements: str | None) -> tupl
     return out_p, meas
 
 
-def calibrate_gpu(model: str = "llama-3.1-8b", minutes: float | None = 8.0, out: str | None = None,
+def calibrate_gpu(model: str = ServingConfig.model, minutes: float | None = 8.0, out: str | None = None,
                   measurements: str | None = None, device: str = "cuda", design: str = "default",
-                  host_log: str | None = None, page_size: int = 16, t_start: float | None = None, log=print,
-                  measure_kw: dict | None = None, points: list[str] | None = None) -> dict:
+                  host_log: str | None = None, page_size: int = ServingConfig.page_size, t_start: float | None = None,
+                  log=print, measure_kw: dict | None = None, points: list[str] | None = None) -> dict:
     """Measure what `measurements` lacks (until done or the time budget), then fit and write the
     profile. Returns the fit report. `points`: points files (`trace_points`) measured beside the
     design. `measure_kw`: more arguments of `measure` (tests)."""

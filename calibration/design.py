@@ -32,18 +32,17 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from spsim.plan import DraftMethod, PassPlan
+from spsim.plan import DRAFT_BUDGET, DraftMethod, PassPlan
 
 GROUPS = ("ar", "verify", "draft", "mixed", "prefill")
 HELDOUT_EVERY = 5  # one key in five (by hash) is never fitted on
-BUDGET = 2048  # the batcher's default draft budget
 
 
 @dataclass(frozen=True)
 class Point:
     group: str
     method: int = int(DraftMethod.VERIFY_QUEST)  # the run's draft-KV method (the runtime keeps Quest bounds for quest methods)
-    budget: int = BUDGET
+    budget: int = DRAFT_BUDGET
     prefill: tuple = ()  # ((context, tokens), ...)
     drafts: tuple = ()  # ((context, draft_pos), ...)
     verifies: tuple = ()  # ((context, query), ...)
@@ -355,7 +354,7 @@ def anchor_points(window: int, kv_tokens: int) -> list[Point]:
     while c > 64 and 8 * c > kv_tokens:
         c //= 2
     return [Point("ar", int(DraftMethod.STATIC), verifies=((c, 1),) * 8),
-            Point("draft", int(DraftMethod.STATIC), min(BUDGET, c), drafts=((2 * c, 0),) * 8)]
+            Point("draft", int(DraftMethod.STATIC), min(DRAFT_BUDGET, c), drafts=((2 * c, 0),) * 8)]
 
 
 def _unique(pts: list[Point]) -> list[Point]:

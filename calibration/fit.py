@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spsim.config import ServingConfig
 from spsim.cost.batch import PlanBatch
 from spsim.cost.calibrated import N_METHODS, CalibratedCostModel, CalibratedParams
 from spsim.cost.roofline import RooflineParams
@@ -165,8 +166,9 @@ def group_errors(pred, meas, labels) -> dict:
     return {g: errors(pred[labels == g], meas[labels == g]) for g in sorted(set(labels.tolist()))}
 
 
-def fit(measurements: list[Measurement], model, gpu="h200", tp: int = 1, weight_dtype: str = "bf16",
-        kv_dtype: str = "bf16", page_size: int = 16, host_overhead_s: float | None = None, info: dict | None = None,
+def fit(measurements: list[Measurement], model, gpu=ServingConfig.gpu, tp: int = ServingConfig.tp,
+        weight_dtype: str = ServingConfig.weight_dtype, kv_dtype: str = ServingConfig.kv_dtype,
+        page_size: int = ServingConfig.page_size, host_overhead_s: float | None = None, info: dict | None = None,
         max_nfev: int = 400, runtime: dict | None = None) -> tuple[CalibratedCostModel, dict]:
     """Fit on the measured points not held out; returns the model (host overhead set) and a report
     with `fit_error`, `heldout_error` (each overall and per group) and the points' predictions.

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spsim.config import ServingConfig
 from spsim.errors import SpsimError
 from spsim.plan import DraftMethod, PassPlan
 
@@ -163,7 +164,7 @@ class Bench:
 
     def __init__(self, model, cache, graphs: bool, min_reps: int = 3, max_reps: int = 10, target_s: float = 0.25,
                  seed: int = 0, pad: bool | None = None, overlap: bool | None = None, shape_rule: bool = False,
-                 max_draft: int = 16):
+                 max_draft: int = ServingConfig.max_draft):
         """`pad`: dummy requests bring passes without prefill to a few shapes, as `spsim run` does
         with CUDA graphs (gpu_runtime/padding.py); None: with graphs. A padding cache holds
         `SCRATCH_PAGES` pages past the ones the points' requests use. `overlap`: repeats run back to
@@ -414,10 +415,10 @@ class _Progress:
             self.bar.stop()
 
 
-def measure(out: str | Path, model_name: str = "llama-3.1-8b", device: str = "cuda", design: str = "default",
-            deadline: float | None = None, page_size: int = 16, dtype: str | None = None, graphs: bool = True,
-            cpu_kv_pages: int = 4096, log=print, bench_kw: dict | None = None, max_points: int | None = None,
-            pad: bool | None = None, anchor: bool = True, extra_points: list | None = None,
+def measure(out: str | Path, model_name: str = ServingConfig.model, device: str = "cuda", design: str = "default",
+            deadline: float | None = None, page_size: int = ServingConfig.page_size, dtype: str | None = None,
+            graphs: bool = True, cpu_kv_pages: int = 4096, log=print, bench_kw: dict | None = None,
+            max_points: int | None = None, pad: bool | None = None, anchor: bool = True, extra_points: list | None = None,
             retime_spread: float | None = None, shape_rule: bool = False) -> dict:
     """Measure the design's points missing from `out` (appending each as it is taken) until done,
     `deadline` (time.monotonic()) or `max_points` in this run; returns counts. `design`: default

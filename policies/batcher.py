@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spsim.plan import DRAFT_BUDGET, DRAFT_METHOD, DraftMethod, Outcome, PassPlan
+from spsim.config import ServingConfig
+from spsim.plan import DRAFT_METHOD, DraftMethod, Outcome, PassPlan
 
 from .base import DecodeView, Policy
 from .kv import KVPool, private_pages
@@ -50,15 +51,18 @@ WAITING, PREFILL, DECODE, DONE, REJECTED = (int(p) for p in (Phase.WAITING, Phas
 
 @dataclass
 class BatcherConfig:
+    """What one replica's batcher needs of a run (`spsim.build` wires it from a ServingConfig,
+    whose defaults these are)."""
+
     capacity_pages: int
     max_context: int
-    max_batch: int = 256
-    token_budget: int = 8192
-    page_size: int = 16
-    draft_method: int = int(DRAFT_METHOD)
-    draft_budget: int = DRAFT_BUDGET
-    max_draft: int = 16
-    prefix_cache: bool = True
+    max_batch: int = ServingConfig.max_batch
+    token_budget: int = ServingConfig.token_budget
+    page_size: int = ServingConfig.page_size
+    draft_method: int = int(DRAFT_METHOD)  # a policy's own where --draft-kv is auto (spsim.build.draft_method)
+    draft_budget: int = ServingConfig.draft_budget
+    max_draft: int = ServingConfig.max_draft
+    prefix_cache: bool = ServingConfig.prefix_cache
     block_size: int | None = None
 
 

@@ -34,8 +34,7 @@ class Oracle(RatePlanner):
         k_max = self.k_max or view.max_draft
         # accepted drafts out of k_max = where the first rejection would fall
         first_reject = acc.verify(view.ids, view.committed, np.full(len(view.ids), k_max, np.int64),
-                                  view.context, np.full(len(view.ids), view.budget, np.int64),
-                                  np.full(len(view.ids), view.method, np.int64))
+                                  view.context, view.budget, view.method)
         return self.plan(view, lambda ks: np.minimum(ks[None, :], first_reject[:, None]) + 1.0, k_max)
 
     def fast_plan(self, ahead, max_passes: int):

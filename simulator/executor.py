@@ -25,11 +25,7 @@ class SimExecutor:
         self.t = table
         self.want_entropy = want_entropy
         self.one_pass = one_pass
-        # read-only per-request copies of the run's draft settings for the acceptance model (whose
-        # draws take one per request), sliced for each call instead of made
-        self._budget = np.full(len(table.output), budget, np.int64)
-        self._method = np.full(len(table.output), method, np.int64)
-        self._budget.flags.writeable = self._method.flags.writeable = False
+        self.budget, self.method = budget, method  # the run's draft settings
 
     def execute(self, plan: PassPlan) -> Outcome:
         if len(plan.prefill_ids):
@@ -42,16 +38,14 @@ class SimExecutor:
         d = plan.draft_ids
         if not self.want_entropy or len(d) == 0:
             return np.full(len(d), np.nan)
-        n = len(d)
-        return self.acc.draft_entropy(d, self.t.committed[d], plan.draft_pos, plan.draft_context, self._budget[:n],
-                                      self._method[:n])
+        return self.acc.draft_entropy(d, self.t.committed[d], plan.draft_pos, plan.draft_context, self.budget,
+                                      self.method)
 
     def verify(self, ids: np.ndarray, drafted: np.ndarray) -> np.ndarray:
         acc = np.zeros(len(ids), np.int64)
         spec = drafted > 0
         if any(spec.tolist()):  # numpy's any() costs ~2 us; batches are small
             v = ids[spec]
-            n = len(v)
-            acc[spec] = self.acc.verify(v, self.t.committed[v], drafted[spec], self.t.ctx[v], self._budget[:n],
-                                        self._method[:n])
+            acc[spec] = self.acc.verify(v, self.t.committed[v], drafted[spec], self.t.ctx[v], self.budget,
+                                        self.method)
         return acc

@@ -94,12 +94,6 @@ class FastPath:
         # at tens of thousands of segments
         self.t, self.cfg, self.pool, self.running = batcher.t, batcher.cfg, batcher.pool, batcher.running
         self.itl = batcher.itl  # emission gaps, one array per pass or segment
-        cfg = batcher.cfg
-        # read-only per-request copies of the run's draft settings for the acceptance model (whose
-        # draws take one per request), sliced instead of made per segment
-        self._budget = np.full(cfg.max_batch, cfg.draft_budget, I64)
-        self._method = np.full(cfg.max_batch, cfg.draft_method, I64)
-        self._budget.flags.writeable = self._method.flags.writeable = False
         self.acc = None  # the acceptance model (set by the replica): keyed outcomes for cycles
         # a policy choosing each cycle's k (sync) tries `zero_run` only after its last cycle was 0 drafts:
         # while it speculates the check fails, and cost as much as the cycle's own decision
@@ -119,7 +113,7 @@ class FastPath:
             kind[idle] = PlanBatch.IDLE
         return PlanBatch.decode(kind[None, :],
                              np.where(verify, d + 1, 1)[None, :], t.ctx[dec][None, :], d[None, :],
-                             self.cfg.draft_budget, self.cfg.draft_method)
+                             plan.draft_budget, plan.draft_method)
 
     def plan(self, max_passes: int) -> SegmentPlan | None:
         """The next passes as one segment, or None when the step path must plan: a prefill is in
@@ -240,18 +234,18 @@ class FastPath:
         ctx0, d0 = t.ctx[run], t.drafted[run]
         view = self.view(run, ctx0, committed, t.output[run] - committed, d0, t.last_entropy[run],
                           t.sum_entropy[run], r)
-        acc, consts = self.acc, self._consts
+        acc, budget, method = self.acc, cfg.draft_budget, cfg.draft_method
 
         def entropy(ids, pos, dpos, ctx):
-            return acc.draft_entropy(ids, pos, dpos, ctx, *consts(len(ids)))
+            return acc.draft_entropy(ids, pos, dpos, ctx, budget, method)
 
         def verify(ids, pos, drafted, ctx):
-            return acc.verify(ids, pos, drafted, ctx, *consts(len(ids)))
+            return acc.verify(ids, pos, drafted, ctx, budget, method)
 
         verify.prefix_draws = getattr(acc, "prefix_draws", False)  # (outcomes.OutcomeTable.run)
         if hasattr(acc, "draft_entropy_rows"):  # one request's grid of (start, draft) entropies
             def rows(rid, starts, ctx, k):
-                return acc.draft_entropy_rows(rid, starts, ctx, k, *consts(len(starts)))
+                return acc.draft_entropy_rows(rid, starts, ctx, k, budget, method)
             entropy.rows = rows
         # with requests waiting for pages, the stretch ends at the first verification with drafts
         # (whose freed pages the next pass's admission may take)
@@ -282,13 +276,6 @@ class FastPath:
         elif len(tab.tab) > 4 * len(runl) + 64:
             tab.forget(set(runl))
         return tab
-
-    def _consts(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The acceptance model's draft budget and method for k rows (views of the per-request
-        copies where they fit)."""
-        if k <= len(self._budget):
-            return self._budget[:k], self._method[:k]
-        return np.full(k, self.cfg.draft_budget, I64), np.full(k, self.cfg.draft_method, I64)
 
     def _apply_stretch(self, sp: SegmentPlan, n: int) -> None:
         """The policy's state after the stretch's first n passes, and what it set in the table:
@@ -332,14 +319,14 @@ class FastPath:
         if runs is None:
             return self.acc.verify(np.array([rids[j] for j in J], I64), np.array([com[j] for j in J], I64),
                                    np.array(xs, I64), np.array([ctx[j] for j in J], I64),
-                                   *self._consts(len(J))).tolist()
+                                   self.cfg.draft_budget, self.cfg.draft_method).tolist()
         got = [runs.run(rids[j], com[j], ctx[j]) for j in J]
         for j, g in zip(J, got):
             if g is None:
                 runs.want(rids[j], com[j], ctx[j], out[j])
         if runs.pending:
             ids, cs, xs_, cxs = runs.rows_wanted()
-            runs.store(self.acc.verify(ids, cs, xs_, cxs, *self._consts(len(ids))).tolist())
+            runs.store(self.acc.verify(ids, cs, xs_, cxs, self.cfg.draft_budget, self.cfg.draft_method).tolist())
             got = [runs.run(rids[j], com[j], ctx[j]) for j in J]
         return [x if x < g else g for x, g in zip(xs, got)]
 
@@ -437,7 +424,7 @@ class FastPath:
         md = cfg.max_draft
         start = [0] * r  # pass where each request's current cycle begins
         live = list(range(r))  # columns not finished within the plan and not past n
-        budget, method, verify = self._budget, self._method, self.acc.verify
+        budget, method, verify = cfg.draft_budget, cfg.draft_method, self.acc.verify
         n = max_passes
         vps, vjs, dvs, accs = [], [], [], []
         idle = []  # synchronous: spans sat out (Cycles.idle)
@@ -557,22 +544,15 @@ class FastPath:
                             scom.append(c1)
                             sdv.append(x1)
                             sctx.append(cx + a + 1)
-                k = len(sids)
-                if k > len(budget) and table is None:  # more rows than the per-request constants (a small max_batch)
-                    del sids[u:], scom[u:], sdv[u:], sctx[u:], cand[:]
-                    k = u
                 if table is not None and table.pending:
                     ids, cs, xs, cxs = table.rows_wanted()
-                    k += len(ids)
-                    bk, mk = (budget[:k], method[:k]) if k <= len(budget) else (np.full(k, cfg.draft_budget, I64),
-                                                                               np.full(k, cfg.draft_method, I64))
                     res = verify(np.concatenate((np.array(sids, I64), ids)), np.concatenate((np.array(scom, I64), cs)),
                                  np.concatenate((np.array(sdv, I64), xs)), np.concatenate((np.array(sctx, I64), cxs)),
-                                 bk, mk).tolist()
+                                 budget, method).tolist()
                     table.store(res[u:])
                 else:
                     res = verify(np.array(sids, I64), np.array(scom, I64), np.array(sdv, I64),
-                                 np.array(sctx, I64), budget[:k], method[:k]).tolist()
+                                 np.array(sctx, I64), budget, method).tolist()
                 i = 0
                 for j, x in spec:
                     if j not in got:

@@ -8,6 +8,7 @@ selection metadata: per-page min and max keys, 2/page_size of the key memory). A
 
 from __future__ import annotations
 
+from .config import ServingConfig as Defaults  # its class attributes: the defaults
 from .errors import SpsimError
 from .hardware import GPU, get_gpu
 from .models import ModelConfig, dtype_bytes, get_model
@@ -29,8 +30,8 @@ def check_tp(model: ModelConfig, tp: int) -> None:
         raise SpsimError(f"{model.name}: tp={tp} does not divide its {model.q_heads} attention heads")
 
 
-def page_bytes(model: ModelConfig | str, page_size: int = 16, kv_dtype: str = "bf16", tp: int = 1,
-               selection_metadata: bool = True) -> int:
+def page_bytes(model: ModelConfig | str, page_size: int = Defaults.page_size, kv_dtype: str = Defaults.kv_dtype,
+               tp: int = Defaults.tp, selection_metadata: bool = True) -> int:
     """Bytes one KV page costs on each GPU of the tensor-parallel group."""
     model = get_model(model)
     check_tp(model, tp)
@@ -45,8 +46,8 @@ def weight_bytes_per_gpu(model: ModelConfig, weight_dtype: str, tp: int) -> int:
     return -(-model.weight_bytes(weight_dtype) // tp)
 
 
-def kv_budget_bytes(model: ModelConfig | str, gpu: GPU | str, weight_dtype: str = "bf16", tp: int = 1,
-                    reserve_frac: float = DEFAULT_RESERVE_FRAC) -> int:
+def kv_budget_bytes(model: ModelConfig | str, gpu: GPU | str, weight_dtype: str = Defaults.weight_dtype,
+                    tp: int = Defaults.tp, reserve_frac: float = DEFAULT_RESERVE_FRAC) -> int:
     """Bytes per GPU left for KV pages; raises SpsimError if the weights do not fit."""
     model, gpu = get_model(model), get_gpu(gpu)
     check_tp(model, tp)
@@ -64,8 +65,9 @@ def kv_budget_bytes(model: ModelConfig | str, gpu: GPU | str, weight_dtype: str 
     return usable - weights
 
 
-def kv_capacity_pages(model: ModelConfig | str, gpu: GPU | str, page_size: int = 16, kv_dtype: str = "bf16",
-                      weight_dtype: str = "bf16", tp: int = 1, reserve_frac: float = DEFAULT_RESERVE_FRAC,
+def kv_capacity_pages(model: ModelConfig | str, gpu: GPU | str, page_size: int = Defaults.page_size,
+                      kv_dtype: str = Defaults.kv_dtype, weight_dtype: str = Defaults.weight_dtype,
+                      tp: int = Defaults.tp, reserve_frac: float = DEFAULT_RESERVE_FRAC,
                       selection_metadata: bool = True) -> int:
     """KV pages (of `page_size` tokens) one replica of `tp` GPUs can hold."""
     free = kv_budget_bytes(model, gpu, weight_dtype, tp, reserve_frac)

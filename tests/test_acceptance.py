@@ -60,6 +60,32 @@ def test_call_order_independent(spec):
     assert not (a1 == make_acceptance(spec, 12).verify(rid, pos, d, c, b, m)).all() or spec.startswith("fixed:p=1")
 
 
+def _rate_model(seed):
+    from spsim.acceptance.rates import RateAcceptance
+
+    return RateAcceptance({"rates": [{"method": "static", "budget": 512, "p": [0.9, 0.6, 0.5]},
+                                     {"method": "verify-quest", "budget": 2048, "p": [0.8, 0.7]}], "overall": 0.7},
+                          seed=seed)
+
+
+@pytest.mark.parametrize("spec", ["position:p0=0.95,decay=0.05", DEFAULT_ACCEPTANCE, "aspire-llama8b", "rates"])
+@pytest.mark.parametrize("budget,method", [(2048, 1), (512, 0)])
+def test_run_wide_budget_and_method_as_one_value(spec, budget, method):
+    """A run's budget and method passed once give the same floats as one per request."""
+    rng = np.random.default_rng(1)
+    n = 30
+    rid, pos, d, c = np.arange(n), rng.integers(0, 50, n), rng.integers(0, 9, n), rng.integers(100, 90000, n)
+    b, m = np.full(n, budget), np.full(n, method)
+    one, each = ((_rate_model(5), _rate_model(5)) if spec == "rates"
+                 else (make_acceptance(spec, 5), make_acceptance(spec, 5)))
+    assert (one.verify(rid, pos, d, c, budget, method) == each.verify(rid, pos, d, c, b, m)).all()
+    assert (one.draft_entropy(rid, pos, d, c, budget, method) == each.draft_entropy(rid, pos, d, c, b, m)).all()
+    if hasattr(one, "draft_entropy_rows"):
+        starts, ctx = np.array([0, 3, 7]), np.array([5000, 5003, 5007])
+        assert (one.draft_entropy_rows(2, starts, ctx, 6, budget, method)
+                == each.draft_entropy_rows(2, starts, ctx, 6, b[:3], m[:3])).all()
+
+
 def test_entropy_consistent_with_verify():
     """A token is accepted at verify iff its entropy came from the accepted branch (same draw)."""
     m = make_acceptance("latent:auc=0.9999,entropy_sigma=0.2,entropy_median=1.0", 4)

@@ -40,7 +40,20 @@ def _record_in_process(work: Path, texts: dict, configs: list) -> dict:
     return paths
 
 
-def test_leave_one_text_out_small(tmp_path):
+def _spsim_in_process(*args) -> str:
+    """The benchmark's `spsim` command line run in this process: the same commands, without an
+    interpreter start and import per call (12 calls)."""
+    from typer.testing import CliRunner
+
+    from spsim.cli import app
+
+    r = CliRunner().invoke(app, [str(a) for a in args])
+    assert r.exit_code == 0, f"spsim {' '.join(map(str, args))}: {r.output}{r.exception!r}"
+    return r.stdout
+
+
+def test_leave_one_text_out_small(tmp_path, monkeypatch):
+    monkeypatch.setattr(H, "spsim", _spsim_in_process)
     texts = {f"t{i}": ("synthetic", None) for i in range(3)}
     configs = [("fixed-k:k=4", "verify-quest", 64)]
     paths = _record_in_process(tmp_path, texts, configs)

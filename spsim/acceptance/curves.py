@@ -23,7 +23,7 @@ def fixed_k_runs(model, k: int, n_requests: int = 2000, output_tokens: int = 128
     for r in rid.tolist():
         model.begin(r, context, output_tokens)
     pos = np.zeros(n_requests, np.int64)
-    ctx, bud, met = (np.full(n_requests, v, np.int64) for v in (context, budget, method))
+    ctx = np.full(n_requests, context, np.int64)
     drafted_all, accepted_all = [], []
     while True:
         live = pos < output_tokens
@@ -31,7 +31,7 @@ def fixed_k_runs(model, k: int, n_requests: int = 2000, output_tokens: int = 128
             break
         idx = np.flatnonzero(live)
         d = np.minimum(k, output_tokens - pos[idx] - 1)  # the verification emits one more token
-        a = model.verify(rid[idx], pos[idx], d, ctx[idx] + pos[idx], bud[idx], met[idx])
+        a = model.verify(rid[idx], pos[idx], d, ctx[idx] + pos[idx], budget, method)
         drafted_all.append(d)
         accepted_all.append(a)
         pos[idx] += a + 1
@@ -87,8 +87,8 @@ def sample_events(model, k: int, n_requests: int, output_tokens: int = 128, cont
     while (pos < output_tokens).any():
         i = np.flatnonzero(pos < output_tokens)
         d = np.minimum(k, output_tokens - pos[i] - 1)
-        c, b, m = context + pos[i], np.full(len(i), budget), np.full(len(i), method)
-        a = model.verify(rid[i], pos[i], d, c, b, m)
+        c = context + pos[i]
+        a = model.verify(rid[i], pos[i], d, c, budget, method)
         for j in range(int(d.max(initial=0))):
             h = d > j
             ii = i[h]
@@ -96,9 +96,9 @@ def sample_events(model, k: int, n_requests: int, output_tokens: int = 128, cont
             cols["out_pos"].append(pos[ii] + j)
             cols["draft_pos"].append(np.full(len(ii), j))
             cols["accepted"].append(a[h] > j)
-            cols["entropy"].append(model.draft_entropy(rid[ii], pos[ii], np.full(len(ii), j), c[h], b[h], m[h]))
-            cols["method"].append(m[h])
-            cols["budget"].append(b[h])
+            cols["entropy"].append(model.draft_entropy(rid[ii], pos[ii], np.full(len(ii), j), c[h], budget, method))
+            cols["method"].append(np.full(len(ii), method))  # events carry theirs, one per event
+            cols["budget"].append(np.full(len(ii), budget))
             cols["context"].append(c[h])
         pos[i] += a + 1
     for r in rid.tolist():

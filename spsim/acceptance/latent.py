@@ -131,7 +131,9 @@ class LatentAcceptance(KeyedDraws):
 
     def __init__(self, params: LatentParams, seed: int = 0, name: str = "latent"):
         self.params, self.seed, self.name = params, int(seed), name
-        self._toff, self._tcs, self._tst, self._tsc, self._tknee = params.method_terms()  # by method code
+        self._terms = params.method_terms()  # offset, slopes and knee by method code
+        self._method_terms = [tuple(float(t[m]) for t in self._terms) for m in range(len(self._terms[0]))]
+        self._stale_ctx = bool(self._terms[3].any())  # the static window's slope grows with context
         self._shift = ent.shift_for_auc(params.auc, params.entropy_sigma)
         self._store = PositionStore(2, self._build)  # margin, entropy noise
         self._j = np.arange(64)
@@ -148,12 +150,18 @@ class LatentAcceptance(KeyedDraws):
 
     # -- AcceptanceModel (begin, end: KeyedDraws) ----------------------------------------------
     def _offsets(self, context, budget, method):
-        """Per request: logit offset at staleness 0, and the logit drop per draft position."""
-        lr = np.log(np.maximum(context / np.maximum(budget, 1), 1.0))
-        stale = self._tst.take(method)
-        if self._tsc.any():  # the static window's draft-length slope grows with context beyond the knee
-            stale = stale + self._tsc.take(method) * np.maximum(lr - self._tknee.take(method), 0.0)
-        return self._toff.take(method) - self._tcs.take(method) * lr, stale
+        """Per request: logit offset at staleness 0, and the logit drop per draft position (one
+        for all where budget and method are)."""
+        if isinstance(method, (int, np.integer)) and isinstance(budget, (int, np.integer)):  # the run's
+            off, cs, st, sc, knee = self._method_terms[method]
+            budget = max(budget, 1)
+        else:
+            off, cs, st, sc, knee = (t.take(method) for t in self._terms)
+            budget = np.maximum(budget, 1)
+        lr = np.log(np.maximum(context / budget, 1.0))
+        if self._stale_ctx:  # the static window's draft-length slope grows with context beyond the knee
+            st = st + sc * np.maximum(lr - knee, 0.0)
+        return off - cs * lr, st
 
     def verify(self, rid, out_pos, drafted, context, budget, method) -> np.ndarray:
         drafted = np.asarray(drafted, np.int64)
@@ -164,7 +172,8 @@ class LatentAcceptance(KeyedDraws):
             self._j = np.arange(2 * k)
         j = self._j[:k]
         off, stale = self._offsets(context, budget, method)
-        return self._accepted(self._rows(rid, out_pos, j) + (off[:, None] - stale[:, None] * j) <= 0.0, j, drafted)
+        fail = self._rows(rid, out_pos, j) + (off[:, None] - np.multiply.outer(stale, j)) <= 0.0
+        return self._accepted(fail, j, drafted)
 
     def draft_entropy(self, rid, out_pos, draft_pos, context, budget, method) -> np.ndarray:
         draft_pos = np.asarray(draft_pos, np.int64)
@@ -176,13 +185,13 @@ class LatentAcceptance(KeyedDraws):
 
     def draft_entropy_rows(self, rid: int, starts, context, k: int, budget, method) -> np.ndarray:
         """`draft_entropy` of one request's drafts 0..k-1 from each of these cycle starts (their
-        contexts; budget and method per start): (len(starts), k), each entry the same floats as
-        drawn alone (the offsets computed once per start, broadcast along the drafts)."""
+        contexts; budget and method per start or one for all): (len(starts), k), each entry the
+        same floats as drawn alone (the offsets computed once per start, broadcast along the drafts)."""
         starts = np.asarray(starts, np.int64)
         j = np.arange(k, dtype=np.int64)
         s = int(self._store.ensure(np.array([rid], np.int64), np.array([int(starts[-1]) + k], np.int64))[0])
         at = (s + starts)[:, None] + j
         off, stale = self._offsets(context, budget, method)
-        acc = self._store.bufs[0][at] + off[:, None] - stale[:, None] * j > 0.0
+        acc = self._store.bufs[0][at] + off[:, None] - np.multiply.outer(stale, j) > 0.0
         p = self.params
         return ent.signal(acc, self._store.bufs[1][at], p.entropy_median, p.entropy_sigma, self._shift)

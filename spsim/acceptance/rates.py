@@ -86,7 +86,10 @@ class RateAcceptance(KeyedDraws):
         return t[:k]
 
     def _row_thresholds(self, method, budget, k: int) -> np.ndarray:
-        """(rows, k) logit thresholds, one lookup per distinct (method, budget)."""
+        """(rows, k) logit thresholds, one lookup per distinct (method, budget); (1, k) for one
+        method and budget."""
+        if np.ndim(method) == 0 and np.ndim(budget) == 0:
+            return self._thresholds(int(method), int(budget), k)[None, :]
         keys = np.stack([np.asarray(method, np.int64), np.asarray(budget, np.int64)], 1)
         uniq, inv = np.unique(keys, axis=0, return_inverse=True)
         tab = np.stack([self._thresholds(int(m), int(b), k) for m, b in uniq.tolist()])

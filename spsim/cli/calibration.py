@@ -12,6 +12,7 @@ from typing import List, Optional
 
 import typer
 
+from spsim.config import ServingConfig
 from spsim.errors import SpsimError
 
 
@@ -29,7 +30,8 @@ def register(app: typer.Typer) -> None:
                                  "synthetic KV), then fit."),
         from_: Optional[Path] = typer.Option(None, "--from", help="Refit a measurements file (JSON lines) "
                                              "instead of measuring; no GPU needed."),
-        model: str = typer.Option("llama-3.1-8b", "--model", "-m", help="Model shape to measure (see `spsim models`)."),
+        model: str = typer.Option(ServingConfig.model, "--model", "-m",
+                                  help="Model shape to measure (see `spsim models`)."),
         minutes: float = typer.Option(8.0, "--minutes", help="Time budget of the whole command; measuring stops "
                                       "in time to fit (the file stays intact; run again to resume)."),
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="Profile to write (default "
@@ -39,7 +41,7 @@ def register(app: typer.Typer) -> None:
         host_log: Optional[Path] = typer.Option(None, "--host-log", help="passes.jsonl of a `spsim run`: its "
                                                 "mean host planning time per pass (default: the roofline's "
                                                 "100 us assumption)."),
-        page_size: int = typer.Option(16, "--page-size", help="KV page size in tokens."),
+        page_size: int = typer.Option(ServingConfig.page_size, "--page-size", help="KV page size in tokens."),
         device: str = typer.Option("cuda", "--device", help="cuda, or cpu (tiny models: tests the pipeline)."),
         design: str = typer.Option("default", "--design", help="default (the full sweep) or smoke (a few "
                                    "points of every kind, for tests)."),

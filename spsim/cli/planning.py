@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from spsim.cli_options import LIMIT, SKIP_INVALID, TRACE_FORMAT, check_out_dir, serving_options
+from spsim.config import ServingConfig as Defaults  # its class attributes: the defaults
 from spsim.errors import SpsimError
 from spsim.report_numbers import readable
 
@@ -45,14 +46,16 @@ def register(app: typer.Typer) -> None:
         slo: str = typer.Option(..., "--slo", help="The SLO, e.g. ttft_p90=2s,tpot_p99=60ms (percentiles over the "
                                 "run) or ttft=2s,tpot=60ms,attain=90% (per request); units s or ms."),
         policies: str = typer.Option(ALL_POLICIES, "--policies", "-P", help="Comma list of policy specs."),
-        gpus: str = typer.Option("h200", "--gpus", help="Comma list of GPUs (see `spsim models`)."),
-        models: str = typer.Option("llama-3.1-8b", "--models", help="Comma list of model shapes."),
+        gpus: str = typer.Option(Defaults.gpu, "--gpus", help="Comma list of GPUs (see `spsim models`)."),
+        models: str = typer.Option(Defaults.model, "--models", help="Comma list of model shapes."),
         replicas: str = typer.Option("1..8", "--replicas", "-r", help="Replica range or list: the highest rate is "
                                      "searched at the smallest, the fewest replicas for --target-rate within it."),
-        max_batch: str = typer.Option("256", "--max-batch", help="Comma list of max batch sizes."),
-        draft_budget: str = typer.Option("2048", "--draft-budget", help="Comma list of sparse draft KV budgets (tokens)."),
-        draft_kv: str = typer.Option("auto", "--draft-kv", help="Comma list of draft-KV methods (auto: each policy's own)."),
-        tp: str = typer.Option("1", "--tp", help="Comma list of tensor-parallel sizes."),
+        max_batch: str = typer.Option(str(Defaults.max_batch), "--max-batch", help="Comma list of max batch sizes."),
+        draft_budget: str = typer.Option(str(Defaults.draft_budget), "--draft-budget",
+                                         help="Comma list of sparse draft KV budgets (tokens)."),
+        draft_kv: str = typer.Option(Defaults.draft_kv, "--draft-kv",
+                                     help="Comma list of draft-KV methods (auto: each policy's own)."),
+        tp: str = typer.Option(str(Defaults.tp), "--tp", help="Comma list of tensor-parallel sizes."),
         target_rate: Optional[float] = typer.Option(None, "--target-rate", help="Request rate (req/s) the fewest "
                                                     "replicas must serve (default: the trace's own rate)."),
         precision: float = typer.Option(0.05, "--precision", help="Relative precision of the highest rate "
