@@ -449,7 +449,8 @@ class CalibratedCostModel(RooflineCostModel):
         if same:
             out = [ratio(rows[i], bn) for i in starts]
         else:
-            out = [ratio([u for u in rows[i] if u >= 0], bl[i]) for i in starts]
+            # (a row with no -1, as most, is its units: no copy)
+            out = [ratio(r if -1 not in r else [u for u in r if u >= 0], bl[i]) for i in starts for r in (rows[i],)]
         if n == 1 or len(out) == n:
             return np.array(out)
         return np.array(out)[np.cumsum(chg) - 1]
