@@ -321,3 +321,22 @@ def test_class_tables_hold_every_query_their_passes_hold(name):
         for k in range(cls, 4):  # a pass of class k holds queries up to its tallest
             tbl = cm.verify_table_cls(k)
             assert np.array_equal(tbl[c, q], cm.full_attn(c, np.full_like(c, q), k))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(models, st.integers(1, 40), st.integers(1, 24), st.sampled_from([1, 3, 40, 1000]),
+       st.sampled_from([0.0, 0.3, 0.9]), st.integers(0, 2**32 - 1))
+def test_code_ratios_are_each_rows_units_ratio(cm, n, w, top, dead, seed):
+    """`_code_ratios` on rows of units with -1 (no unit) anywhere or nowhere, a block size per row:
+    row by row `_units_ratio` of the row's units (its entries but the -1s), bit for bit, over rows of
+    one round of work items and of several (many or long units, few SMs)."""
+    rng = np.random.default_rng(seed)
+    code = rng.integers(1, top + 1, (n, w))  # (a pass's unit has a block at least)
+    code[rng.random((n, w)) < dead] = -1
+    if rng.random() < 0.5:  # runs of equal rows (decode steps)
+        code = code[np.sort(rng.integers(0, n, n))]
+    bn = rng.choice(np.asarray(cm._wi_bn), n)
+    got = fresh(cm)._code_ratios(code, bn)
+    S = int(cm.p.attn_sms)
+    want = [cm._units_ratio([u for u in row if u >= 0], int(b), cm._hkv, S) for row, b in zip(code.tolist(), bn)]
+    assert got.view(np.int64).tolist() == np.array(want).view(np.int64).tolist()
