@@ -20,6 +20,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from harness import gpu_slug
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # a checkout without an install
@@ -60,7 +61,7 @@ def main() -> None:
 
     def write() -> Path:  # after each policy: a run cut short keeps what it measured
         name = torch.cuda.get_device_name(0) if dev == "cuda" else platform.processor()
-        gpu = name.split()[-1].lower() if dev == "cuda" else "cpu"
+        gpu = gpu_slug(name) if dev == "cuda" else "cpu"
         res = {"benchmark": "startup_capture", "model": a.model, "weights": "random bf16", "warm": a.warm,
                "machine": name, "torch": torch.__version__, "python": platform.python_version(),
                "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "model_load_s": round(load_s, 3),
