@@ -355,7 +355,13 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
         first, _, _ = _serve(trace, cfg, opts, None, serving, table, b, ex, graphs, arrivals)
         rehearsal = {"passes": len(first), **(graphs.stats() if graphs is not None else {})}
         serving, table, b = again()
+    from .compiles import COMPILES
+
+    if model.device.type == "cuda":
+        COMPILES.install()
+    COMPILES.reset()  # what the measured run compiles: each one stalled a pass
     passes, cat_ns, cat_passes = _serve(trace, cfg, opts, progress, serving, table, b, ex, graphs, arrivals)
+    compiles = COMPILES.stats() if COMPILES.installed else None
     res = summarize_run(table, [b], [cat_ns], [cat_passes], cfg, cost, trace)
     events, tokens = ex.events or [], ex.generated()
     first_graphs = graphs.stats() if graphs is not None else None
@@ -381,6 +387,8 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
         "stopped_early": bool(opts.max_passes and len(passes) >= opts.max_passes),
         "mean_host_ms": float(host.mean()), "p99_host_ms": float(np.percentile(host, 99)),
         "cuda_graphs": first_graphs,
+        # Triton specialisations first launched during the measured run (None: no Triton JIT)
+        "kernel_compiles": compiles,
         "rehearsal": rehearsal,  # graph counts of the untimed first run (--rehearse), else None
         "padding": None if padding is None else {**padding.stats(), "coarse": padding.coarse,
                                                  "shape_rule": padding.rule is not None},

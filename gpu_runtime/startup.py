@@ -165,20 +165,25 @@ class ShapeSet:
     def eager_passes(self):
         """Made-up passes past the graph's token limit, run eagerly once at start-up so their kernels
         compile before the first request (a first large prefill chunk once stalled a measured run
-        by 0.5 s on an H100): a chunk just past the limit and the budget's largest, each from an
-        empty context and behind one, alone and beside a decoding request of each drafting state.
-        Triton specialises integer arguments by divisibility by 16, hence an odd and an even size."""
-        top = self.token_budget
-        if top <= self.token_limit:
+        by 0.5 s on an H100): chunks just past the limit, each from an empty context and behind
+        one, alone and beside a decoding request of each drafting state. Triton specialises an
+        integer argument only by whether it is 1 and whether 16 divides it (the tiles are fixed by
+        the rule for prefill), so an odd chunk and the next multiple of 16 compile what every
+        chunk up to the token budget runs: the budget's largest chunk adds compute, not kernels."""
+        if self.token_budget <= self.token_limit:
             return
         states = [0] + ([1] + ([2] if self.first else []) if self.drafts else [])
         ctx = min(4 * self.rule.page_size, self.rule.max_context // 2)
-        for chunk in sorted({self.token_limit + 1, top}):
+        n = self.token_limit + 1
+        chunks = {n + (n % 16 == 0), -(-n // 16) * 16}  # 16 does not divide one, divides the other
+        for chunk in sorted(c for c in chunks if c <= self.token_budget):
             for before in (0, ctx):
                 yield dict(prefill=[(chunk, before)])
                 for state in states:
                     drafts = [(ctx, 0 if state == 2 else 1)] if state else []
                     yield dict(prefill=[(chunk, before)], drafts=drafts, verifies=[] if state else [(1, ctx)])
+        if self.token_budget not in chunks:  # once at the budget: the allocator holds its activations
+            yield dict(prefill=[(self.token_budget, 0)])
         # Outside the graphs the drafting rows' widths follow their contexts (no width classes), and
         # the page selection's top-k kernel takes powers of two of them as block sizes: one pass per
         # power of two of pages, so each block size compiles now (a fixed-k run on an H100 once
@@ -475,14 +480,28 @@ def capture(graphs, ex, shape_set: ShapeSet, progress=None, warm: str = "first")
     # the passes past the graph limit run once: their kernels compile now, not mid-serving. First:
     # their drafts at the longest contexts widen the draft store's score rows (verify-attn),
     # which the graphs then capture as they will stay
+    from .compiles import COMPILES
+
+    COMPILES.install()
+    compiles0 = COMPILES.count
+    detail = []  # per eager pass: its chunk, context behind it, drafting context, ms preparing and running
     with torch.no_grad():
         for spec in shape_set.eager_passes():
+            t1 = time.perf_counter()
             attn, tok, rows, _, _ = ex.synthetic(**spec)
+            t2 = time.perf_counter()
             if attn is not None:
                 if graphs.capture:  # (without a GPU only prepared: nothing compiles)
                     graphs.model(tok, attn.positions, attn, logit_rows=rows)
+                    if cuda:
+                        torch.cuda.synchronize(dev)
                 eager += 1
+            (n, before), = spec["prefill"]
+            dr = spec.get("drafts") or [(0, -1)]
+            detail.append([n, before, dr[0][0], dr[0][1], round((t2 - t1) * 1e3, 1),
+                           round((time.perf_counter() - t2) * 1e3, 1)])
     phases["eager"] = time.perf_counter() - t
+    eager_compiles = COMPILES.count - compiles0
     made, warmed, built = 0, set(), 0
     # passes whose pre-key an earlier pass had key alike (`PreKey`): not built. Only where the
     # pre-key mirrors the path (the rule's padding, padded plans, prefill computed)
@@ -531,6 +550,9 @@ def capture(graphs, ex, shape_set: ShapeSet, progress=None, warm: str = "first")
                             "allocated_bytes": int(torch.cuda.memory_allocated(dev) - mem0) if cuda else 0,
                             "warm": warm, "warm_ups": len(warmed) if warm == "first" else made,
                             "eager_warm_ups": eager,
+                            # [chunk, context, drafting context, draft position (-1: none), prepare ms, run ms]
+                            "eager_detail": detail,
+                            "kernel_compiles": {"eager": eager_compiles, "all": COMPILES.count - compiles0},
                             "store_version": ex.store.version,
                             "phases": {k: round(v, 3) for k, v in phases.items()}}
     graphs.captures = 0

@@ -463,10 +463,15 @@ def test_startup_eager_passes_run_on_the_padded_path(policy="aspire"):
         if policy != "ar":
             from spsim.buckets import bucket, pow2
 
-            blocks = {pow2(bucket(-(-(c + p + 2) // cfg.page_size), 128)) for s in specs[12:] for c, p in s["drafts"]}
+            blocks = {pow2(bucket(-(-(c + p + 2) // cfg.page_size), 128)) for s in specs[13:] for c, p in s["drafts"]}
             longest = pow2(bucket(-(-(ss.rule.max_context + 2) // cfg.page_size), 128))  # a draft at the longest context
             assert blocks == {1 << i for i in range(7, longest.bit_length())}, (blocks, longest)
         assert all(n > 256 for s in specs for n, _ in s["prefill"])
+        # chunks past the limit: one 16 divides and one it does not (Triton's two specialisations),
+        # and the budget's largest once, alone
+        chunks = [n for s in specs for n, _ in s["prefill"]]
+        assert {n % 16 == 0 for n in chunks if n < 1024} == {True, False} and max(chunks) == 1024
+        assert chunks.count(1024) == 1
         for spec in specs:
             attn, t, rows, _, _ = ex.synthetic(**spec)
             assert int(t.shape[0]) > 256
