@@ -429,10 +429,7 @@ def bench_v5(ctx, ps, rows, batches_draft=(16, 32, 64), batches_full=(1, 16), bu
                          "num_warps": plan.num_warps, "items": int(plan.work.shape[0]), "split_tokens": plan.tokens_per_split})
             print(f"draft   b={batch:3d} {name:10s} {t*1e3:7.1f}us {nbytes/t/1e9:.2f}TB/s  flex {t_flex*1e3:7.1f}us "
                   f"({t_flex/t:.2f}x)  clean-L2 {t_clean*1e3:7.1f}us", flush=True)
-        c.free()
-        torch.cuda.empty_cache()
-        if save:
-            save()
+        _release(c, save)
     for batch in batches_full:
         c = Cache(batch, ctx, ps)
         lists = c.full_lists()
@@ -456,10 +453,15 @@ def bench_v5(ctx, ps, rows, batches_draft=(16, 32, 64), batches_full=(1, 16), bu
                          "split_tokens": p1.tokens_per_split})
             print(f"decode  b={batch:3d} {name:10s} {t*1e3:7.1f}us = {t_sdpa/t*100:.0f}% of sdpa ({t_sdpa*1e3:.1f}us); "
                   f"verify {t_ver*1e3:.1f}us = {t_ver/t:.2f}x", flush=True)
-        c.free()
-        torch.cuda.empty_cache()
-        if save:
-            save()
+        _release(c, save)
+
+
+def _release(c, save):
+    """A cache's memory back before the next batch size; what was measured so far saved."""
+    c.free()
+    torch.cuda.empty_cache()
+    if save:
+        save()
 
 
 def _no_nan(x):

@@ -17,13 +17,15 @@ from . import entropy as ent
 from .store import KeyedDraws, PositionStore, accept_draws
 
 
+@dataclass(kw_only=True)
 class _Independent(KeyedDraws):
     """Independent Bernoulli draws keyed by (seed, request, output position), stored per position
-    as logit(U) so a call is one gather and one compare against logit(p_j)."""
+    as logit(U) so a call is one gather and one compare against logit(p_j). The entropy signal's
+    fields, keyword-only, follow each model's own."""
 
-    auc: float
-    entropy_median: float
-    entropy_sigma: float
+    auc: float = 0.64
+    entropy_median: float = 0.6
+    entropy_sigma: float = 1.0
 
     def _setup(self, seed: int):
         self.seed = int(seed)
@@ -70,9 +72,6 @@ def _probabilities(**values: float) -> None:
 @dataclass
 class FixedAcceptance(_Independent):
     p: float = 0.8
-    auc: float = 0.64
-    entropy_median: float = 0.6
-    entropy_sigma: float = 1.0
 
     def __post_init__(self):
         _probabilities(p=self.p)
@@ -86,9 +85,6 @@ class FixedAcceptance(_Independent):
 class PositionAcceptance(_Independent):
     p0: float = 0.9
     decay: float = 0.02
-    auc: float = 0.64
-    entropy_median: float = 0.6
-    entropy_sigma: float = 1.0
 
     def __post_init__(self):
         _probabilities(p0=self.p0, decay=self.decay)
