@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sys
 
+GIL_SWITCH_S = 0.0005
+
 
 def build_server(serving, *, weights=None, device="cpu", dtype=None, temperature=0.0, served_model_name=None,
                  max_queue=1024, cuda_graphs=True, startup_shapes=False, overlap=None, say=None, model=None):
@@ -50,6 +52,10 @@ def serve_forever(serving, *, host: str, port: int, drain_s: float = 10.0, **kw)
     import uvicorn
 
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    # the engine thread and the event loop share the GIL: a thread waiting for it asks the holder
+    # to let go only after the switch interval (5 ms by default, half a pass), so a busy event loop
+    # could hold back the next launch that long; 0.5 ms bounds that wait
+    sys.setswitchinterval(GIL_SWITCH_S)
     engine, app = build_server(serving, say=say, **kw)
     engine.start()
     # uvicorn on a thread of its own: this thread keeps the signals, so a stop drains the engine
