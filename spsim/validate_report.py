@@ -177,6 +177,8 @@ def compare(trace, cfg, run, sim, sim_passes, cost) -> dict:
                     # graph counts: the measured run's, and the untimed rehearsal's (--rehearse)
                     "cuda_graphs": rt.get("cuda_graphs"), "rehearsal": rt.get("rehearsal"),
                     "padding": rt.get("padding"),
+                    # Triton specialisations first launched while measured (each stalled a pass)
+                    "kernel_compiles": rt.get("kernel_compiles"),
                     # --repeat: every measured run's numbers (the pass log above is the first's)
                     "repeats": reps},
         "simulator": {"completed": ss["completed"], "rejected": ss["rejected"], "incomplete": ss.get("incomplete")},
@@ -317,7 +319,8 @@ def runtime_line(r: dict) -> str:
                f" ({rt['rehearsal'].get('captures', 0):,} graphs captured)")
             + ("" if not rt.get("cuda_graphs") else f"; {rt['cuda_graphs']['eager']:,} decode-like passes ran eager"
                + (f" ({rt['cuda_graphs']['eager_prefill']:,} passes past the graph's prefill limit, eager by design)"
-                  if rt["cuda_graphs"].get("eager_prefill") else "")))
+                  if rt["cuda_graphs"].get("eager_prefill") else ""))
+            + ("" if not rt.get("kernel_compiles") else f"; {rt['kernel_compiles']['count']:,} kernel compiles"))
 
 
 def text(r: dict) -> str:
