@@ -109,7 +109,8 @@ from spsim.worklist import MIN_SPLIT_TOKENS, WAVES, split_of_units
 from .batch import PlanBatch
 from .padding import MODES as PADDING_MODES
 from .padding import SCRATCH_PAGES, pad_count_vec, padded, padded_vec, pow2_vec
-from .roofline import RooflineCostModel, RooflineParams
+from .roofline import RooflineCostModel, RooflineParams, _fold
+from .xp import NP, Table, ns
 
 N_METHODS = len(DraftMethod)
 RULE_CLASS_PAGES = (256, 2048)  # the shape rule's width classes below the top one (gpu_runtime/shapes.py)
@@ -193,15 +194,11 @@ class CalibratedCostModel(RooflineCostModel):
 
     def __init__(self, model: ModelConfig | str = "llama-3.1-8b", gpu: GPU | str = "h200", tp: int = 1,
                  weight_dtype: str = "bf16", kv_dtype: str = "bf16", page_size: int = 16,
-                 params: CalibratedParams | None = None, check_memory: bool = True, info: dict | None = None,
-                 table_q: int | None = None):
-        """`info`: the profile's measurement metadata (GPU, versions, points, errors, KV pages).
-        `table_q`: query lengths the attention tables cover (default the context window; the fit
-        builds thousands of models and prices queries of at most a prefill chunk)."""
+                 params: CalibratedParams | None = None, check_memory: bool = True, info: dict | None = None):
+        """`info`: the profile's measurement metadata (GPU, versions, points, errors, KV pages)."""
         params = params or CalibratedParams()
         if not isinstance(params, CalibratedParams):
             params = CalibratedParams(**asdict(params))
-        self._defer_tables = True  # built once below, after the scales
         super().__init__(model, gpu, tp, weight_dtype, kv_dtype, page_size, params, check_memory)
         P = self.p
         self.info = dict(info or {})
@@ -222,14 +219,14 @@ class CalibratedCostModel(RooflineCostModel):
                            else None for c in range(len(TILES))]
         self.tiles = P.attn_tile_eff is not None
         if self.tiles:
-            self.tile_bm = np.asarray([max(t, g) for t in TILES], np.int64)  # rows of one tile
-            self._qb = (self.tile_bm // g).tolist()  # query tokens per tile
-            self._bm = self.tile_bm.tolist()
+            bm = [max(t, g) for t in TILES]  # rows of one tile
+            self._qb_t = Table([b // g for b in bm])  # query tokens per tile
             effs = (P.attn_flops_eff,) + tuple(P.attn_tile_eff)
-            # seconds per tile row per KV token, per tile class (the roofline's row time at each rate)
+            # seconds per tile row per KV token, per tile class (the roofline's row time at each
+            # rate), and of a whole tile's rows
             self.row_flop_c = [self.row_flop_s * (P.attn_flops_eff / e) for e in effs]
+            self._tile_flop_t = Table([b * r for b, r in zip(bm, self.row_flop_c)])
             self._ap, self._iap = P.attn_p, 1.0 / P.attn_p
-        self._defer_tables = False
         self._vt_cls, self._dt_cls = {}, {}  # segment tables per tile class
         self._work_cache = {}  # work_ratios: ratios by (KV block size, units)
         self._hkv = max(1, self.model.kv_heads // self.tp)
@@ -240,17 +237,16 @@ class CalibratedCostModel(RooflineCostModel):
         self._wi_qb = np.maximum(1, bmt // self.group)
         self._wi_cap = -(-self.ATTN_MIN_SPLIT // self._wi_bn)
         self._wi_bn_l, self._wi_qb_l = self._wi_bn.tolist(), self._wi_qb.tolist()
-        self._build_tables(min(self.model.max_context, table_q or self.model.max_context))
         # the shape rule's width classes (pages; gpu_runtime/shapes.py ShapeRule.classes): below the
         # longest context a request reaches (the window plus a run of drafts), then that one
         top = -(-(-(-(self.model.max_context + P.rule_max_query) // self.page_size) + 1) // 64) * 64
         self._classes = [c for c in RULE_CLASS_PAGES if c < top] + [top]
-        self._classes_a = np.asarray(self._classes, np.int64)
+        self._classes_t = Table(np.asarray(self._classes, np.int64))
         if P.draft_page_s is not None:
             self.score_tbl = np.asarray(P.draft_page_s, dtype=np.float64).reshape(N_METHODS, 2)
-            self._score_rows = self.score_tbl.tolist()
+            self._score_t = Table(self.score_tbl)
         self.req_tbl = np.asarray(P.draft_req_s, dtype=np.float64).reshape(N_METHODS, 2)
-        self._req_rows = self.req_tbl.tolist()
+        self._req_t = Table(self.req_tbl)
         self.draft_pass = np.asarray(P.draft_pass_s, dtype=np.float64)
         self._draft_pass_list = self.draft_pass.tolist()
         self.first_pass = np.asarray(P.first_pass_s, dtype=np.float64)
@@ -258,16 +254,6 @@ class CalibratedCostModel(RooflineCostModel):
         self.select_col = np.asarray(P.select_col_s, dtype=np.float64)
         self._select_list = self.select_col.tolist()
         self._selects = bool(self.select_col.any())
-
-    def _build_tables(self, qmax: int) -> None:
-        if self._defer_tables:
-            return
-        super()._build_tables(qmax)
-        if self.tiles:  # [tile class, q] -> tiles a request of q tokens computes
-            q = np.arange(qmax + 1, dtype=np.int64)
-            qb = np.asarray(self._qb, np.int64)[:, None]
-            self.ntile_tbl = np.maximum(1, (q[None, :] + qb - 1) // qb)
-            self.rowflop_tbl = self.ntile_tbl * (self.tile_bm[:, None] * np.asarray(self.row_flop_c)[:, None])
 
     # ---- tile classes ----
     def tile_class(self, qmax):
@@ -277,14 +263,16 @@ class CalibratedCostModel(RooflineCostModel):
             return self._tile_cls_list[min(max(int(qmax), 1), self._tile_cap)]
         return self._tile_cls[np.minimum(np.maximum(qmax, 1), self._tile_cap)]
 
-    # ---- per-request terms (vector formulas; the tables are built from these) ----
+    # ---- per-request terms: arrays, or Python numbers for one request (spsim/cost/xp.py) ----
     def _attn(self, n_kv, causal, q, cls):
         """All-layer seconds of one request's attention in tile class `cls` (tiles mode)."""
         P = self.p
-        nt = self.ntile_tbl[cls, q]
-        kv = np.maximum(n_kv + (nt - 1) * causal, P.attn_min_kv)
-        mem = np.ceil(kv / self.page_size) * self.page_read_s
-        cmp = causal * self.rowflop_tbl[cls, q]
+        xp = ns(n_kv)
+        qb = xp.pick(self._qb_t, cls)
+        nt = xp.maximum(1, (q + qb - 1) // qb)  # tiles of the request's query
+        kv = xp.maximum(n_kv + (nt - 1) * causal, P.attn_min_kv)
+        mem = xp.ceil(kv / self.page_size) * self.page_read_s
+        cmp = causal * (nt * xp.pick(self._tile_flop_t, cls))
         sm = (mem ** self._ap + cmp ** self._ap) ** self._iap
         return self.L * (sm + ((n_kv + (P.split_tokens - 1)) // P.split_tokens) * P.attn_split_s + P.attn_req_s)
 
@@ -292,7 +280,7 @@ class CalibratedCostModel(RooflineCostModel):
         """`_attn(n, n, 1, cls)`: a one-token query over `n` KV tokens. A draft table's many
         contexts mostly read the whole budget (the largest n), computed once there (an elementwise
         formula: the same bits)."""
-        if np.ndim(cls) == 0 and np.size(n) > 4096:
+        if isinstance(n, np.ndarray) and n.size > 4096 and np.ndim(cls) == 0:
             at = n == n.max()  # the contexts past the budget
             k = np.count_nonzero(at)
             if 2 * k > n.size:
@@ -304,53 +292,40 @@ class CalibratedCostModel(RooflineCostModel):
                 return out
         return self._attn(n, n, 1, cls)
 
-    def _attn1(self, n: int, causal: float, q: int, c: int) -> float:
-        """Scalar twin of `_attn` (same operations in the same order)."""
-        P = self.p
-        qb = self._qb[c]
-        nt = (q + qb - 1) // qb if q > 1 else 1
-        kv = n + (nt - 1) * causal
-        if not kv > P.attn_min_kv:
-            kv = P.attn_min_kv
-        mem = math.ceil(kv / self.page_size) * self.page_read_s
-        cmp = causal * (nt * (self._bm[c] * self.row_flop_c[c]))
-        sm = (mem ** self._ap + cmp ** self._ap) ** self._iap
-        return self.L * (sm + ((n + P.split_tokens - 1) // P.split_tokens) * P.attn_split_s + P.attn_req_s)
-
     def prefill_attn(self, context, query, cls=None):
         if not self.tiles:
             return RooflineCostModel.full_attn(self, context, query)
         return self._attn(context + query, context + (query + 1) * 0.5, query, self._cls(cls, query))
 
     def _cls(self, cls, query):
-        return self.tile_class(np.asarray(query)) if cls is None else cls
+        return self.tile_class(query) if cls is None else cls
 
     def full_attn(self, context, query, cls=None):
         """A verifying request: its attention (in tile class `cls`, default the one its query
         needs) plus its per-request cost."""
-        if not self.tiles:
-            return RooflineCostModel.full_attn(self, context, query) + self.p.verify_req_s
-        return self._attn(context + query, context + (query + 1) * 0.5, query, self._cls(cls, query)) + \
-            self.p.verify_req_s
+        return self.prefill_attn(context, query, cls) + self.p.verify_req_s
 
     def draft_attn(self, context, budget, method, pos, cls=0):
+        xp = ns(context)
+        k = xp.minimum(pos, 1)  # a run's first draft, or a later one
         if not self.tiles:
-            t = RooflineCostModel.draft_attn(self, context, budget, method, pos)
-            return t + self.req_tbl[method, np.minimum(pos, 1)]
-        sparse = np.minimum(budget, context) + pos + 1
+            return RooflineCostModel.draft_attn(self, context, budget, method, pos) + xp.pick(self._req_t, method, k)
+        sparse = xp.minimum(budget, context) + pos + 1
         ts = self._attn_read(sparse, cls)
-        t = ts + self.score_tbl[method, np.minimum(pos, 1)] * ((context + (self.page_size - 1)) // self.page_size)
-        if np.any(method == DraftMethod.STEP_LAYER):  # the designated layer reads all the KV
+        t = ts + xp.pick(self._score_t, method, k) * ((context + (self.page_size - 1)) // self.page_size)
+        if xp.any(method == DraftMethod.STEP_LAYER):  # the designated layer reads all the KV
             full = context + pos + 1
-            t = t + np.where(method == DraftMethod.STEP_LAYER, (self._attn(full, full, 1, cls) - ts) / self.L, 0.0)
-        return t + self.req_tbl[method, np.minimum(pos, 1)]
+            t = t + xp.where(method == DraftMethod.STEP_LAYER, (self._attn(full, full, 1, cls) - ts) / self.L, 0.0)
+        return t + xp.pick(self._req_t, method, k)
 
     def draft_extra(self, context, budget, method, pos):
         """The part of `draft_attn` that is not the attention kernel: page scoring, per request."""
+        xp = ns(context)
+        k = xp.minimum(pos, 1)
         if not self.tiles:
-            return self.req_tbl[method, np.minimum(pos, 1)]
-        return self.score_tbl[method, np.minimum(pos, 1)] * ((context + (self.page_size - 1)) // self.page_size) + \
-            self.req_tbl[method, np.minimum(pos, 1)]
+            return xp.pick(self._req_t, method, k)
+        return xp.pick(self._score_t, method, k) * ((context + (self.page_size - 1)) // self.page_size) + \
+            xp.pick(self._req_t, method, k)
 
     # ---- the attention's work items (tail term) ----
     ATTN_WAVES = WAVES  # the split rule's: work items per SM aimed at, and the split floor
@@ -579,7 +554,7 @@ class CalibratedCostModel(RooflineCostModel):
         kv = [c + t for c, t in zip(plan.prefill_context.tolist(), pq)] + \
             [(b if b < c else c) + p + 1 for c, p in zip(plan.draft_context.tolist(), plan.draft_pos.tolist())] + \
             [c + t for c, t in zip(plan.verify_context.tolist(), vq)]
-        ruled = self.ruled1(sum(q))
+        ruled = self.ruled(sum(q))
         tall = self.split_prefill1(pq, len(q), ruled)
         dummies = (1 << (len(q) - 1).bit_length()) - len(q) if ruled else 0  # the rule's, beside the rest
         if not any(tall):
@@ -616,39 +591,12 @@ class CalibratedCostModel(RooflineCostModel):
         tall = [self.tile_class(x) == top for x in prefill_q]
         return tall if sum(tall) < n_requests else [False] * len(prefill_q)
 
-    def ruled(self, tokens: np.ndarray) -> np.ndarray:
-        """Which passes of `tokens` tokens the shape rule pads (those it graphs: at most
-        `prefill_graph_tokens`; gpu_runtime/executor.py `_prepare`)."""
+    def ruled(self, tokens):
+        """Which passes of `tokens` tokens (an int or an array) the shape rule pads (those it graphs:
+        at most `prefill_graph_tokens`; gpu_runtime/executor.py `_prepare`)."""
         if self.p.padding != "rule":  # (most profiles: no array arithmetic on the hot path)
-            return np.zeros(np.shape(tokens), bool)
-        return np.asarray(tokens) <= self.p.prefill_graph_tokens
-
-    def ruled1(self, tokens: int) -> bool:
-        """`ruled` of one pass (a Python int)."""
-        return self.p.padding == "rule" and tokens <= self.p.prefill_graph_tokens
-
-    # scalar twins (same operations in the same order)
-    def _verify1(self, c: int, q: int, cls: int | None = None) -> float:
-        if not self.tiles:
-            return self.L * self._layer1(c + q, c + (q + 1) * 0.5, q) + self.p.verify_req_s
-        return self._attn1(c + q, c + (q + 1) * 0.5, q, self.tile_class(q) if cls is None else cls) + \
-            self.p.verify_req_s
-
-    def _prefill1(self, c: int, q: int, cls: int) -> float:
-        if not self.tiles:
-            return self.L * self._layer1(c + q, c + (q + 1) * 0.5, q)
-        return self._attn1(c + q, c + (q + 1) * 0.5, q, cls)
-
-    def _draft1(self, c: int, b: int, m: int, pos: int, cls: int = 0) -> float:
-        if not self.tiles:
-            return RooflineCostModel._draft1(self, c, b, m, pos) + self._req_rows[m][1 if pos > 0 else 0]
-        sparse = (b if b < c else c) + pos + 1
-        ts = self._attn1(sparse, sparse, 1, cls)
-        t = ts + self._score_rows[m][1 if pos > 0 else 0] * ((c + self.page_size - 1) // self.page_size)
-        if m == DraftMethod.STEP_LAYER:
-            full = c + pos + 1
-            t = t + (self._attn1(full, full, 1, cls) - ts) / self.L
-        return t + self._req_rows[m][1 if pos > 0 else 0]
+            return ns(tokens).full(tokens, False)
+        return tokens <= self.p.prefill_graph_tokens
 
     # ---- per-pass terms ----
     def eager(self, has_prefill, tokens):
@@ -671,7 +619,7 @@ class CalibratedCostModel(RooflineCostModel):
             return t
         h = P.host_overhead_s
         e = P.eager_p
-        rest = t - h if t > h else 0.0
+        rest = ns(t).maximum(t - h, 0.0)
         return h + (rest ** e + P.eager_launch_s ** e) ** (1.0 / e)
 
     @property
@@ -694,7 +642,7 @@ class CalibratedCostModel(RooflineCostModel):
         logits = n_dr + n_pre
         qmax = 1
         pq, vq = plan.prefill_tokens.tolist(), plan.verify_query.tolist()  # (few: Python ints)
-        ruled = self.p.padding == "rule" and n_dr + sum(pq) + sum(vq) <= self.p.prefill_graph_tokens
+        ruled = self.ruled(n_dr + sum(pq) + sum(vq))
         tall = self.split_prefill1(pq, n_pre + n_dr + n_ver, ruled)
         split = any(tall)
         if n_pre:
@@ -706,8 +654,8 @@ class CalibratedCostModel(RooflineCostModel):
         cls = self.tile_class(qmax)
         kern_tall = 0.0  # the split prefill chunks' attention (their own launch)
         if n_pre:
-            if scalar:
-                f = self._prefill1
+            if scalar:  # (as _fold, the split chunks apart)
+                f = self.prefill_attn
                 top = len(TILES) - 1
                 for c, q, t in zip(plan.prefill_context.tolist(), pq, tall):
                     if t:
@@ -721,27 +669,14 @@ class CalibratedCostModel(RooflineCostModel):
                 kern_tall = float(a[tall_a].sum()) if split else 0.0
                 total += float(a.sum()) - kern_tall
             tokens += sum(pq)
-        methods = ()
+        b, m = plan.draft_budget, plan.draft_method
+        methods = (m,) if n_dr else ()
         dpos = plan.draft_pos.tolist()
-        if n_dr:
-            b, m = plan.draft_budget, plan.draft_method
-            if scalar:
-                f = self._draft1
-                for c, pos in zip(plan.draft_context.tolist(), dpos):
-                    total += f(c, b, m, pos, cls)
-            else:
-                total += float(self.draft_attn(plan.draft_context, b, m, plan.draft_pos, cls).sum())
-            methods = (m,)
-        if n_ver:
-            if scalar:
-                f = self._verify1
-                for c, q in zip(plan.verify_context.tolist(), vq):
-                    total += f(c, q, cls)
-            else:
-                total += float(self.full_attn(plan.verify_context, plan.verify_query, cls).sum())
-            nq = sum(vq)
-            tokens += nq
-            logits += nq
+        total = _fold(total, lambda c, pos: self.draft_attn(c, b, m, pos, cls), scalar, plan.draft_context, plan.draft_pos)
+        total = _fold(total, lambda c, q: self.full_attn(c, q, cls), scalar, plan.verify_context, plan.verify_query)
+        nq = sum(vq)
+        tokens += nq
+        logits += nq
         if tokens == 0:
             return 0.0
         # the rule keeps verify-attn's page scores in every pass (a pass of drafts alone: into a scratch slot)
@@ -780,23 +715,18 @@ class CalibratedCostModel(RooflineCostModel):
     def _draft_extra_sum(self, plan: PassPlan, dpos: list[int]) -> float:
         """`draft_extra` of a plan's drafts, summed as numpy sums them (`_row_sum`): few drafts on
         Python floats, many as vectors."""
-        if not self.tiles or len(dpos) > self.SCALAR_MAX:
-            return float(self.draft_extra(plan.draft_context, plan.draft_budget, plan.draft_method, plan.draft_pos).sum())
-        m, ps = plan.draft_method, self.page_size
-        score, req = self._score_rows[m], self._req_rows[m]
-        return _row_sum([score[k] * ((c + ps - 1) // ps) + req[k]
-                         for c, k in zip(plan.draft_context.tolist(), (1 if p > 0 else 0 for p in dpos))])
+        b, m = plan.draft_budget, plan.draft_method
+        if len(dpos) > self.SCALAR_MAX:
+            return float(self.draft_extra(plan.draft_context, b, m, plan.draft_pos).sum())
+        return _row_sum([self.draft_extra(c, b, m, p) for c, p in zip(plan.draft_context.tolist(), dpos)])
 
     def _scores1(self, plan: PassPlan, ruled: bool = False) -> float:
         """A verify-attn pass keeping its verifications' page scores: the attention kernel writes
         one score per page into a [every request's rows, longest page list] buffer, reset every
         layer, and the kept rows are copied out (pass_attention.py). Under the shape rule
         (`ruled`): the requests padded to a power of two, the width the longest one's class."""
-        w = self._longest_pages(plan)
         n = len(plan.draft_ids) + len(plan.verify_ids) + len(plan.prefill_ids)
-        if ruled and w <= self._classes[-1]:
-            return self.p.score_col_s * ((1 << (n - 1).bit_length()) * next(c for c in self._classes if c >= w))
-        return self.p.score_col_s * (n * (-(-w // self.SELECT_COLS) * self.SELECT_COLS))
+        return self.p.score_col_s * self._rule_scale(n, self._longest_pages(plan), ruled)
 
     def _longest_pages(self, plan: PassPlan) -> int:
         """Pages of the pass's longest request (a draft's: its context, drafts held and this one)."""
@@ -805,17 +735,18 @@ class CalibratedCostModel(RooflineCostModel):
                    int(((plan.verify_context + plan.verify_query + ps - 1) // ps).max(initial=0)),
                    int(((plan.prefill_context + plan.prefill_tokens + ps - 1) // ps).max(initial=0)))
 
-    def _rule_cols(self, pages: np.ndarray) -> np.ndarray:
+    def _rule_cols(self, pages):
         """Top-k columns of selections under the shape rule: the next power of two of the width
         class holding `pages` (the pass's longest request), or of `pages` (in 128s) beyond the
-        classes (the pass leaves the rule)."""
-        w = np.where(pages <= self._classes[-1], self._class_of(pages), -(-pages // self.SELECT_COLS) * self.SELECT_COLS)
-        return _pow2(np.maximum(w, 1))
+        classes (the pass leaves the rule). An int or an array."""
+        xp = ns(pages)
+        w = xp.where(pages <= self._classes[-1], self._class_of(pages), -(-pages // self.SELECT_COLS) * self.SELECT_COLS)
+        return xp.pow2(xp.maximum(w, 1))
 
-    def _class_of(self, pages: np.ndarray) -> np.ndarray:
+    def _class_of(self, pages):
         """The rule's width class holding `pages` (the top one past it: callers check)."""
-        c = self._classes_a
-        return c[np.minimum(np.searchsorted(c, pages), len(c) - 1)]
+        xp, c = ns(pages), self._classes_t
+        return xp.pick(c, xp.minimum(xp.searchsorted(c, pages), len(self._classes) - 1))
 
     # ---- page selection's top-k (per pass) ----
     # The runtime selects pages with a top-k kernel over a [selecting rows, columns] grid whose
@@ -832,14 +763,11 @@ class CalibratedCostModel(RooflineCostModel):
     # whatever the rows: `select_base_req` requests' worth more per selection.
     SELECT_COLS = 128
 
-    def _sel_reqs1(self, n: int) -> float:
-        """Selecting requests' worth of top-k time for `n` of them: each row is one program, a
-        selection of few rows takes one row's latency (`select_base_req`) rather than nothing."""
-        return n + self.p.select_base_req if n else 0.0
-
-    def _sel_reqs(self, n: np.ndarray) -> np.ndarray:
-        """`_sel_reqs1` of an integer array."""
-        return np.where(n > 0, n + self.p.select_base_req, 0.0)
+    def _sel_reqs(self, n):
+        """Selecting requests' worth of top-k time for `n` of them (an int or an array): each row
+        is one program, a selection of few rows takes one row's latency (`select_base_req`) rather
+        than nothing."""
+        return ns(n).where(n > 0, n + self.p.select_base_req, 0.0)
 
     def _pad_drafters(self, n):
         """Drafting rows of a padded graphed pass with `n` real ones (gpu_runtime/padding.py
@@ -861,7 +789,7 @@ class CalibratedCostModel(RooflineCostModel):
                     continue
                 n = len(plan.draft_ids) + len(plan.verify_ids) + len(plan.prefill_ids)
                 w = self._longest_pages(plan)
-                t += c * self._sel_reqs1(1 << (n - 1).bit_length()) * int(self._rule_cols(np.int64(w)))
+                t += c * self._sel_reqs(1 << (n - 1).bit_length()) * self._rule_cols(w)
                 continue
             pages = (plan.draft_context + pos + ps) // ps  # (context + pos + 1) tokens
             # padded graphed passes select for every drafting row, dummy ones too (their count
@@ -882,7 +810,7 @@ class CalibratedCostModel(RooflineCostModel):
                             int(((plan.verify_context + plan.verify_query + ps - 1) // ps).max(initial=0)),
                             int(((plan.prefill_context + plan.prefill_tokens + ps - 1) // ps).max(initial=0)))
             w = -(-w // cols) * cols
-            t += c * self._sel_reqs1(n) * (1 << (w - 1).bit_length())
+            t += c * self._sel_reqs(n) * (1 << (w - 1).bit_length())
         return t
 
     def pass_overhead(self, num_tokens: int, prefill_tokens: int = 0, *, num_logits: int | None = None) -> float:
@@ -897,16 +825,6 @@ class CalibratedCostModel(RooflineCostModel):
         seeing them, drafted at 1-4K contexts and lost 15 % of TPOT to `ar` (docs/policies.md)."""
         m = int(method)
         return self._draft_pass_list[m], self._first_pass_list[m], self.p.spec_pass_s, self.p.mixed_pass_s
-
-    def marginal(self, context, budget: int, method: int, query, draft_pos=None):
-        context, query = np.asarray(context, dtype=np.int64), np.asarray(query, dtype=np.int64)
-        if context.ndim == 1 and len(context) <= self.SCALAR_MAX:
-            pos = np.zeros_like(context) if draft_pos is None else np.asarray(draft_pos, dtype=np.int64)
-            g, v, b, m = self._draft1, self._verify1, int(budget), int(method)
-            cl = context.tolist()
-            d = [g(c, b, m, p) for c, p in zip(cl, pos.tolist())]
-            return np.array(d), np.array([v(c, q) for c, q in zip(cl, query.tolist())])
-        return super().marginal(context, budget, method, query, draft_pos)  # tables / vector formulas
 
     # ---- tables per tile class (the simulator's segments) ----
     def tables_fit(self, width: int, rows: int) -> bool:
@@ -998,7 +916,7 @@ class CalibratedCostModel(RooflineCostModel):
                 dummies = None
                 if anyr:
                     nreq = (draft | verify).sum(axis=1)
-                    dummies = np.where(ruled & (nreq > 0), _pow2(np.maximum(nreq, 1)) - nreq, 0)
+                    dummies = np.where(ruled & (nreq > 0), NP.pow2(np.maximum(nreq, 1)) - nreq, 0)
                 r = self.work_ratios(np.where(draft, 1, q), np.where(draft, sparse, ctx + q), draft | verify,
                                      rank=verify.astype(np.int64), dummies=dummies)
                 att = att + kern * (r - 1.0)[:, None]
@@ -1031,7 +949,7 @@ class CalibratedCostModel(RooflineCostModel):
                 if DraftMethod(m).refresh == "verify":
                     who = dm & (seg.draft_pos == 0)
                     n = who.sum(axis=1)
-                    n = np.where(n > 0, np.where(d > n, d, _pow2(np.maximum(n, 1))), 0)
+                    n = np.where(n > 0, np.where(d > n, d, NP.pow2(np.maximum(n, 1))), 0)
                     w = np.where(who if m == DraftMethod.VERIFY_ATTN else dm, pages, 0).max(axis=1)
                 else:
                     n = d
@@ -1041,13 +959,13 @@ class CalibratedCostModel(RooflineCostModel):
                                        np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1))
                 w = -(-np.maximum(w, 1) // self.SELECT_COLS) * self.SELECT_COLS
                 if not anyr:
-                    t = t + c * self._sel_reqs(n) * _pow2(w)
+                    t = t + c * self._sel_reqs(n) * NP.pow2(w)
                     continue
                 allw = np.maximum(np.where(draft, pages, 0).max(axis=1),
                                   np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1))
                 # the rule: every request selects (dummy entries too), at its class's width
-                n = np.where(ruled & (n > 0), _pow2(np.maximum((draft | verify).sum(axis=1), 1)), n)
-                t = t + c * self._sel_reqs(n) * np.where(ruled, self._rule_cols(allw), _pow2(w))
+                n = np.where(ruled & (n > 0), NP.pow2(np.maximum((draft | verify).sum(axis=1), 1)), n)
+                t = t + c * self._sel_reqs(n) * np.where(ruled, self._rule_cols(allw), NP.pow2(w))
         if self.p.score_col_s and keep.any():
             ps = self.page_size
             w = np.maximum(np.where(draft, (ctx + seg.draft_pos + ps) // ps, 0).max(axis=1),
@@ -1087,7 +1005,7 @@ class CalibratedCostModel(RooflineCostModel):
             kern = att - self.p.verify_req_s
             # one query block a request: its unit's KV blocks are those of its KV (context + 1)
             bn = int(self._wi_bn[c])
-            extra = (1 << (r - 1).bit_length()) - r if r & (r - 1) and self.ruled1(r) else 0  # the rule's dummies
+            extra = (1 << (r - 1).bit_length()) - r if r & (r - 1) and self.ruled(r) else 0  # the rule's dummies
             if first is not None:
                 ratio = self._plain_ratios(first, n, bn, extra)
             else:
@@ -1133,7 +1051,7 @@ class CalibratedCostModel(RooflineCostModel):
         if self.p.attn_sms:
             bn = self._wi_bn_l[c]
             units = [-(-(x + 1) // bn) for x in context]
-            if r & (r - 1) and self.ruled1(r):  # the rule's dummy verifiers: a unit of one block each
+            if r & (r - 1) and self.ruled(r):  # the rule's dummy verifiers: a unit of one block each
                 units += [1] * ((1 << (r - 1).bit_length()) - r)
             m = self._units_ratio1(units, bn) - 1.0
             v = self.p.verify_req_s
@@ -1207,10 +1125,7 @@ class CalibratedCostModel(RooflineCostModel):
             per = per + self._scores_batch(batch, keep, ruled)
         t = lin + att + per
         if self.p.eager_launch_s and eager.any():
-            P = self.p
-            h, e = P.host_overhead_s, P.eager_p
-            rest = np.maximum(t - h, 0.0)
-            t = np.where(eager, h + (rest ** e + P.eager_launch_s ** e) ** (1.0 / e), t)
+            t = np.where(eager, self._eager(t), t)
         return np.where(batch.tokens > 0, t, 0.0)  # an empty pass costs nothing (as time())
 
     def _select_batch(self, batch: PlanBatch, ruled: np.ndarray, padded: np.ndarray) -> np.ndarray:
@@ -1232,7 +1147,7 @@ class CalibratedCostModel(RooflineCostModel):
             if DraftMethod(m).refresh == "verify":
                 who = dm & (batch.dr_pos == 0)
                 cnt = np.bincount(batch.dr_of[who], minlength=n)
-                cnt = np.where(cnt > 0, np.where(d > cnt, d, _pow2(np.maximum(cnt, 1))), 0)
+                cnt = np.where(cnt > 0, np.where(d > cnt, d, NP.pow2(np.maximum(cnt, 1))), 0)
                 src = who if m == DraftMethod.VERIFY_ATTN else dm
             else:
                 cnt = d
@@ -1243,8 +1158,8 @@ class CalibratedCostModel(RooflineCostModel):
                 w = np.where(cnt > 0, allw, w)
             w = -(-np.maximum(w, 1) // self.SELECT_COLS) * self.SELECT_COLS
             # the rule: every request selects (dummy entries too), at its class's width
-            cnt = np.where(ruled & (cnt > 0), _pow2(np.maximum(nreq, 1)), cnt)
-            out += c * self._sel_reqs(cnt) * np.where(ruled, self._rule_cols(allw), _pow2(w))
+            cnt = np.where(ruled & (cnt > 0), NP.pow2(np.maximum(nreq, 1)), cnt)
+            out += c * self._sel_reqs(cnt) * np.where(ruled, self._rule_cols(allw), NP.pow2(w))
         return out
 
     def _longest_batch(self, batch: PlanBatch) -> np.ndarray:
@@ -1264,11 +1179,14 @@ class CalibratedCostModel(RooflineCostModel):
             np.bincount(batch.pre_of, minlength=n)
         return np.where(keep, self.p.score_col_s * self._rule_scale(nreq, w, ruled), 0.0)
 
-    def _rule_scale(self, nreq: np.ndarray, w: np.ndarray, ruled: np.ndarray) -> np.ndarray:
+    def _rule_scale(self, nreq, w, ruled):
         """Page-score rows x columns: requests x the longest's pages in 128s, or under the rule
-        (`ruled`, within its classes) requests padded to a power of two x the class's width."""
+        (`ruled`, within its classes) requests padded to a power of two x the class's width. Ints
+        (one pass) or arrays."""
+        xp = ns(w)
         on = ruled & (w <= self._classes[-1])
-        return np.where(on, _pow2(np.maximum(nreq, 1)) * self._class_of(w), nreq * (-(-w // self.SELECT_COLS) * self.SELECT_COLS))
+        return xp.where(on, xp.pow2(xp.maximum(nreq, 1)) * self._class_of(w),
+                        nreq * (-(-w // self.SELECT_COLS) * self.SELECT_COLS))
 
     def kv_capacity_pages(self, reserve_frac: float | None = None, selection_metadata: bool = True) -> int:
         """The KV pages the runtime could allocate on the measured GPU, where the profile says so."""
@@ -1359,11 +1277,6 @@ def _pairwise(a: list[float], lo: int, n: int) -> float:
     h = n // 2
     h -= h % 8
     return _pairwise(a, lo, h) + _pairwise(a, lo + h, n - h)
-
-
-def _pow2(x: np.ndarray) -> np.ndarray:
-    """The next power of two of each positive integer (exact: powers of two have exact logs)."""
-    return np.left_shift(1, np.ceil(np.log2(x)).astype(np.int64))
 
 
 def _load(prof: dict) -> CalibratedCostModel:
