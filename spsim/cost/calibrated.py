@@ -109,7 +109,7 @@ from spsim.worklist import MIN_SPLIT_TOKENS, WAVES, split_of_units
 from .batch import PlanBatch
 from .padding import MODES as PADDING_MODES
 from .padding import SCRATCH_PAGES, pad_count_vec, padded, padded_vec, pow2_vec
-from .roofline import RooflineCostModel, RooflineParams, _fold
+from .roofline import RooflineCostModel, RooflineParams, _fold, _pass_sums
 from .xp import NP, Table, ns
 
 N_METHODS = len(DraftMethod)
@@ -248,9 +248,9 @@ class CalibratedCostModel(RooflineCostModel):
         self.req_tbl = np.asarray(P.draft_req_s, dtype=np.float64).reshape(N_METHODS, 2)
         self._req_t = Table(self.req_tbl)
         self.draft_pass = np.asarray(P.draft_pass_s, dtype=np.float64)
-        self._draft_pass_list = self.draft_pass.tolist()
+        self._draft_pass_t = Table(self.draft_pass)
         self.first_pass = np.asarray(P.first_pass_s, dtype=np.float64)
-        self._first_pass_list = self.first_pass.tolist()
+        self._first_pass_t = Table(self.first_pass)
         self.select_col = np.asarray(P.select_col_s, dtype=np.float64)
         self._select_list = self.select_col.tolist()
         self._selects = bool(self.select_col.any())
@@ -606,11 +606,15 @@ class CalibratedCostModel(RooflineCostModel):
             return np.asarray(tokens) > self.p.prefill_graph_tokens
         return has_prefill & (tokens > self.p.prefill_graph_tokens)
 
-    def pass_terms(self, eager: bool, methods) -> float:
-        """Seconds a pass pays once: eager launches (a pass run without a graph) and its drafts'
-        selection (the largest of the methods present; a runtime uses one)."""
-        t = self.p.eager_pass_s if eager else 0.0
-        return t + max(self._draft_pass_list[m] for m in methods) if len(methods) else t
+    def _once(self, t, eager, drafts, first, spec, mixed, method):
+        """`t` plus what a pass pays once, in the step path's order (one pass: bools and an int;
+        many: arrays): eager launches (no CUDA graph) with its drafts' selection kernels of the
+        run's `method`, a run's first drafts (page selection), verifying drafts (a query > 1: the
+        acceptance path), drafting and verifying together (two sampling paths)."""
+        xp, P = ns(t), self.p
+        t = t + (xp.where(eager, P.eager_pass_s, 0.0) + xp.where(drafts, xp.pick(self._draft_pass_t, method), 0.0))
+        t = t + xp.where(first, xp.pick(self._first_pass_t, method), 0.0)
+        return t + xp.where(spec, P.spec_pass_s, 0.0) + xp.where(mixed, P.mixed_pass_s, 0.0)
 
     def _eager(self, t):
         """An eager pass: the host's launch time and the GPU's time overlap (smoothmax)."""
@@ -670,7 +674,6 @@ class CalibratedCostModel(RooflineCostModel):
                 total += float(a.sum()) - kern_tall
             tokens += sum(pq)
         b, m = plan.draft_budget, plan.draft_method
-        methods = (m,) if n_dr else ()
         dpos = plan.draft_pos.tolist()
         total = _fold(total, lambda c, pos: self.draft_attn(c, b, m, pos, cls), scalar, plan.draft_context, plan.draft_pos)
         total = _fold(total, lambda c, q: self.full_attn(c, q, cls), scalar, plan.verify_context, plan.verify_query)
@@ -680,7 +683,7 @@ class CalibratedCostModel(RooflineCostModel):
         if tokens == 0:
             return 0.0
         # the rule keeps verify-attn's page scores in every pass (a pass of drafts alone: into a scratch slot)
-        keep = (plan.keep_scores or (n_dr and DraftMethod.VERIFY_ATTN in methods)) and (n_ver or n_pre or ruled)
+        keep = (plan.keep_scores or (n_dr and m == DraftMethod.VERIFY_ATTN)) and (n_ver or n_pre or ruled)
         if self.p.attn_sms or (keep and self.p.score_attn_frac):  # the attention kernel: less the extras
             kern = total - n_ver * self.p.verify_req_s
             if n_dr:
@@ -698,16 +701,11 @@ class CalibratedCostModel(RooflineCostModel):
         if self.p.padding != "none" and not eager:
             tokens, logits = padded(tokens, logits, n_dr, n_ver, self.p.padding, SCRATCH_PAGES * self.page_size, n_pre,
                                     self.p.rule_max_query)
-        # the linear part alone: the eager terms are pass_terms and _eager below (as _flat_times)
-        t = RooflineCostModel.pass_overhead(self, tokens, num_logits=logits) + total + self.pass_terms(eager, methods)
-        if n_dr and 0 in dpos:
-            t += self._first_pass_list[plan.draft_method]
-        if n_ver and max(vq) > 1:
-            t += self.p.spec_pass_s
-        if n_dr and n_ver:
-            t += self.p.mixed_pass_s
+        # the linear part alone: the eager terms are _once's and _eager below (as _flat_times)
+        t = self._once(RooflineCostModel.pass_overhead(self, tokens, num_logits=logits) + total, eager, n_dr > 0,
+                       0 in dpos, max(vq, default=1) > 1, n_dr > 0 and n_ver > 0, m)
         if n_dr and self._selects:
-            t += self._select1(plan, methods, ruled, self.p.padding in ("bucket", "pow2") and not eager)
+            t += self._select1(plan, m, ruled, self.p.padding in ("bucket", "pow2") and not eager)
         if keep and self.p.score_col_s:
             t += self._scores1(plan, ruled)
         return self._eager(t) if eager else t
@@ -776,42 +774,33 @@ class CalibratedCostModel(RooflineCostModel):
             return (pow2(n) if self.p.padding == "pow2" else pad_count(n)) if n else 0
         return np.where(n > 0, pow2_vec(n) if self.p.padding == "pow2" else pad_count_vec(n), 0)
 
-    def _select1(self, plan: PassPlan, methods, ruled: bool = False, padded: bool = False) -> float:
-        t = 0.0
+    def _select1(self, plan: PassPlan, m: int, ruled: bool = False, padded: bool = False) -> float:
+        """The top-k of a pass drafting with method `m` (see above); `ruled`: padded by the shape
+        rule, `padded`: by the bucket or pow2 padding."""
+        c = self._select_list[m]
+        pos = plan.draft_pos
+        verify = DraftMethod(m).refresh == "verify"
+        if not c or (verify and not (pos == 0).any()):
+            return 0.0
+        if ruled:  # every request selects (dummy entries too), at its class's width
+            n = len(plan.draft_ids) + len(plan.verify_ids) + len(plan.prefill_ids)
+            return c * self._sel_reqs(1 << (n - 1).bit_length()) * self._rule_cols(self._longest_pages(plan))
         ps, cols = self.page_size, self.SELECT_COLS
-        for m in methods:
-            c = self._select_list[m]
-            if not c:
-                continue
-            pos = plan.draft_pos
-            if ruled:  # every request selects (dummy entries too), at its class's width
-                if DraftMethod(m).refresh == "verify" and not (pos == 0).any():
-                    continue
-                n = len(plan.draft_ids) + len(plan.verify_ids) + len(plan.prefill_ids)
-                w = self._longest_pages(plan)
-                t += c * self._sel_reqs(1 << (n - 1).bit_length()) * self._rule_cols(w)
-                continue
-            pages = (plan.draft_context + pos + ps) // ps  # (context + pos + 1) tokens
-            # padded graphed passes select for every drafting row, dummy ones too (their count
-            # padded: `_pad_drafters`); a first-draft selection as long, unless all are first
-            d = self._pad_drafters(len(pos)) if padded else len(pos)
-            if DraftMethod(m).refresh == "verify":
-                first = pos == 0
-                n = int(first.sum())
-                if not n:
-                    continue
-                n = d if d > n else 1 << (n - 1).bit_length()
-                w = int(pages[first].max()) if m == DraftMethod.VERIFY_ATTN else int(pages.max())
-            else:
-                n = d
-                w = int(pages.max())
-                if m == DraftMethod.STEP_LAYER:  # every request's pages
-                    w = max(int(((plan.draft_context + plan.draft_pos + ps) // ps).max()),
-                            int(((plan.verify_context + plan.verify_query + ps - 1) // ps).max(initial=0)),
-                            int(((plan.prefill_context + plan.prefill_tokens + ps - 1) // ps).max(initial=0)))
-            w = -(-w // cols) * cols
-            t += c * self._sel_reqs(n) * (1 << (w - 1).bit_length())
-        return t
+        pages = (plan.draft_context + pos + ps) // ps  # (context + pos + 1) tokens
+        # padded graphed passes select for every drafting row, dummy ones too (their count
+        # padded: `_pad_drafters`); a first-draft selection as long, unless all are first
+        d = self._pad_drafters(len(pos)) if padded else len(pos)
+        if verify:
+            first = pos == 0
+            n = int(first.sum())
+            n = d if d > n else 1 << (n - 1).bit_length()
+            w = int(pages[first].max()) if m == DraftMethod.VERIFY_ATTN else int(pages.max())
+        elif m == DraftMethod.STEP_LAYER:  # every request's pages
+            n, w = d, self._longest_pages(plan)
+        else:
+            n, w = d, int(pages.max())
+        w = -(-w // cols) * cols
+        return c * self._sel_reqs(n) * (1 << (w - 1).bit_length())
 
     def pass_overhead(self, num_tokens: int, prefill_tokens: int = 0, *, num_logits: int | None = None) -> float:
         t = super().pass_overhead(num_tokens, prefill_tokens, num_logits=num_logits)
@@ -824,7 +813,7 @@ class CalibratedCostModel(RooflineCostModel):
         profile these are ~1-3 ms a pass against 7-8 ms short-context decodes: `aspire`, not
         seeing them, drafted at 1-4K contexts and lost 15 % of TPOT to `ar` (docs/policies.md)."""
         m = int(method)
-        return self._draft_pass_list[m], self._first_pass_list[m], self.p.spec_pass_s, self.p.mixed_pass_s
+        return self._draft_pass_t.l[m], self._first_pass_t.l[m], self.p.spec_pass_s, self.p.mixed_pass_s
 
     # ---- tables per tile class (the simulator's segments) ----
     def tables_fit(self, width: int, rows: int) -> bool:
@@ -1068,20 +1057,12 @@ class CalibratedCostModel(RooflineCostModel):
         np.maximum.at(qmax, batch.pre_of[~tall], batch.pre_q[~tall])
         qmax = np.where(self.ruled(batch.tokens) & batch.has_prefill, np.maximum(qmax, self.p.rule_max_query), qmax)
         cls = self.tile_class(qmax)
-        att = np.zeros(n)
-        kern_tall = np.zeros(n)  # split prefill chunks' attention (their own launch)
-        if len(batch.pre_of):
-            a = self.prefill_attn(batch.pre_ctx, batch.pre_q, np.where(tall, len(TILES) - 1, cls[batch.pre_of]))
-            kern_tall = np.bincount(batch.pre_of[tall], a[tall], n)
-            att += np.bincount(batch.pre_of[~tall], a[~tall], n)
-        if len(batch.dr_of):
-            d = self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method, batch.dr_pos, cls[batch.dr_of]) \
-                if self.tiles else self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method, batch.dr_pos)
-            att += np.bincount(batch.dr_of, d, n)
-        if len(batch.ver_of):
-            v = self.full_attn(batch.ver_ctx, batch.ver_q, cls[batch.ver_of]) if self.tiles else \
-                self.full_attn(batch.ver_ctx, batch.ver_q)
-            att += np.bincount(batch.ver_of, v, n)
+        a = self.prefill_attn(batch.pre_ctx, batch.pre_q, np.where(tall, len(TILES) - 1, cls[batch.pre_of]))
+        kern_tall = np.bincount(batch.pre_of[tall], a[tall], n)  # split prefill chunks' attention (their own launch)
+        att = _pass_sums(n, (batch.pre_of[~tall], a[~tall]),
+                         (batch.dr_of, self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method, batch.dr_pos,
+                                                       cls[batch.dr_of])),
+                         (batch.ver_of, self.full_attn(batch.ver_ctx, batch.ver_q, cls[batch.ver_of])))
         ruled = self.ruled(batch.tokens)
         keep = batch.keeps(ruled)
         frac = self.p.score_attn_frac
@@ -1106,24 +1087,18 @@ class CalibratedCostModel(RooflineCostModel):
                                 self.p.padding, SCRATCH_PAGES * self.page_size, np.bincount(batch.pre_of, minlength=n),
                                 self.p.rule_max_query)
             tok, logi = np.where(eager, tok, tp), np.where(eager, logi, lp)
-        lin = self.overhead_vec(tok, logi)
-        per = np.zeros(n)
-        np.maximum.at(per, batch.dr_of, self.draft_pass[batch.dr_method])  # the largest method's (as time())
-        first = np.zeros(n)
-        f0 = batch.dr_pos == 0
-        np.maximum.at(first, batch.dr_of[f0], self.first_pass[batch.dr_method[f0]])
+        method = np.zeros(n, np.int64)
+        method[batch.dr_of] = batch.dr_method  # (a plan's one)
         vmax = np.ones(n, np.int64)
         np.maximum.at(vmax, batch.ver_of, batch.ver_q)
-        per = per + first + np.where(eager, self.p.eager_pass_s, 0.0) + \
-            np.where(vmax > 1, self.p.spec_pass_s, 0.0)
-        if len(batch.dr_of):
-            has_v = np.bincount(batch.ver_of, minlength=n) > 0
-            per = per + np.where(batch.has_draft & has_v, self.p.mixed_pass_s, 0.0)
-            if self._selects:
-                per = per + self._select_batch(batch, ruled, ~eager & (self.p.padding in ("bucket", "pow2")))
+        has_v = np.bincount(batch.ver_of, minlength=n) > 0
+        t = self._once(self.overhead_vec(tok, logi) + att, eager, batch.has_draft,
+                       np.bincount(batch.dr_of[batch.dr_pos == 0], minlength=n) > 0, vmax > 1,
+                       batch.has_draft & has_v, method)
+        if len(batch.dr_of) and self._selects:
+            t = t + self._select_batch(batch, ruled, ~eager & (self.p.padding in ("bucket", "pow2")))
         if self.p.score_col_s:
-            per = per + self._scores_batch(batch, keep, ruled)
-        t = lin + att + per
+            t = t + self._scores_batch(batch, keep, ruled)
         if self.p.eager_launch_s and eager.any():
             t = np.where(eager, self._eager(t), t)
         return np.where(batch.tokens > 0, t, 0.0)  # an empty pass costs nothing (as time())

@@ -291,15 +291,9 @@ class RooflineCostModel:
         return self._flat_times(batch)
 
     def _flat_times(self, batch: PlanBatch) -> np.ndarray:
-        n = batch.n
-        att = np.zeros(n)
-        if len(batch.pre_of):
-            att += np.bincount(batch.pre_of, self.full_attn(batch.pre_ctx, batch.pre_q), n)
-        if len(batch.dr_of):
-            att += np.bincount(batch.dr_of, self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method,
-                                                            batch.dr_pos), n)
-        if len(batch.ver_of):
-            att += np.bincount(batch.ver_of, self.full_attn(batch.ver_ctx, batch.ver_q), n)
+        att = _pass_sums(batch.n, (batch.pre_of, self.full_attn(batch.pre_ctx, batch.pre_q)),
+                         (batch.dr_of, self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method, batch.dr_pos)),
+                         (batch.ver_of, self.full_attn(batch.ver_ctx, batch.ver_q)))
         return np.where(batch.tokens > 0, self.overhead_vec(batch.tokens, batch.logits) + att, 0.0)
 
     def _grid_times(self, seg: PlanBatch) -> np.ndarray:
@@ -420,6 +414,12 @@ def _fold(total: float, f, scalar: bool, *cols: np.ndarray) -> float:
             total += f(*x)
         return total
     return total + float(f(*cols).sum())
+
+
+def _pass_sums(n: int, *groups: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Per pass of n, its requests' values added in turn, group after group (`groups`: (pass
+    index, value) per request), as `time` adds a small plan's (one bincount: a left fold per pass)."""
+    return np.bincount(np.concatenate([g[0] for g in groups]), np.concatenate([g[1] for g in groups]), n)
 
 
 def fit_error(params: RooflineParams | None = None) -> dict:
