@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spsim.cost import CalibratedCostModel, CalibratedParams
+from spsim.cost.batch import PlanBatch
 
 
 def work_ratios_plain(cm, q, kv, live, qmax=None, rank=None) -> np.ndarray:
@@ -191,7 +192,6 @@ def test_plain_decodes_equal_their_segment(gpu_model, variant):
     path's one-pass ones) are the general grid pricing, bit for bit, under the shipped profiles
     and variants of them."""
     from spsim.cost import load_cost_model
-    from spsim.cost.batch import PlanBatch
     from spsim.cost.shipped import profile_path
 
     cm = load_cost_model(str(profile_path(*gpu_model)))
@@ -271,7 +271,7 @@ def plan_work_ratio_vectors(cm, plan):
     q = np.concatenate([plan.prefill_tokens, np.ones(len(plan.draft_ids), np.int64), plan.verify_query])
     kv = np.concatenate([plan.prefill_context + plan.prefill_tokens, sparse, plan.verify_context + plan.verify_query])
     ruled = cm.ruled(int(q.sum()))
-    tall = cm.split_prefill(plan.prefill_tokens, len(q), ruled)
+    tall = PlanBatch.of([plan]).split_prefill(cm)
     dummies = (1 << (len(q) - 1).bit_length()) - len(q) if ruled else 0
     if not tall.any():
         return cm.work_ratio(q, kv, None, dummies), 1.0

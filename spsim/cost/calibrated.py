@@ -341,25 +341,11 @@ class CalibratedCostModel(RooflineCostModel):
         one block, which counts against the SMs in the split rule).
         Replicates gpu_runtime/attention.py plan_attention's host plan (one KV head's units; every
         head has the same). One pass of `work_ratios`."""
-        q = np.asarray(q, np.int64)
-        if not self.p.attn_sms or not len(q):
+        q = np.asarray(q, np.int64)[None, :]
+        if not self.p.attn_sms or not q.size:
             return 1.0
-        # `work_ratios` of one pass, on 1-d arrays (the same integers: its units)
-        kv = np.asarray(kv, np.int64)
-        if dummies:
-            q, kv = np.concatenate([q, np.ones(dummies, np.int64)]), np.concatenate([kv, np.ones(dummies, np.int64)])
-        c = self.tile_class(int(q.max()) if qmax is None else int(qmax))
-        bn, qb = int(self._wi_bn[c]), int(self._wi_qb[c])
-        nqb = -(-q // qb)
-        J = int(nqb.max())
-        if J <= 1:
-            code = -(-np.minimum(kv, np.maximum(0, kv - q + np.minimum(qb, q))) // bn)
-        else:
-            j = np.arange(J)
-            q2, kv2 = q[:, None], kv[:, None]
-            u_end = np.minimum(kv2, np.maximum(0, kv2 - q2 + np.minimum((j + 1) * qb, q2)))
-            code = (-(-u_end // bn))[j < nqb[:, None]]
-        return float(self._code_ratios(code[None, :], bn)[0])
+        return float(self.work_ratios(q, np.asarray(kv, np.int64)[None, :], np.ones(q.shape, bool),
+                                      None if qmax is None else np.array([qmax]), dummies=np.array([dummies]))[0])
 
     def work_ratios(self, q, kv, live, qmax=None, rank=None, dummies=None) -> np.ndarray:
         """`work_ratio` of many passes: row i holds pass i's requests where `live` (other entries
@@ -555,7 +541,7 @@ class CalibratedCostModel(RooflineCostModel):
             [(b if b < c else c) + p + 1 for c, p in zip(plan.draft_context.tolist(), plan.draft_pos.tolist())] + \
             [c + t for c, t in zip(plan.verify_context.tolist(), vq)]
         ruled = self.ruled(sum(q))
-        tall = self.split_prefill1(pq, len(q), ruled)
+        tall = self.split_prefill(pq, len(q), ruled)
         dummies = (1 << (len(q) - 1).bit_length()) - len(q) if ruled else 0  # the rule's, beside the rest
         if not any(tall):
             return self.work_ratio1(q, kv, None, dummies), 1.0
@@ -569,20 +555,11 @@ class CalibratedCostModel(RooflineCostModel):
         qmax = max(max(q_o), self.p.rule_max_query) if ruled else None  # the rule's tile (see time)
         return self.work_ratio1(q_o, kv_o, qmax, dummies), r_tall
 
-    def split_prefill(self, prefill_q, n_requests: int, ruled: bool = False) -> np.ndarray:
-        """Which of a pass's prefill chunks run in an attention launch of their own (the runtime
-        plans chunks of 128-row tiles apart when the pass holds other requests): a mask. `ruled`:
-        a pass padded by the shape rule, whose every chunk runs in the 128-row prefill launch."""
-        q = np.asarray(prefill_q, np.int64)
-        if not self.p.prefill_split or not len(q):
-            return np.zeros(len(q), bool)
-        if ruled:
-            return np.ones(len(q), bool)
-        tall = self.tile_class(q) == len(TILES) - 1
-        return tall if tall.sum() < n_requests else np.zeros(len(q), bool)
-
-    def split_prefill1(self, prefill_q: list[int], n_requests: int, ruled: bool = False) -> list[bool]:
-        """`split_prefill` of a list (the scalar paths)."""
+    def split_prefill(self, prefill_q: list[int], n_requests: int, ruled: bool = False) -> list[bool]:
+        """Which of a pass's prefill chunks (`prefill_q`: their query tokens) run in an attention
+        launch of their own (the runtime plans chunks of 128-row tiles apart when the pass holds
+        other requests). `ruled`: a pass padded by the shape rule, whose every chunk runs in the
+        128-row prefill launch. Many passes: `PlanBatch.split_prefill`."""
         if not self.p.prefill_split or not prefill_q:
             return [False] * len(prefill_q)
         if ruled:
@@ -647,7 +624,7 @@ class CalibratedCostModel(RooflineCostModel):
         qmax = 1
         pq, vq = plan.prefill_tokens.tolist(), plan.verify_query.tolist()  # (few: Python ints)
         ruled = self.ruled(n_dr + sum(pq) + sum(vq))
-        tall = self.split_prefill1(pq, n_pre + n_dr + n_ver, ruled)
+        tall = self.split_prefill(pq, n_pre + n_dr + n_ver, ruled)
         split = any(tall)
         if n_pre:
             qmax = max(qmax, max([q for q, t in zip(pq, tall) if not t], default=1) if split else max(pq))
