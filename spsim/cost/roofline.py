@@ -28,9 +28,9 @@ Draft-KV methods (spsim.plan.DraftMethod), one cost term each:
   STEP_LAYER: one designated layer attends to the full context + drafts instead of the budget,
       and its attention scores choose the pages for the other layers (ASPIRE), so no separate
       scoring is charged.
-All per-pass terms are vectorised: `time(plan)` over the plan's requests, `times(batch)`
-over many passes' requests, or their (passes, requests) grids, with the same formulas (equal to
-float rounding).
+Each per-request term is written once (spsim/cost/xp.py): `time(plan)` prices a small plan's
+requests one at a time on Python numbers, a larger plan's, `times(batch)` many passes' requests or
+their (passes, requests) grids on arrays, through the same formulas (equal to float rounding).
 """
 
 from __future__ import annotations
