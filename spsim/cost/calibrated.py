@@ -583,6 +583,18 @@ class CalibratedCostModel(RooflineCostModel):
             return np.asarray(tokens) > self.p.prefill_graph_tokens
         return has_prefill & (tokens > self.p.prefill_graph_tokens)
 
+    def _kernel_terms(self, att, kern, kern_tall, ratios, keep):
+        """`att` (a pass's attention, or many passes') plus what its kernels take beyond their
+        requests' terms: `kern` (the launch's kernel time, its requests' extras left out) and
+        `kern_tall` (the split prefill chunks' own launch) each scaled by its work items' tail
+        (`ratios`: theirs; falsy: none), a slowdown keeping page scores (`keep`), and the chunks'
+        launch itself."""
+        if ratios:
+            r, r_tall = ratios
+            att = att + kern * (r - 1.0)
+            kern, kern_tall = kern * r, kern_tall * r_tall
+        return att + ns(att).where(keep, (kern + kern_tall) * self.p.score_attn_frac, 0.0) + kern_tall
+
     def _once(self, t, eager, drafts, first, spec, mixed, method):
         """`t` plus what a pass pays once, in the step path's order (one pass: bools and an int;
         many: arrays): eager launches (no CUDA graph) with its drafts' selection kernels of the
@@ -665,15 +677,9 @@ class CalibratedCostModel(RooflineCostModel):
             kern = total - n_ver * self.p.verify_req_s
             if n_dr:
                 kern -= self._draft_extra_sum(plan, dpos)
-            if self.p.attn_sms:  # its tail (each launch its own)
-                r, r_tall = self.plan_work_ratio(plan)
-                total += kern * (r - 1.0)
-                kern *= r
-                kern_tall *= r_tall
-            kern += kern_tall
-            if keep:
-                total += kern * self.p.score_attn_frac
-        total += kern_tall
+            total = self._kernel_terms(total, kern, kern_tall, self.p.attn_sms and self.plan_work_ratio(plan), keep)
+        else:
+            total += kern_tall
         eager = bool(self.eager(n_pre > 0, tokens))
         if self.p.padding != "none" and not eager:
             tokens, logits = padded(tokens, logits, n_dr, n_ver, self.p.padding, SCRATCH_PAGES * self.page_size, n_pre,
@@ -1048,15 +1054,9 @@ class CalibratedCostModel(RooflineCostModel):
             if len(batch.dr_of):
                 kern = kern - np.bincount(batch.dr_of, self.draft_extra(batch.dr_ctx, batch.dr_budget, batch.dr_method,
                                                                          batch.dr_pos), n)
-            if self.p.attn_sms:
-                r, r_tall = batch.work_ratios(self)
-                att = att + kern * (r - 1.0)
-                kern = kern * r
-                kern_tall = kern_tall * r_tall
-            kern = kern + kern_tall
-            if frac:
-                att = att + np.where(keep, kern * frac, 0.0)
-        att = att + kern_tall
+            att = self._kernel_terms(att, kern, kern_tall, self.p.attn_sms and batch.work_ratios(self), keep)
+        else:
+            att = att + kern_tall
         eager = self.eager(batch.has_prefill, batch.tokens)
         tok, logi = batch.tokens, batch.logits
         if self.p.padding != "none":
