@@ -109,8 +109,8 @@ from spsim.worklist import MIN_SPLIT_TOKENS, WAVES, split_of_units
 from .batch import PlanBatch
 from .padding import MODES as PADDING_MODES
 from .padding import SCRATCH_PAGES, pad_count_vec, padded, padded_vec, pow2_vec
-from .roofline import RooflineCostModel, RooflineParams, _fold, _pass_sums
-from .xp import NP, Table, ns
+from .roofline import RooflineCostModel, RooflineParams
+from .xp import NP, Table, fold, ns, pass_sums
 
 N_METHODS = len(DraftMethod)
 RULE_CLASS_PAGES = (256, 2048)  # the shape rule's width classes below the top one (gpu_runtime/shapes.py)
@@ -647,7 +647,7 @@ class CalibratedCostModel(RooflineCostModel):
         cls = self.tile_class(qmax)
         kern_tall = 0.0  # the split prefill chunks' attention (their own launch)
         if n_pre:
-            if scalar:  # (as _fold, the split chunks apart)
+            if scalar:  # (as `fold`, the split chunks apart)
                 f = self.prefill_attn
                 top = len(TILES) - 1
                 for c, q, t in zip(plan.prefill_context.tolist(), pq, tall):
@@ -664,8 +664,8 @@ class CalibratedCostModel(RooflineCostModel):
             tokens += sum(pq)
         b, m = plan.draft_budget, plan.draft_method
         dpos = plan.draft_pos.tolist()
-        total = _fold(total, lambda c, pos: self.draft_attn(c, b, m, pos, cls), scalar, plan.draft_context, plan.draft_pos)
-        total = _fold(total, lambda c, q: self.full_attn(c, q, cls), scalar, plan.verify_context, plan.verify_query)
+        total = fold(total, lambda c, pos: self.draft_attn(c, b, m, pos, cls), scalar, plan.draft_context, plan.draft_pos)
+        total = fold(total, lambda c, q: self.full_attn(c, q, cls), scalar, plan.verify_context, plan.verify_query)
         nq = sum(vq)
         tokens += nq
         logits += nq
@@ -1042,7 +1042,7 @@ class CalibratedCostModel(RooflineCostModel):
         cls = self.tile_class(qmax)
         a = self.prefill_attn(batch.pre_ctx, batch.pre_q, np.where(tall, len(TILES) - 1, cls[batch.pre_of]))
         kern_tall = np.bincount(batch.pre_of[tall], a[tall], n)  # split prefill chunks' attention (their own launch)
-        att = _pass_sums(n, (batch.pre_of[~tall], a[~tall]),
+        att = pass_sums(n, (batch.pre_of[~tall], a[~tall]),
                          (batch.dr_of, self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method, batch.dr_pos,
                                                        cls[batch.dr_of])),
                          (batch.ver_of, self.full_attn(batch.ver_ctx, batch.ver_q, cls[batch.ver_of])))

@@ -47,7 +47,7 @@ from spsim.models import ModelConfig, dtype_bytes, get_model
 from spsim.plan import DraftMethod, PassPlan
 
 from .batch import PlanBatch
-from .xp import Table, ns
+from .xp import Table, fold, ns, pass_sums
 
 # Per-pass times measured on this project's H200 for an 8B shape (docs/anchors.md), tokens -> seconds.
 # 1-64 tokens all took 4.1 ms. The fitted constants below reproduce these (see fit_error()).
@@ -200,9 +200,9 @@ class RooflineCostModel:
     def time(self, plan: PassPlan) -> float:
         scalar = len(plan.prefill_ids) + len(plan.draft_ids) + len(plan.verify_ids) <= self.SCALAR_MAX
         b, m = plan.draft_budget, plan.draft_method
-        total = _fold(0.0, self.full_attn, scalar, plan.prefill_context, plan.prefill_tokens)
-        total = _fold(total, lambda c, pos: self.draft_attn(c, b, m, pos), scalar, plan.draft_context, plan.draft_pos)
-        total = _fold(total, self.full_attn, scalar, plan.verify_context, plan.verify_query)
+        total = fold(0.0, self.full_attn, scalar, plan.prefill_context, plan.prefill_tokens)
+        total = fold(total, lambda c, pos: self.draft_attn(c, b, m, pos), scalar, plan.draft_context, plan.draft_pos)
+        total = fold(total, self.full_attn, scalar, plan.verify_context, plan.verify_query)
         nq = int(plan.verify_query.sum())
         tokens = len(plan.draft_ids) + int(plan.prefill_tokens.sum()) + nq
         if tokens == 0:
@@ -291,7 +291,7 @@ class RooflineCostModel:
         return self._flat_times(batch)
 
     def _flat_times(self, batch: PlanBatch) -> np.ndarray:
-        att = _pass_sums(batch.n, (batch.pre_of, self.full_attn(batch.pre_ctx, batch.pre_q)),
+        att = pass_sums(batch.n, (batch.pre_of, self.full_attn(batch.pre_ctx, batch.pre_q)),
                          (batch.dr_of, self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method, batch.dr_pos)),
                          (batch.ver_of, self.full_attn(batch.ver_ctx, batch.ver_q)))
         return np.where(batch.tokens > 0, self.overhead_vec(batch.tokens, batch.logits) + att, 0.0)
@@ -402,24 +402,6 @@ class RooflineCostModel:
     def with_params(self, **kw) -> "RooflineCostModel":
         return RooflineCostModel(self.model, self.gpu, self.tp, self.weight_dtype, self.kv_dtype, self.page_size,
                                  replace(self.p, **kw), check_memory=False)
-
-
-def _fold(total: float, f, scalar: bool, *cols: np.ndarray) -> float:
-    """`total` plus `f` of each request of a group (`cols`: its per-request arrays): few requests
-    one at a time on Python numbers, added in turn; many as arrays, summed as numpy sums them."""
-    if not len(cols[0]):
-        return total
-    if scalar:
-        for x in zip(*(c.tolist() for c in cols)):
-            total += f(*x)
-        return total
-    return total + float(f(*cols).sum())
-
-
-def _pass_sums(n: int, *groups: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """Per pass of n, its requests' values added in turn, group after group (`groups`: (pass
-    index, value) per request), as `time` adds a small plan's (one bincount: a left fold per pass)."""
-    return np.bincount(np.concatenate([g[0] for g in groups]), np.concatenate([g[1] for g in groups]), n)
 
 
 def fit_error(params: RooflineParams | None = None) -> dict:

@@ -7,6 +7,8 @@ do not share (max, min, where, ceil, ...) come from `ns(x)`: numpy's for arrays,
 numpy costs ~1 us a call whatever the length (a pass priced in numpy was ~8x slower). Each kind of
 input keeps its own arithmetic (numpy's vector `**` and Python's `pow` may round apart), so a
 formula gives a scalar caller and a batch caller the bits each had when each had its own copy.
+Sums over a pass's requests keep their orders too: `fold` (one pass: in turn, or numpy's sum of a
+large pass) and `pass_sums` (many passes: a left fold per pass, as `fold` adds a small one).
 """
 
 from __future__ import annotations
@@ -85,3 +87,21 @@ def ns(x):
     """The namespace for `x`: numpy's for an array, else Python's (numpy scalars too: a pass's
     request priced one at a time, as Python numbers)."""
     return NP if isinstance(x, np.ndarray) else PY
+
+
+def fold(total: float, f, scalar: bool, *cols: np.ndarray) -> float:
+    """`total` plus `f` of each request of a group (`cols`: its per-request arrays): few requests
+    one at a time on Python numbers, added in turn; many as arrays, summed as numpy sums them."""
+    if not len(cols[0]):
+        return total
+    if scalar:
+        for x in zip(*(c.tolist() for c in cols)):
+            total += f(*x)
+        return total
+    return total + float(f(*cols).sum())
+
+
+def pass_sums(n: int, *groups: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Per pass of n, its requests' values added in turn, group after group (`groups`: (pass
+    index, value) per request), as `time` adds a small plan's (one bincount: a left fold per pass)."""
+    return np.bincount(np.concatenate([g[0] for g in groups]), np.concatenate([g[1] for g in groups]), n)
