@@ -765,25 +765,33 @@ class CalibratedCostModel(RooflineCostModel):
         verify = DraftMethod(m).refresh == "verify"
         if not c or (verify and not (pos == 0).any()):
             return 0.0
-        if ruled:  # every request selects (dummy entries too), at its class's width
-            n = len(plan.draft_ids) + len(plan.verify_ids) + len(plan.prefill_ids)
-            return c * self._sel_reqs(1 << (n - 1).bit_length()) * self._rule_cols(self._longest_pages(plan))
-        ps, cols = self.page_size, self.SELECT_COLS
+        ps = self.page_size
         pages = (plan.draft_context + pos + ps) // ps  # (context + pos + 1) tokens
         # padded graphed passes select for every drafting row, dummy ones too (their count
         # padded: `_pad_drafters`); a first-draft selection as long, unless all are first
         d = self._pad_drafters(len(pos)) if padded else len(pos)
+        allw = self._longest_pages(plan) if ruled or m == DraftMethod.STEP_LAYER else None  # every request's pages
         if verify:
             first = pos == 0
             n = int(first.sum())
             n = d if d > n else 1 << (n - 1).bit_length()
             w = int(pages[first].max()) if m == DraftMethod.VERIFY_ATTN else int(pages.max())
-        elif m == DraftMethod.STEP_LAYER:  # every request's pages
-            n, w = d, self._longest_pages(plan)
         else:
-            n, w = d, int(pages.max())
-        w = -(-w // cols) * cols
-        return c * self._sel_reqs(n) * (1 << (w - 1).bit_length())
+            n, w = d, allw if m == DraftMethod.STEP_LAYER else int(pages.max())
+        nreq = len(plan.draft_ids) + len(plan.verify_ids) + len(plan.prefill_ids)
+        return self._select_cost(c, n, w, ruled or None, nreq, allw)
+
+    def _select_cost(self, c, n, w, ruled, nreq, allw):
+        """Seconds of a top-k at `c` per row and column: `n` selecting rows (one pass: ints; many:
+        arrays) over the columns of `w` pages (in 128s, held as the next power of two); where the
+        shape rule pads a pass (`ruled`; None: no pass), every one of its `nreq` requests
+        selects, dummy entries too, at the width class of `allw` (its longest request's pages)."""
+        xp = ns(n)
+        cols = xp.pow2(-(-xp.maximum(w, 1) // self.SELECT_COLS) * self.SELECT_COLS)
+        if ruled is None:
+            return c * self._sel_reqs(n) * cols
+        n = xp.where(ruled & (n > 0), xp.pow2(xp.maximum(nreq, 1)), n)
+        return c * self._sel_reqs(n) * xp.where(ruled, self._rule_cols(allw), cols)
 
     def pass_overhead(self, num_tokens: int, prefill_tokens: int = 0, *, num_logits: int | None = None) -> float:
         t = super().pass_overhead(num_tokens, prefill_tokens, num_logits=num_logits)
@@ -908,36 +916,23 @@ class CalibratedCostModel(RooflineCostModel):
             t = t + np.where(qmax > 1, self.p.spec_pass_s, 0.0)
         if has_draft and self.p.mixed_pass_s:
             t = t + np.where(draft.any(axis=1) & verify.any(axis=1), self.p.mixed_pass_s, 0.0)
-        if has_draft and self._selects:
+        c = self._select_list[method]
+        if has_draft and c:
             ps = self.page_size
-            for m in (method,):
-                c = self._select_list[m]
-                if not c:
-                    continue
-                dm = draft
-                pages = (ctx + seg.draft_pos + ps) // ps
-                nd = dm.sum(axis=1)
-                d = self._pad_drafters(nd) if self.p.padding in ("bucket", "pow2") else nd  # (graphed: no prefill)
-                if DraftMethod(m).refresh == "verify":
-                    who = dm & (seg.draft_pos == 0)
-                    n = who.sum(axis=1)
-                    n = np.where(n > 0, np.where(d > n, d, NP.pow2(np.maximum(n, 1))), 0)
-                    w = np.where(who if m == DraftMethod.VERIFY_ATTN else dm, pages, 0).max(axis=1)
-                else:
-                    n = d
-                    w = np.where(dm, pages, 0).max(axis=1)
-                    if m == DraftMethod.STEP_LAYER:  # every request's pages
-                        w = np.maximum(np.where(draft, pages, 0).max(axis=1),
-                                       np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1))
-                w = -(-np.maximum(w, 1) // self.SELECT_COLS) * self.SELECT_COLS
-                if not anyr:
-                    t = t + c * self._sel_reqs(n) * NP.pow2(w)
-                    continue
-                allw = np.maximum(np.where(draft, pages, 0).max(axis=1),
-                                  np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1))
-                # the rule: every request selects (dummy entries too), at its class's width
-                n = np.where(ruled & (n > 0), NP.pow2(np.maximum((draft | verify).sum(axis=1), 1)), n)
-                t = t + c * self._sel_reqs(n) * np.where(ruled, self._rule_cols(allw), NP.pow2(w))
+            pages = (ctx + seg.draft_pos + ps) // ps
+            nd = draft.sum(axis=1)
+            d = self._pad_drafters(nd) if self.p.padding in ("bucket", "pow2") else nd  # (graphed: no prefill)
+            allw = np.maximum(np.where(draft, pages, 0).max(axis=1),  # every request's pages
+                              np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1)) \
+                if anyr or method == DraftMethod.STEP_LAYER else None
+            if DraftMethod(method).refresh == "verify":
+                who = draft & (seg.draft_pos == 0)
+                n = who.sum(axis=1)
+                n = np.where(n > 0, np.where(d > n, d, NP.pow2(np.maximum(n, 1))), 0)
+                w = np.where(who if method == DraftMethod.VERIFY_ATTN else draft, pages, 0).max(axis=1)
+            else:
+                n, w = d, allw if method == DraftMethod.STEP_LAYER else np.where(draft, pages, 0).max(axis=1)
+            t = t + self._select_cost(c, n, w, ruled if anyr else None, anyr and (draft | verify).sum(axis=1), allw)
         if self.p.score_col_s and keep.any():
             ps = self.page_size
             w = np.maximum(np.where(draft, (ctx + seg.draft_pos + ps) // ps, 0).max(axis=1),
@@ -1108,10 +1103,7 @@ class CalibratedCostModel(RooflineCostModel):
             np.maximum.at(w, batch.dr_of[src], pages[src])
             if m == DraftMethod.STEP_LAYER:
                 w = np.where(cnt > 0, allw, w)
-            w = -(-np.maximum(w, 1) // self.SELECT_COLS) * self.SELECT_COLS
-            # the rule: every request selects (dummy entries too), at its class's width
-            cnt = np.where(ruled & (cnt > 0), NP.pow2(np.maximum(nreq, 1)), cnt)
-            out += c * self._sel_reqs(cnt) * np.where(ruled, self._rule_cols(allw), NP.pow2(w))
+            out += self._select_cost(c, cnt, w, ruled if ruled.any() else None, nreq, allw)
         return out
 
     def _longest_batch(self, batch: PlanBatch) -> np.ndarray:
