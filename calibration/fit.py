@@ -201,13 +201,12 @@ def fit(measurements: list[Measurement], model, gpu=ServingConfig.gpu, tp: int =
     fitter = Fitter(labels, CalibratedCostModel(params=CalibratedParams(), **shape), spec_pass=spec_pass,
                     ties=ties, keeps_scores=bool(b_train.keeps().any()))
     rt = dict(runtime or {})
-    qmax = int(max(b_train.pre_q.max(initial=1), b_train.ver_q.max(initial=1))) + 1
 
     def solve(y: np.ndarray):
         log_y = np.log(y)
 
         def resid(x):
-            cm = CalibratedCostModel(params=replace(fitter.params(x), **rt), table_q=qmax, **shape)
+            cm = CalibratedCostModel(params=replace(fitter.params(x), **rt), **shape)
             r = np.log(np.maximum(cm.times(b_train), 1e-12)) - log_y
             return np.concatenate([r, PRIOR_WEIGHT * (x - fitter.x0) / fitter.scale])
 

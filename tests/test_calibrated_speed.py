@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spsim.cost import CalibratedCostModel, CalibratedParams
+from spsim.cost.batch import PlanBatch
 
 
 def work_ratios_plain(cm, q, kv, live, qmax=None, rank=None) -> np.ndarray:
@@ -95,13 +96,12 @@ def model(name: str, item: float, sms: int) -> CalibratedCostModel:
     """One model per (shape, item cost, SMs) for the whole module: its cache fills across examples."""
     key = (name, item, sms)
     if key not in MODELS:
-        MODELS[key] = CalibratedCostModel(name, "h200", params=replace(PARAMS, attn_item_tokens=item, attn_sms=sms),
-                                          table_q=64)
+        MODELS[key] = CalibratedCostModel(name, "h200", params=replace(PARAMS, attn_item_tokens=item, attn_sms=sms))
     return MODELS[key]
 
 
 def fresh(cm: CalibratedCostModel) -> CalibratedCostModel:
-    return CalibratedCostModel(cm.model, cm.gpu, params=cm.p, table_q=64)
+    return CalibratedCostModel(cm.model, cm.gpu, params=cm.p)
 
 
 models = st.builds(model, st.sampled_from(["llama-3.1-8b", "llama-3.2-3b"]), st.sampled_from([128.0, 0.0, 77.3]),
@@ -192,7 +192,6 @@ def test_plain_decodes_equal_their_segment(gpu_model, variant):
     path's one-pass ones) are the general grid pricing, bit for bit, under the shipped profiles
     and variants of them."""
     from spsim.cost import load_cost_model
-    from spsim.cost.batch import PlanBatch
     from spsim.cost.shipped import profile_path
 
     cm = load_cost_model(str(profile_path(*gpu_model)))
@@ -271,8 +270,8 @@ def plan_work_ratio_vectors(cm, plan):
     sparse = np.minimum(plan.draft_budget, plan.draft_context) + plan.draft_pos + 1
     q = np.concatenate([plan.prefill_tokens, np.ones(len(plan.draft_ids), np.int64), plan.verify_query])
     kv = np.concatenate([plan.prefill_context + plan.prefill_tokens, sparse, plan.verify_context + plan.verify_query])
-    ruled = cm.ruled1(int(q.sum()))
-    tall = cm.split_prefill(plan.prefill_tokens, len(q), ruled)
+    ruled = cm.ruled(int(q.sum()))
+    tall = PlanBatch.of([plan]).split_prefill(cm)
     dummies = (1 << (len(q) - 1).bit_length()) - len(q) if ruled else 0
     if not tall.any():
         return cm.work_ratio(q, kv, None, dummies), 1.0
@@ -313,7 +312,7 @@ def test_plan_work_ratio_on_lists_is_the_vector_one(padding, seed, n_pre, n_dr, 
 def test_class_tables_hold_every_query_their_passes_hold(name):
     """A tile class's verify table covers every query a pass of that class can hold (the columns
     past them are never read): equal to the formula there."""
-    cm = CalibratedCostModel(name, "h200", params=PARAMS, table_q=64)
+    cm = CalibratedCostModel(name, "h200", params=PARAMS)
     cm.tables_fit(5000, 18)
     c = np.arange(5000)
     for q in range(1, 18):

@@ -159,7 +159,7 @@ def test_every_path_prices_a_pass_alike(cm):
     for i, p in enumerate(plans):
         t = cm.time(p)
         assert t == pytest.approx(vec.time(p), rel=1e-12) and batch[i] == pytest.approx(t, rel=1e-12)
-    # marginals: scalar twins, vector formulas and the policies' table grids
+    # marginals: one request at a time (Python numbers), vector formulas and the policies' table grids
     rng = np.random.default_rng(5)
     ctx, q = rng.integers(1, 60000, 10), rng.integers(1, 17, 10)
     b, m = 2048, int(DraftMethod.VERIFY_QUEST)

@@ -161,7 +161,7 @@ class PlanBatch:
         return r[0], r[1]
 
     def split_prefill(self, model) -> np.ndarray:
-        """`CalibratedCostModel.split_prefill` of every prefill chunk (a mask over `pre_of`)."""
+        """`CalibratedCostModel.split_prefill` of every pass's prefill chunks (a mask over `pre_of`)."""
         if not model.p.prefill_split or not len(self.pre_of):
             return np.zeros(len(self.pre_of), bool)
         from .calibrated import TILES  # the calibrated model's rule (it alone splits prefill)

@@ -110,6 +110,7 @@ from .batch import PlanBatch
 from .padding import MODES as PADDING_MODES
 from .padding import SCRATCH_PAGES, pad_count_vec, padded, padded_vec, pow2_vec
 from .roofline import RooflineCostModel, RooflineParams
+from .xp import NP, Table, fold, ns, pass_sums
 
 N_METHODS = len(DraftMethod)
 RULE_CLASS_PAGES = (256, 2048)  # the shape rule's width classes below the top one (gpu_runtime/shapes.py)
@@ -193,15 +194,11 @@ class CalibratedCostModel(RooflineCostModel):
 
     def __init__(self, model: ModelConfig | str = "llama-3.1-8b", gpu: GPU | str = "h200", tp: int = 1,
                  weight_dtype: str = "bf16", kv_dtype: str = "bf16", page_size: int = 16,
-                 params: CalibratedParams | None = None, check_memory: bool = True, info: dict | None = None,
-                 table_q: int | None = None):
-        """`info`: the profile's measurement metadata (GPU, versions, points, errors, KV pages).
-        `table_q`: query lengths the attention tables cover (default the context window; the fit
-        builds thousands of models and prices queries of at most a prefill chunk)."""
+                 params: CalibratedParams | None = None, check_memory: bool = True, info: dict | None = None):
+        """`info`: the profile's measurement metadata (GPU, versions, points, errors, KV pages)."""
         params = params or CalibratedParams()
         if not isinstance(params, CalibratedParams):
             params = CalibratedParams(**asdict(params))
-        self._defer_tables = True  # built once below, after the scales
         super().__init__(model, gpu, tp, weight_dtype, kv_dtype, page_size, params, check_memory)
         P = self.p
         self.info = dict(info or {})
@@ -222,14 +219,14 @@ class CalibratedCostModel(RooflineCostModel):
                            else None for c in range(len(TILES))]
         self.tiles = P.attn_tile_eff is not None
         if self.tiles:
-            self.tile_bm = np.asarray([max(t, g) for t in TILES], np.int64)  # rows of one tile
-            self._qb = (self.tile_bm // g).tolist()  # query tokens per tile
-            self._bm = self.tile_bm.tolist()
+            bm = [max(t, g) for t in TILES]  # rows of one tile
+            self._qb_t = Table([b // g for b in bm])  # query tokens per tile
             effs = (P.attn_flops_eff,) + tuple(P.attn_tile_eff)
-            # seconds per tile row per KV token, per tile class (the roofline's row time at each rate)
+            # seconds per tile row per KV token, per tile class (the roofline's row time at each
+            # rate), and of a whole tile's rows
             self.row_flop_c = [self.row_flop_s * (P.attn_flops_eff / e) for e in effs]
+            self._tile_flop_t = Table([b * r for b, r in zip(bm, self.row_flop_c)])
             self._ap, self._iap = P.attn_p, 1.0 / P.attn_p
-        self._defer_tables = False
         self._vt_cls, self._dt_cls = {}, {}  # segment tables per tile class
         self._work_cache = {}  # work_ratios: ratios by (KV block size, units)
         self._hkv = max(1, self.model.kv_heads // self.tp)
@@ -240,34 +237,23 @@ class CalibratedCostModel(RooflineCostModel):
         self._wi_qb = np.maximum(1, bmt // self.group)
         self._wi_cap = -(-self.ATTN_MIN_SPLIT // self._wi_bn)
         self._wi_bn_l, self._wi_qb_l = self._wi_bn.tolist(), self._wi_qb.tolist()
-        self._build_tables(min(self.model.max_context, table_q or self.model.max_context))
         # the shape rule's width classes (pages; gpu_runtime/shapes.py ShapeRule.classes): below the
         # longest context a request reaches (the window plus a run of drafts), then that one
         top = -(-(-(-(self.model.max_context + P.rule_max_query) // self.page_size) + 1) // 64) * 64
         self._classes = [c for c in RULE_CLASS_PAGES if c < top] + [top]
-        self._classes_a = np.asarray(self._classes, np.int64)
+        self._classes_t = Table(np.asarray(self._classes, np.int64))
         if P.draft_page_s is not None:
             self.score_tbl = np.asarray(P.draft_page_s, dtype=np.float64).reshape(N_METHODS, 2)
-            self._score_rows = self.score_tbl.tolist()
+            self._score_t = Table(self.score_tbl)
         self.req_tbl = np.asarray(P.draft_req_s, dtype=np.float64).reshape(N_METHODS, 2)
-        self._req_rows = self.req_tbl.tolist()
+        self._req_t = Table(self.req_tbl)
         self.draft_pass = np.asarray(P.draft_pass_s, dtype=np.float64)
-        self._draft_pass_list = self.draft_pass.tolist()
+        self._draft_pass_t = Table(self.draft_pass)
         self.first_pass = np.asarray(P.first_pass_s, dtype=np.float64)
-        self._first_pass_list = self.first_pass.tolist()
+        self._first_pass_t = Table(self.first_pass)
         self.select_col = np.asarray(P.select_col_s, dtype=np.float64)
         self._select_list = self.select_col.tolist()
         self._selects = bool(self.select_col.any())
-
-    def _build_tables(self, qmax: int) -> None:
-        if self._defer_tables:
-            return
-        super()._build_tables(qmax)
-        if self.tiles:  # [tile class, q] -> tiles a request of q tokens computes
-            q = np.arange(qmax + 1, dtype=np.int64)
-            qb = np.asarray(self._qb, np.int64)[:, None]
-            self.ntile_tbl = np.maximum(1, (q[None, :] + qb - 1) // qb)
-            self.rowflop_tbl = self.ntile_tbl * (self.tile_bm[:, None] * np.asarray(self.row_flop_c)[:, None])
 
     # ---- tile classes ----
     def tile_class(self, qmax):
@@ -277,14 +263,16 @@ class CalibratedCostModel(RooflineCostModel):
             return self._tile_cls_list[min(max(int(qmax), 1), self._tile_cap)]
         return self._tile_cls[np.minimum(np.maximum(qmax, 1), self._tile_cap)]
 
-    # ---- per-request terms (vector formulas; the tables are built from these) ----
+    # ---- per-request terms: arrays, or Python numbers for one request (spsim/cost/xp.py) ----
     def _attn(self, n_kv, causal, q, cls):
         """All-layer seconds of one request's attention in tile class `cls` (tiles mode)."""
         P = self.p
-        nt = self.ntile_tbl[cls, q]
-        kv = np.maximum(n_kv + (nt - 1) * causal, P.attn_min_kv)
-        mem = np.ceil(kv / self.page_size) * self.page_read_s
-        cmp = causal * self.rowflop_tbl[cls, q]
+        xp = ns(n_kv)
+        qb = xp.pick(self._qb_t, cls)
+        nt = xp.maximum(1, (q + qb - 1) // qb)  # tiles of the request's query
+        kv = xp.maximum(n_kv + (nt - 1) * causal, P.attn_min_kv)
+        mem = xp.ceil(kv / self.page_size) * self.page_read_s
+        cmp = causal * (nt * xp.pick(self._tile_flop_t, cls))
         sm = (mem ** self._ap + cmp ** self._ap) ** self._iap
         return self.L * (sm + ((n_kv + (P.split_tokens - 1)) // P.split_tokens) * P.attn_split_s + P.attn_req_s)
 
@@ -292,7 +280,7 @@ class CalibratedCostModel(RooflineCostModel):
         """`_attn(n, n, 1, cls)`: a one-token query over `n` KV tokens. A draft table's many
         contexts mostly read the whole budget (the largest n), computed once there (an elementwise
         formula: the same bits)."""
-        if np.ndim(cls) == 0 and np.size(n) > 4096:
+        if isinstance(n, np.ndarray) and n.size > 4096 and np.ndim(cls) == 0:
             at = n == n.max()  # the contexts past the budget
             k = np.count_nonzero(at)
             if 2 * k > n.size:
@@ -304,53 +292,40 @@ class CalibratedCostModel(RooflineCostModel):
                 return out
         return self._attn(n, n, 1, cls)
 
-    def _attn1(self, n: int, causal: float, q: int, c: int) -> float:
-        """Scalar twin of `_attn` (same operations in the same order)."""
-        P = self.p
-        qb = self._qb[c]
-        nt = (q + qb - 1) // qb if q > 1 else 1
-        kv = n + (nt - 1) * causal
-        if not kv > P.attn_min_kv:
-            kv = P.attn_min_kv
-        mem = math.ceil(kv / self.page_size) * self.page_read_s
-        cmp = causal * (nt * (self._bm[c] * self.row_flop_c[c]))
-        sm = (mem ** self._ap + cmp ** self._ap) ** self._iap
-        return self.L * (sm + ((n + P.split_tokens - 1) // P.split_tokens) * P.attn_split_s + P.attn_req_s)
-
     def prefill_attn(self, context, query, cls=None):
         if not self.tiles:
             return RooflineCostModel.full_attn(self, context, query)
         return self._attn(context + query, context + (query + 1) * 0.5, query, self._cls(cls, query))
 
     def _cls(self, cls, query):
-        return self.tile_class(np.asarray(query)) if cls is None else cls
+        return self.tile_class(query) if cls is None else cls
 
     def full_attn(self, context, query, cls=None):
         """A verifying request: its attention (in tile class `cls`, default the one its query
         needs) plus its per-request cost."""
-        if not self.tiles:
-            return RooflineCostModel.full_attn(self, context, query) + self.p.verify_req_s
-        return self._attn(context + query, context + (query + 1) * 0.5, query, self._cls(cls, query)) + \
-            self.p.verify_req_s
+        return self.prefill_attn(context, query, cls) + self.p.verify_req_s
 
     def draft_attn(self, context, budget, method, pos, cls=0):
+        xp = ns(context)
+        k = xp.minimum(pos, 1)  # a run's first draft, or a later one
         if not self.tiles:
-            t = RooflineCostModel.draft_attn(self, context, budget, method, pos)
-            return t + self.req_tbl[method, np.minimum(pos, 1)]
-        sparse = np.minimum(budget, context) + pos + 1
+            return RooflineCostModel.draft_attn(self, context, budget, method, pos) + xp.pick(self._req_t, method, k)
+        sparse = xp.minimum(budget, context) + pos + 1
         ts = self._attn_read(sparse, cls)
-        t = ts + self.score_tbl[method, np.minimum(pos, 1)] * ((context + (self.page_size - 1)) // self.page_size)
-        if np.any(method == DraftMethod.STEP_LAYER):  # the designated layer reads all the KV
+        t = ts + xp.pick(self._score_t, method, k) * ((context + (self.page_size - 1)) // self.page_size)
+        if xp.any(method == DraftMethod.STEP_LAYER):  # the designated layer reads all the KV
             full = context + pos + 1
-            t = t + np.where(method == DraftMethod.STEP_LAYER, (self._attn(full, full, 1, cls) - ts) / self.L, 0.0)
-        return t + self.req_tbl[method, np.minimum(pos, 1)]
+            t = t + xp.where(method == DraftMethod.STEP_LAYER, (self._attn(full, full, 1, cls) - ts) / self.L, 0.0)
+        return t + xp.pick(self._req_t, method, k)
 
     def draft_extra(self, context, budget, method, pos):
         """The part of `draft_attn` that is not the attention kernel: page scoring, per request."""
+        xp = ns(context)
+        k = xp.minimum(pos, 1)
         if not self.tiles:
-            return self.req_tbl[method, np.minimum(pos, 1)]
-        return self.score_tbl[method, np.minimum(pos, 1)] * ((context + (self.page_size - 1)) // self.page_size) + \
-            self.req_tbl[method, np.minimum(pos, 1)]
+            return xp.pick(self._req_t, method, k)
+        return xp.pick(self._score_t, method, k) * ((context + (self.page_size - 1)) // self.page_size) + \
+            xp.pick(self._req_t, method, k)
 
     # ---- the attention's work items (tail term) ----
     ATTN_WAVES = WAVES  # the split rule's: work items per SM aimed at, and the split floor
@@ -366,25 +341,11 @@ class CalibratedCostModel(RooflineCostModel):
         one block, which counts against the SMs in the split rule).
         Replicates gpu_runtime/attention.py plan_attention's host plan (one KV head's units; every
         head has the same). One pass of `work_ratios`."""
-        q = np.asarray(q, np.int64)
-        if not self.p.attn_sms or not len(q):
+        q = np.asarray(q, np.int64)[None, :]
+        if not self.p.attn_sms or not q.size:
             return 1.0
-        # `work_ratios` of one pass, on 1-d arrays (the same integers: its units)
-        kv = np.asarray(kv, np.int64)
-        if dummies:
-            q, kv = np.concatenate([q, np.ones(dummies, np.int64)]), np.concatenate([kv, np.ones(dummies, np.int64)])
-        c = self.tile_class(int(q.max()) if qmax is None else int(qmax))
-        bn, qb = int(self._wi_bn[c]), int(self._wi_qb[c])
-        nqb = -(-q // qb)
-        J = int(nqb.max())
-        if J <= 1:
-            code = -(-np.minimum(kv, np.maximum(0, kv - q + np.minimum(qb, q))) // bn)
-        else:
-            j = np.arange(J)
-            q2, kv2 = q[:, None], kv[:, None]
-            u_end = np.minimum(kv2, np.maximum(0, kv2 - q2 + np.minimum((j + 1) * qb, q2)))
-            code = (-(-u_end // bn))[j < nqb[:, None]]
-        return float(self._code_ratios(code[None, :], bn)[0])
+        return float(self.work_ratios(q, np.asarray(kv, np.int64)[None, :], np.ones(q.shape, bool),
+                                      None if qmax is None else np.array([qmax]), dummies=np.array([dummies]))[0])
 
     def work_ratios(self, q, kv, live, qmax=None, rank=None, dummies=None) -> np.ndarray:
         """`work_ratio` of many passes: row i holds pass i's requests where `live` (other entries
@@ -579,8 +540,8 @@ class CalibratedCostModel(RooflineCostModel):
         kv = [c + t for c, t in zip(plan.prefill_context.tolist(), pq)] + \
             [(b if b < c else c) + p + 1 for c, p in zip(plan.draft_context.tolist(), plan.draft_pos.tolist())] + \
             [c + t for c, t in zip(plan.verify_context.tolist(), vq)]
-        ruled = self.ruled1(sum(q))
-        tall = self.split_prefill1(pq, len(q), ruled)
+        ruled = self.ruled(sum(q))
+        tall = self.split_prefill(pq, len(q), ruled)
         dummies = (1 << (len(q) - 1).bit_length()) - len(q) if ruled else 0  # the rule's, beside the rest
         if not any(tall):
             return self.work_ratio1(q, kv, None, dummies), 1.0
@@ -594,20 +555,11 @@ class CalibratedCostModel(RooflineCostModel):
         qmax = max(max(q_o), self.p.rule_max_query) if ruled else None  # the rule's tile (see time)
         return self.work_ratio1(q_o, kv_o, qmax, dummies), r_tall
 
-    def split_prefill(self, prefill_q, n_requests: int, ruled: bool = False) -> np.ndarray:
-        """Which of a pass's prefill chunks run in an attention launch of their own (the runtime
-        plans chunks of 128-row tiles apart when the pass holds other requests): a mask. `ruled`:
-        a pass padded by the shape rule, whose every chunk runs in the 128-row prefill launch."""
-        q = np.asarray(prefill_q, np.int64)
-        if not self.p.prefill_split or not len(q):
-            return np.zeros(len(q), bool)
-        if ruled:
-            return np.ones(len(q), bool)
-        tall = self.tile_class(q) == len(TILES) - 1
-        return tall if tall.sum() < n_requests else np.zeros(len(q), bool)
-
-    def split_prefill1(self, prefill_q: list[int], n_requests: int, ruled: bool = False) -> list[bool]:
-        """`split_prefill` of a list (the scalar paths)."""
+    def split_prefill(self, prefill_q: list[int], n_requests: int, ruled: bool = False) -> list[bool]:
+        """Which of a pass's prefill chunks (`prefill_q`: their query tokens) run in an attention
+        launch of their own (the runtime plans chunks of 128-row tiles apart when the pass holds
+        other requests). `ruled`: a pass padded by the shape rule, whose every chunk runs in the
+        128-row prefill launch. Many passes: `PlanBatch.split_prefill`."""
         if not self.p.prefill_split or not prefill_q:
             return [False] * len(prefill_q)
         if ruled:
@@ -616,39 +568,12 @@ class CalibratedCostModel(RooflineCostModel):
         tall = [self.tile_class(x) == top for x in prefill_q]
         return tall if sum(tall) < n_requests else [False] * len(prefill_q)
 
-    def ruled(self, tokens: np.ndarray) -> np.ndarray:
-        """Which passes of `tokens` tokens the shape rule pads (those it graphs: at most
-        `prefill_graph_tokens`; gpu_runtime/executor.py `_prepare`)."""
+    def ruled(self, tokens):
+        """Which passes of `tokens` tokens (an int or an array) the shape rule pads (those it graphs:
+        at most `prefill_graph_tokens`; gpu_runtime/executor.py `_prepare`)."""
         if self.p.padding != "rule":  # (most profiles: no array arithmetic on the hot path)
-            return np.zeros(np.shape(tokens), bool)
-        return np.asarray(tokens) <= self.p.prefill_graph_tokens
-
-    def ruled1(self, tokens: int) -> bool:
-        """`ruled` of one pass (a Python int)."""
-        return self.p.padding == "rule" and tokens <= self.p.prefill_graph_tokens
-
-    # scalar twins (same operations in the same order)
-    def _verify1(self, c: int, q: int, cls: int | None = None) -> float:
-        if not self.tiles:
-            return self.L * self._layer1(c + q, c + (q + 1) * 0.5, q) + self.p.verify_req_s
-        return self._attn1(c + q, c + (q + 1) * 0.5, q, self.tile_class(q) if cls is None else cls) + \
-            self.p.verify_req_s
-
-    def _prefill1(self, c: int, q: int, cls: int) -> float:
-        if not self.tiles:
-            return self.L * self._layer1(c + q, c + (q + 1) * 0.5, q)
-        return self._attn1(c + q, c + (q + 1) * 0.5, q, cls)
-
-    def _draft1(self, c: int, b: int, m: int, pos: int, cls: int = 0) -> float:
-        if not self.tiles:
-            return RooflineCostModel._draft1(self, c, b, m, pos) + self._req_rows[m][1 if pos > 0 else 0]
-        sparse = (b if b < c else c) + pos + 1
-        ts = self._attn1(sparse, sparse, 1, cls)
-        t = ts + self._score_rows[m][1 if pos > 0 else 0] * ((c + self.page_size - 1) // self.page_size)
-        if m == DraftMethod.STEP_LAYER:
-            full = c + pos + 1
-            t = t + (self._attn1(full, full, 1, cls) - ts) / self.L
-        return t + self._req_rows[m][1 if pos > 0 else 0]
+            return ns(tokens).full(tokens, False)
+        return tokens <= self.p.prefill_graph_tokens
 
     # ---- per-pass terms ----
     def eager(self, has_prefill, tokens):
@@ -658,11 +583,27 @@ class CalibratedCostModel(RooflineCostModel):
             return np.asarray(tokens) > self.p.prefill_graph_tokens
         return has_prefill & (tokens > self.p.prefill_graph_tokens)
 
-    def pass_terms(self, eager: bool, methods) -> float:
-        """Seconds a pass pays once: eager launches (a pass run without a graph) and its drafts'
-        selection (the largest of the methods present; a runtime uses one)."""
-        t = self.p.eager_pass_s if eager else 0.0
-        return t + max(self._draft_pass_list[m] for m in methods) if len(methods) else t
+    def _kernel_terms(self, att, kern, kern_tall, ratios, keep):
+        """`att` (a pass's attention, or many passes') plus what its kernels take beyond their
+        requests' terms: `kern` (the launch's kernel time, its requests' extras left out) and
+        `kern_tall` (the split prefill chunks' own launch) each scaled by its work items' tail
+        (`ratios`: theirs; falsy: none), a slowdown keeping page scores (`keep`), and the chunks'
+        launch itself."""
+        if ratios:
+            r, r_tall = ratios
+            att = att + kern * (r - 1.0)
+            kern, kern_tall = kern * r, kern_tall * r_tall
+        return att + ns(att).where(keep, (kern + kern_tall) * self.p.score_attn_frac, 0.0) + kern_tall
+
+    def _once(self, t, eager, drafts, first, spec, mixed, method):
+        """`t` plus what a pass pays once, in the step path's order (one pass: bools and an int;
+        many: arrays): eager launches (no CUDA graph) with its drafts' selection kernels of the
+        run's `method`, a run's first drafts (page selection), verifying drafts (a query > 1: the
+        acceptance path), drafting and verifying together (two sampling paths)."""
+        xp, P = ns(t), self.p
+        t = t + (xp.where(eager, P.eager_pass_s, 0.0) + xp.where(drafts, xp.pick(self._draft_pass_t, method), 0.0))
+        t = t + xp.where(first, xp.pick(self._first_pass_t, method), 0.0)
+        return t + xp.where(spec, P.spec_pass_s, 0.0) + xp.where(mixed, P.mixed_pass_s, 0.0)
 
     def _eager(self, t):
         """An eager pass: the host's launch time and the GPU's time overlap (smoothmax)."""
@@ -671,7 +612,7 @@ class CalibratedCostModel(RooflineCostModel):
             return t
         h = P.host_overhead_s
         e = P.eager_p
-        rest = t - h if t > h else 0.0
+        rest = ns(t).maximum(t - h, 0.0)
         return h + (rest ** e + P.eager_launch_s ** e) ** (1.0 / e)
 
     @property
@@ -694,8 +635,8 @@ class CalibratedCostModel(RooflineCostModel):
         logits = n_dr + n_pre
         qmax = 1
         pq, vq = plan.prefill_tokens.tolist(), plan.verify_query.tolist()  # (few: Python ints)
-        ruled = self.p.padding == "rule" and n_dr + sum(pq) + sum(vq) <= self.p.prefill_graph_tokens
-        tall = self.split_prefill1(pq, n_pre + n_dr + n_ver, ruled)
+        ruled = self.ruled(n_dr + sum(pq) + sum(vq))
+        tall = self.split_prefill(pq, n_pre + n_dr + n_ver, ruled)
         split = any(tall)
         if n_pre:
             qmax = max(qmax, max([q for q, t in zip(pq, tall) if not t], default=1) if split else max(pq))
@@ -706,8 +647,8 @@ class CalibratedCostModel(RooflineCostModel):
         cls = self.tile_class(qmax)
         kern_tall = 0.0  # the split prefill chunks' attention (their own launch)
         if n_pre:
-            if scalar:
-                f = self._prefill1
+            if scalar:  # (as `fold`, the split chunks apart)
+                f = self.prefill_attn
                 top = len(TILES) - 1
                 for c, q, t in zip(plan.prefill_context.tolist(), pq, tall):
                     if t:
@@ -721,58 +662,33 @@ class CalibratedCostModel(RooflineCostModel):
                 kern_tall = float(a[tall_a].sum()) if split else 0.0
                 total += float(a.sum()) - kern_tall
             tokens += sum(pq)
-        methods = ()
+        b, m = plan.draft_budget, plan.draft_method
         dpos = plan.draft_pos.tolist()
-        if n_dr:
-            b, m = plan.draft_budget, plan.draft_method
-            if scalar:
-                f = self._draft1
-                for c, pos in zip(plan.draft_context.tolist(), dpos):
-                    total += f(c, b, m, pos, cls)
-            else:
-                total += float(self.draft_attn(plan.draft_context, b, m, plan.draft_pos, cls).sum())
-            methods = (m,)
-        if n_ver:
-            if scalar:
-                f = self._verify1
-                for c, q in zip(plan.verify_context.tolist(), vq):
-                    total += f(c, q, cls)
-            else:
-                total += float(self.full_attn(plan.verify_context, plan.verify_query, cls).sum())
-            nq = sum(vq)
-            tokens += nq
-            logits += nq
+        total = fold(total, lambda c, pos: self.draft_attn(c, b, m, pos, cls), scalar, plan.draft_context, plan.draft_pos)
+        total = fold(total, lambda c, q: self.full_attn(c, q, cls), scalar, plan.verify_context, plan.verify_query)
+        nq = sum(vq)
+        tokens += nq
+        logits += nq
         if tokens == 0:
             return 0.0
         # the rule keeps verify-attn's page scores in every pass (a pass of drafts alone: into a scratch slot)
-        keep = (plan.keep_scores or (n_dr and DraftMethod.VERIFY_ATTN in methods)) and (n_ver or n_pre or ruled)
+        keep = (plan.keep_scores or (n_dr and m == DraftMethod.VERIFY_ATTN)) and (n_ver or n_pre or ruled)
         if self.p.attn_sms or (keep and self.p.score_attn_frac):  # the attention kernel: less the extras
             kern = total - n_ver * self.p.verify_req_s
             if n_dr:
                 kern -= self._draft_extra_sum(plan, dpos)
-            if self.p.attn_sms:  # its tail (each launch its own)
-                r, r_tall = self.plan_work_ratio(plan)
-                total += kern * (r - 1.0)
-                kern *= r
-                kern_tall *= r_tall
-            kern += kern_tall
-            if keep:
-                total += kern * self.p.score_attn_frac
-        total += kern_tall
+            total = self._kernel_terms(total, kern, kern_tall, self.p.attn_sms and self.plan_work_ratio(plan), keep)
+        else:
+            total += kern_tall
         eager = bool(self.eager(n_pre > 0, tokens))
         if self.p.padding != "none" and not eager:
             tokens, logits = padded(tokens, logits, n_dr, n_ver, self.p.padding, SCRATCH_PAGES * self.page_size, n_pre,
                                     self.p.rule_max_query)
-        # the linear part alone: the eager terms are pass_terms and _eager below (as _flat_times)
-        t = RooflineCostModel.pass_overhead(self, tokens, num_logits=logits) + total + self.pass_terms(eager, methods)
-        if n_dr and 0 in dpos:
-            t += self._first_pass_list[plan.draft_method]
-        if n_ver and max(vq) > 1:
-            t += self.p.spec_pass_s
-        if n_dr and n_ver:
-            t += self.p.mixed_pass_s
+        # the linear part alone: the eager terms are _once's and _eager below (as _flat_times)
+        t = self._once(RooflineCostModel.pass_overhead(self, tokens, num_logits=logits) + total, eager, n_dr > 0,
+                       0 in dpos, max(vq, default=1) > 1, n_dr > 0 and n_ver > 0, m)
         if n_dr and self._selects:
-            t += self._select1(plan, methods, ruled, self.p.padding in ("bucket", "pow2") and not eager)
+            t += self._select1(plan, m, ruled, self.p.padding in ("bucket", "pow2") and not eager)
         if keep and self.p.score_col_s:
             t += self._scores1(plan, ruled)
         return self._eager(t) if eager else t
@@ -780,23 +696,18 @@ class CalibratedCostModel(RooflineCostModel):
     def _draft_extra_sum(self, plan: PassPlan, dpos: list[int]) -> float:
         """`draft_extra` of a plan's drafts, summed as numpy sums them (`_row_sum`): few drafts on
         Python floats, many as vectors."""
-        if not self.tiles or len(dpos) > self.SCALAR_MAX:
-            return float(self.draft_extra(plan.draft_context, plan.draft_budget, plan.draft_method, plan.draft_pos).sum())
-        m, ps = plan.draft_method, self.page_size
-        score, req = self._score_rows[m], self._req_rows[m]
-        return _row_sum([score[k] * ((c + ps - 1) // ps) + req[k]
-                         for c, k in zip(plan.draft_context.tolist(), (1 if p > 0 else 0 for p in dpos))])
+        b, m = plan.draft_budget, plan.draft_method
+        if len(dpos) > self.SCALAR_MAX:
+            return float(self.draft_extra(plan.draft_context, b, m, plan.draft_pos).sum())
+        return _row_sum([self.draft_extra(c, b, m, p) for c, p in zip(plan.draft_context.tolist(), dpos)])
 
     def _scores1(self, plan: PassPlan, ruled: bool = False) -> float:
         """A verify-attn pass keeping its verifications' page scores: the attention kernel writes
         one score per page into a [every request's rows, longest page list] buffer, reset every
         layer, and the kept rows are copied out (pass_attention.py). Under the shape rule
         (`ruled`): the requests padded to a power of two, the width the longest one's class."""
-        w = self._longest_pages(plan)
         n = len(plan.draft_ids) + len(plan.verify_ids) + len(plan.prefill_ids)
-        if ruled and w <= self._classes[-1]:
-            return self.p.score_col_s * ((1 << (n - 1).bit_length()) * next(c for c in self._classes if c >= w))
-        return self.p.score_col_s * (n * (-(-w // self.SELECT_COLS) * self.SELECT_COLS))
+        return self.p.score_col_s * self._rule_scale(n, self._longest_pages(plan), ruled)
 
     def _longest_pages(self, plan: PassPlan) -> int:
         """Pages of the pass's longest request (a draft's: its context, drafts held and this one)."""
@@ -805,17 +716,18 @@ class CalibratedCostModel(RooflineCostModel):
                    int(((plan.verify_context + plan.verify_query + ps - 1) // ps).max(initial=0)),
                    int(((plan.prefill_context + plan.prefill_tokens + ps - 1) // ps).max(initial=0)))
 
-    def _rule_cols(self, pages: np.ndarray) -> np.ndarray:
+    def _rule_cols(self, pages):
         """Top-k columns of selections under the shape rule: the next power of two of the width
         class holding `pages` (the pass's longest request), or of `pages` (in 128s) beyond the
-        classes (the pass leaves the rule)."""
-        w = np.where(pages <= self._classes[-1], self._class_of(pages), -(-pages // self.SELECT_COLS) * self.SELECT_COLS)
-        return _pow2(np.maximum(w, 1))
+        classes (the pass leaves the rule). An int or an array."""
+        xp = ns(pages)
+        w = xp.where(pages <= self._classes[-1], self._class_of(pages), -(-pages // self.SELECT_COLS) * self.SELECT_COLS)
+        return xp.pow2(xp.maximum(w, 1))
 
-    def _class_of(self, pages: np.ndarray) -> np.ndarray:
+    def _class_of(self, pages):
         """The rule's width class holding `pages` (the top one past it: callers check)."""
-        c = self._classes_a
-        return c[np.minimum(np.searchsorted(c, pages), len(c) - 1)]
+        xp, c = ns(pages), self._classes_t
+        return xp.pick(c, xp.minimum(xp.searchsorted(c, pages), len(self._classes) - 1))
 
     # ---- page selection's top-k (per pass) ----
     # The runtime selects pages with a top-k kernel over a [selecting rows, columns] grid whose
@@ -832,14 +744,11 @@ class CalibratedCostModel(RooflineCostModel):
     # whatever the rows: `select_base_req` requests' worth more per selection.
     SELECT_COLS = 128
 
-    def _sel_reqs1(self, n: int) -> float:
-        """Selecting requests' worth of top-k time for `n` of them: each row is one program, a
-        selection of few rows takes one row's latency (`select_base_req`) rather than nothing."""
-        return n + self.p.select_base_req if n else 0.0
-
-    def _sel_reqs(self, n: np.ndarray) -> np.ndarray:
-        """`_sel_reqs1` of an integer array."""
-        return np.where(n > 0, n + self.p.select_base_req, 0.0)
+    def _sel_reqs(self, n):
+        """Selecting requests' worth of top-k time for `n` of them (an int or an array): each row
+        is one program, a selection of few rows takes one row's latency (`select_base_req`) rather
+        than nothing."""
+        return ns(n).where(n > 0, n + self.p.select_base_req, 0.0)
 
     def _pad_drafters(self, n):
         """Drafting rows of a padded graphed pass with `n` real ones (gpu_runtime/padding.py
@@ -848,42 +757,41 @@ class CalibratedCostModel(RooflineCostModel):
             return (pow2(n) if self.p.padding == "pow2" else pad_count(n)) if n else 0
         return np.where(n > 0, pow2_vec(n) if self.p.padding == "pow2" else pad_count_vec(n), 0)
 
-    def _select1(self, plan: PassPlan, methods, ruled: bool = False, padded: bool = False) -> float:
-        t = 0.0
-        ps, cols = self.page_size, self.SELECT_COLS
-        for m in methods:
-            c = self._select_list[m]
-            if not c:
-                continue
-            pos = plan.draft_pos
-            if ruled:  # every request selects (dummy entries too), at its class's width
-                if DraftMethod(m).refresh == "verify" and not (pos == 0).any():
-                    continue
-                n = len(plan.draft_ids) + len(plan.verify_ids) + len(plan.prefill_ids)
-                w = self._longest_pages(plan)
-                t += c * self._sel_reqs1(1 << (n - 1).bit_length()) * int(self._rule_cols(np.int64(w)))
-                continue
-            pages = (plan.draft_context + pos + ps) // ps  # (context + pos + 1) tokens
-            # padded graphed passes select for every drafting row, dummy ones too (their count
-            # padded: `_pad_drafters`); a first-draft selection as long, unless all are first
-            d = self._pad_drafters(len(pos)) if padded else len(pos)
-            if DraftMethod(m).refresh == "verify":
-                first = pos == 0
-                n = int(first.sum())
-                if not n:
-                    continue
-                n = d if d > n else 1 << (n - 1).bit_length()
-                w = int(pages[first].max()) if m == DraftMethod.VERIFY_ATTN else int(pages.max())
-            else:
-                n = d
-                w = int(pages.max())
-                if m == DraftMethod.STEP_LAYER:  # every request's pages
-                    w = max(int(((plan.draft_context + plan.draft_pos + ps) // ps).max()),
-                            int(((plan.verify_context + plan.verify_query + ps - 1) // ps).max(initial=0)),
-                            int(((plan.prefill_context + plan.prefill_tokens + ps - 1) // ps).max(initial=0)))
-            w = -(-w // cols) * cols
-            t += c * self._sel_reqs1(n) * (1 << (w - 1).bit_length())
-        return t
+    def _select1(self, plan: PassPlan, m: int, ruled: bool = False, padded: bool = False) -> float:
+        """The top-k of a pass drafting with method `m` (see above); `ruled`: padded by the shape
+        rule, `padded`: by the bucket or pow2 padding."""
+        c = self._select_list[m]
+        pos = plan.draft_pos
+        verify = DraftMethod(m).refresh == "verify"
+        if not c or (verify and not (pos == 0).any()):
+            return 0.0
+        ps = self.page_size
+        pages = (plan.draft_context + pos + ps) // ps  # (context + pos + 1) tokens
+        # padded graphed passes select for every drafting row, dummy ones too (their count
+        # padded: `_pad_drafters`); a first-draft selection as long, unless all are first
+        d = self._pad_drafters(len(pos)) if padded else len(pos)
+        allw = self._longest_pages(plan) if ruled or m == DraftMethod.STEP_LAYER else None  # every request's pages
+        if verify:
+            first = pos == 0
+            n = int(first.sum())
+            n = d if d > n else 1 << (n - 1).bit_length()
+            w = int(pages[first].max()) if m == DraftMethod.VERIFY_ATTN else int(pages.max())
+        else:
+            n, w = d, allw if m == DraftMethod.STEP_LAYER else int(pages.max())
+        nreq = len(plan.draft_ids) + len(plan.verify_ids) + len(plan.prefill_ids)
+        return self._select_cost(c, n, w, ruled or None, nreq, allw)
+
+    def _select_cost(self, c, n, w, ruled, nreq, allw):
+        """Seconds of a top-k at `c` per row and column: `n` selecting rows (one pass: ints; many:
+        arrays) over the columns of `w` pages (in 128s, held as the next power of two); where the
+        shape rule pads a pass (`ruled`; None: no pass), every one of its `nreq` requests
+        selects, dummy entries too, at the width class of `allw` (its longest request's pages)."""
+        xp = ns(n)
+        cols = xp.pow2(-(-xp.maximum(w, 1) // self.SELECT_COLS) * self.SELECT_COLS)
+        if ruled is None:
+            return c * self._sel_reqs(n) * cols
+        n = xp.where(ruled & (n > 0), xp.pow2(xp.maximum(nreq, 1)), n)
+        return c * self._sel_reqs(n) * xp.where(ruled, self._rule_cols(allw), cols)
 
     def pass_overhead(self, num_tokens: int, prefill_tokens: int = 0, *, num_logits: int | None = None) -> float:
         t = super().pass_overhead(num_tokens, prefill_tokens, num_logits=num_logits)
@@ -896,17 +804,7 @@ class CalibratedCostModel(RooflineCostModel):
         profile these are ~1-3 ms a pass against 7-8 ms short-context decodes: `aspire`, not
         seeing them, drafted at 1-4K contexts and lost 15 % of TPOT to `ar` (docs/policies.md)."""
         m = int(method)
-        return self._draft_pass_list[m], self._first_pass_list[m], self.p.spec_pass_s, self.p.mixed_pass_s
-
-    def marginal(self, context, budget: int, method: int, query, draft_pos=None):
-        context, query = np.asarray(context, dtype=np.int64), np.asarray(query, dtype=np.int64)
-        if context.ndim == 1 and len(context) <= self.SCALAR_MAX:
-            pos = np.zeros_like(context) if draft_pos is None else np.asarray(draft_pos, dtype=np.int64)
-            g, v, b, m = self._draft1, self._verify1, int(budget), int(method)
-            cl = context.tolist()
-            d = [g(c, b, m, p) for c, p in zip(cl, pos.tolist())]
-            return np.array(d), np.array([v(c, q) for c, q in zip(cl, query.tolist())])
-        return super().marginal(context, budget, method, query, draft_pos)  # tables / vector formulas
+        return self._draft_pass_t.l[m], self._first_pass_t.l[m], self.p.spec_pass_s, self.p.mixed_pass_s
 
     # ---- tables per tile class (the simulator's segments) ----
     def tables_fit(self, width: int, rows: int) -> bool:
@@ -998,7 +896,7 @@ class CalibratedCostModel(RooflineCostModel):
                 dummies = None
                 if anyr:
                     nreq = (draft | verify).sum(axis=1)
-                    dummies = np.where(ruled & (nreq > 0), _pow2(np.maximum(nreq, 1)) - nreq, 0)
+                    dummies = np.where(ruled & (nreq > 0), NP.pow2(np.maximum(nreq, 1)) - nreq, 0)
                 r = self.work_ratios(np.where(draft, 1, q), np.where(draft, sparse, ctx + q), draft | verify,
                                      rank=verify.astype(np.int64), dummies=dummies)
                 att = att + kern * (r - 1.0)[:, None]
@@ -1018,36 +916,23 @@ class CalibratedCostModel(RooflineCostModel):
             t = t + np.where(qmax > 1, self.p.spec_pass_s, 0.0)
         if has_draft and self.p.mixed_pass_s:
             t = t + np.where(draft.any(axis=1) & verify.any(axis=1), self.p.mixed_pass_s, 0.0)
-        if has_draft and self._selects:
+        c = self._select_list[method]
+        if has_draft and c:
             ps = self.page_size
-            for m in (method,):
-                c = self._select_list[m]
-                if not c:
-                    continue
-                dm = draft
-                pages = (ctx + seg.draft_pos + ps) // ps
-                nd = dm.sum(axis=1)
-                d = self._pad_drafters(nd) if self.p.padding in ("bucket", "pow2") else nd  # (graphed: no prefill)
-                if DraftMethod(m).refresh == "verify":
-                    who = dm & (seg.draft_pos == 0)
-                    n = who.sum(axis=1)
-                    n = np.where(n > 0, np.where(d > n, d, _pow2(np.maximum(n, 1))), 0)
-                    w = np.where(who if m == DraftMethod.VERIFY_ATTN else dm, pages, 0).max(axis=1)
-                else:
-                    n = d
-                    w = np.where(dm, pages, 0).max(axis=1)
-                    if m == DraftMethod.STEP_LAYER:  # every request's pages
-                        w = np.maximum(np.where(draft, pages, 0).max(axis=1),
-                                       np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1))
-                w = -(-np.maximum(w, 1) // self.SELECT_COLS) * self.SELECT_COLS
-                if not anyr:
-                    t = t + c * self._sel_reqs(n) * _pow2(w)
-                    continue
-                allw = np.maximum(np.where(draft, pages, 0).max(axis=1),
-                                  np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1))
-                # the rule: every request selects (dummy entries too), at its class's width
-                n = np.where(ruled & (n > 0), _pow2(np.maximum((draft | verify).sum(axis=1), 1)), n)
-                t = t + c * self._sel_reqs(n) * np.where(ruled, self._rule_cols(allw), _pow2(w))
+            pages = (ctx + seg.draft_pos + ps) // ps
+            nd = draft.sum(axis=1)
+            d = self._pad_drafters(nd) if self.p.padding in ("bucket", "pow2") else nd  # (graphed: no prefill)
+            allw = np.maximum(np.where(draft, pages, 0).max(axis=1),  # every request's pages
+                              np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1)) \
+                if anyr or method == DraftMethod.STEP_LAYER else None
+            if DraftMethod(method).refresh == "verify":
+                who = draft & (seg.draft_pos == 0)
+                n = who.sum(axis=1)
+                n = np.where(n > 0, np.where(d > n, d, NP.pow2(np.maximum(n, 1))), 0)
+                w = np.where(who if method == DraftMethod.VERIFY_ATTN else draft, pages, 0).max(axis=1)
+            else:
+                n, w = d, allw if method == DraftMethod.STEP_LAYER else np.where(draft, pages, 0).max(axis=1)
+            t = t + self._select_cost(c, n, w, ruled if anyr else None, anyr and (draft | verify).sum(axis=1), allw)
         if self.p.score_col_s and keep.any():
             ps = self.page_size
             w = np.maximum(np.where(draft, (ctx + seg.draft_pos + ps) // ps, 0).max(axis=1),
@@ -1087,7 +972,7 @@ class CalibratedCostModel(RooflineCostModel):
             kern = att - self.p.verify_req_s
             # one query block a request: its unit's KV blocks are those of its KV (context + 1)
             bn = int(self._wi_bn[c])
-            extra = (1 << (r - 1).bit_length()) - r if r & (r - 1) and self.ruled1(r) else 0  # the rule's dummies
+            extra = (1 << (r - 1).bit_length()) - r if r & (r - 1) and self.ruled(r) else 0  # the rule's dummies
             if first is not None:
                 ratio = self._plain_ratios(first, n, bn, extra)
             else:
@@ -1133,7 +1018,7 @@ class CalibratedCostModel(RooflineCostModel):
         if self.p.attn_sms:
             bn = self._wi_bn_l[c]
             units = [-(-(x + 1) // bn) for x in context]
-            if r & (r - 1) and self.ruled1(r):  # the rule's dummy verifiers: a unit of one block each
+            if r & (r - 1) and self.ruled(r):  # the rule's dummy verifiers: a unit of one block each
                 units += [1] * ((1 << (r - 1).bit_length()) - r)
             m = self._units_ratio1(units, bn) - 1.0
             v = self.p.verify_req_s
@@ -1150,20 +1035,12 @@ class CalibratedCostModel(RooflineCostModel):
         np.maximum.at(qmax, batch.pre_of[~tall], batch.pre_q[~tall])
         qmax = np.where(self.ruled(batch.tokens) & batch.has_prefill, np.maximum(qmax, self.p.rule_max_query), qmax)
         cls = self.tile_class(qmax)
-        att = np.zeros(n)
-        kern_tall = np.zeros(n)  # split prefill chunks' attention (their own launch)
-        if len(batch.pre_of):
-            a = self.prefill_attn(batch.pre_ctx, batch.pre_q, np.where(tall, len(TILES) - 1, cls[batch.pre_of]))
-            kern_tall = np.bincount(batch.pre_of[tall], a[tall], n)
-            att += np.bincount(batch.pre_of[~tall], a[~tall], n)
-        if len(batch.dr_of):
-            d = self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method, batch.dr_pos, cls[batch.dr_of]) \
-                if self.tiles else self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method, batch.dr_pos)
-            att += np.bincount(batch.dr_of, d, n)
-        if len(batch.ver_of):
-            v = self.full_attn(batch.ver_ctx, batch.ver_q, cls[batch.ver_of]) if self.tiles else \
-                self.full_attn(batch.ver_ctx, batch.ver_q)
-            att += np.bincount(batch.ver_of, v, n)
+        a = self.prefill_attn(batch.pre_ctx, batch.pre_q, np.where(tall, len(TILES) - 1, cls[batch.pre_of]))
+        kern_tall = np.bincount(batch.pre_of[tall], a[tall], n)  # split prefill chunks' attention (their own launch)
+        att = pass_sums(n, (batch.pre_of[~tall], a[~tall]),
+                         (batch.dr_of, self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method, batch.dr_pos,
+                                                       cls[batch.dr_of])),
+                         (batch.ver_of, self.full_attn(batch.ver_ctx, batch.ver_q, cls[batch.ver_of])))
         ruled = self.ruled(batch.tokens)
         keep = batch.keeps(ruled)
         frac = self.p.score_attn_frac
@@ -1172,15 +1049,9 @@ class CalibratedCostModel(RooflineCostModel):
             if len(batch.dr_of):
                 kern = kern - np.bincount(batch.dr_of, self.draft_extra(batch.dr_ctx, batch.dr_budget, batch.dr_method,
                                                                          batch.dr_pos), n)
-            if self.p.attn_sms:
-                r, r_tall = batch.work_ratios(self)
-                att = att + kern * (r - 1.0)
-                kern = kern * r
-                kern_tall = kern_tall * r_tall
-            kern = kern + kern_tall
-            if frac:
-                att = att + np.where(keep, kern * frac, 0.0)
-        att = att + kern_tall
+            att = self._kernel_terms(att, kern, kern_tall, self.p.attn_sms and batch.work_ratios(self), keep)
+        else:
+            att = att + kern_tall
         eager = self.eager(batch.has_prefill, batch.tokens)
         tok, logi = batch.tokens, batch.logits
         if self.p.padding != "none":
@@ -1188,29 +1059,20 @@ class CalibratedCostModel(RooflineCostModel):
                                 self.p.padding, SCRATCH_PAGES * self.page_size, np.bincount(batch.pre_of, minlength=n),
                                 self.p.rule_max_query)
             tok, logi = np.where(eager, tok, tp), np.where(eager, logi, lp)
-        lin = self.overhead_vec(tok, logi)
-        per = np.zeros(n)
-        np.maximum.at(per, batch.dr_of, self.draft_pass[batch.dr_method])  # the largest method's (as time())
-        first = np.zeros(n)
-        f0 = batch.dr_pos == 0
-        np.maximum.at(first, batch.dr_of[f0], self.first_pass[batch.dr_method[f0]])
+        method = np.zeros(n, np.int64)
+        method[batch.dr_of] = batch.dr_method  # (a plan's one)
         vmax = np.ones(n, np.int64)
         np.maximum.at(vmax, batch.ver_of, batch.ver_q)
-        per = per + first + np.where(eager, self.p.eager_pass_s, 0.0) + \
-            np.where(vmax > 1, self.p.spec_pass_s, 0.0)
-        if len(batch.dr_of):
-            has_v = np.bincount(batch.ver_of, minlength=n) > 0
-            per = per + np.where(batch.has_draft & has_v, self.p.mixed_pass_s, 0.0)
-            if self._selects:
-                per = per + self._select_batch(batch, ruled, ~eager & (self.p.padding in ("bucket", "pow2")))
+        has_v = np.bincount(batch.ver_of, minlength=n) > 0
+        t = self._once(self.overhead_vec(tok, logi) + att, eager, batch.has_draft,
+                       np.bincount(batch.dr_of[batch.dr_pos == 0], minlength=n) > 0, vmax > 1,
+                       batch.has_draft & has_v, method)
+        if len(batch.dr_of) and self._selects:
+            t = t + self._select_batch(batch, ruled, ~eager & (self.p.padding in ("bucket", "pow2")))
         if self.p.score_col_s:
-            per = per + self._scores_batch(batch, keep, ruled)
-        t = lin + att + per
+            t = t + self._scores_batch(batch, keep, ruled)
         if self.p.eager_launch_s and eager.any():
-            P = self.p
-            h, e = P.host_overhead_s, P.eager_p
-            rest = np.maximum(t - h, 0.0)
-            t = np.where(eager, h + (rest ** e + P.eager_launch_s ** e) ** (1.0 / e), t)
+            t = np.where(eager, self._eager(t), t)
         return np.where(batch.tokens > 0, t, 0.0)  # an empty pass costs nothing (as time())
 
     def _select_batch(self, batch: PlanBatch, ruled: np.ndarray, padded: np.ndarray) -> np.ndarray:
@@ -1232,7 +1094,7 @@ class CalibratedCostModel(RooflineCostModel):
             if DraftMethod(m).refresh == "verify":
                 who = dm & (batch.dr_pos == 0)
                 cnt = np.bincount(batch.dr_of[who], minlength=n)
-                cnt = np.where(cnt > 0, np.where(d > cnt, d, _pow2(np.maximum(cnt, 1))), 0)
+                cnt = np.where(cnt > 0, np.where(d > cnt, d, NP.pow2(np.maximum(cnt, 1))), 0)
                 src = who if m == DraftMethod.VERIFY_ATTN else dm
             else:
                 cnt = d
@@ -1241,10 +1103,7 @@ class CalibratedCostModel(RooflineCostModel):
             np.maximum.at(w, batch.dr_of[src], pages[src])
             if m == DraftMethod.STEP_LAYER:
                 w = np.where(cnt > 0, allw, w)
-            w = -(-np.maximum(w, 1) // self.SELECT_COLS) * self.SELECT_COLS
-            # the rule: every request selects (dummy entries too), at its class's width
-            cnt = np.where(ruled & (cnt > 0), _pow2(np.maximum(nreq, 1)), cnt)
-            out += c * self._sel_reqs(cnt) * np.where(ruled, self._rule_cols(allw), _pow2(w))
+            out += self._select_cost(c, cnt, w, ruled if ruled.any() else None, nreq, allw)
         return out
 
     def _longest_batch(self, batch: PlanBatch) -> np.ndarray:
@@ -1264,11 +1123,14 @@ class CalibratedCostModel(RooflineCostModel):
             np.bincount(batch.pre_of, minlength=n)
         return np.where(keep, self.p.score_col_s * self._rule_scale(nreq, w, ruled), 0.0)
 
-    def _rule_scale(self, nreq: np.ndarray, w: np.ndarray, ruled: np.ndarray) -> np.ndarray:
+    def _rule_scale(self, nreq, w, ruled):
         """Page-score rows x columns: requests x the longest's pages in 128s, or under the rule
-        (`ruled`, within its classes) requests padded to a power of two x the class's width."""
+        (`ruled`, within its classes) requests padded to a power of two x the class's width. Ints
+        (one pass) or arrays."""
+        xp = ns(w)
         on = ruled & (w <= self._classes[-1])
-        return np.where(on, _pow2(np.maximum(nreq, 1)) * self._class_of(w), nreq * (-(-w // self.SELECT_COLS) * self.SELECT_COLS))
+        return xp.where(on, xp.pow2(xp.maximum(nreq, 1)) * self._class_of(w),
+                        nreq * (-(-w // self.SELECT_COLS) * self.SELECT_COLS))
 
     def kv_capacity_pages(self, reserve_frac: float | None = None, selection_metadata: bool = True) -> int:
         """The KV pages the runtime could allocate on the measured GPU, where the profile says so."""
@@ -1359,11 +1221,6 @@ def _pairwise(a: list[float], lo: int, n: int) -> float:
     h = n // 2
     h -= h % 8
     return _pairwise(a, lo, h) + _pairwise(a, lo + h, n - h)
-
-
-def _pow2(x: np.ndarray) -> np.ndarray:
-    """The next power of two of each positive integer (exact: powers of two have exact logs)."""
-    return np.left_shift(1, np.ceil(np.log2(x)).astype(np.int64))
 
 
 def _load(prof: dict) -> CalibratedCostModel:

@@ -28,9 +28,9 @@ Draft-KV methods (spsim.plan.DraftMethod), one cost term each:
   STEP_LAYER: one designated layer attends to the full context + drafts instead of the budget,
       and its attention scores choose the pages for the other layers (ASPIRE), so no separate
       scoring is charged.
-All per-pass terms are vectorised: `time(plan)` over the plan's requests, `times(batch)`
-over many passes' requests, or their (passes, requests) grids, with the same formulas (equal to
-float rounding).
+Each per-request term is written once (spsim/cost/xp.py): `time(plan)` prices a small plan's
+requests one at a time on Python numbers, a larger plan's, `times(batch)` many passes' requests or
+their (passes, requests) grids on arrays, through the same formulas (equal to float rounding).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from spsim.models import ModelConfig, dtype_bytes, get_model
 from spsim.plan import DraftMethod, PassPlan
 
 from .batch import PlanBatch
+from .xp import Table, fold, ns, pass_sums
 
 # Per-pass times measured on this project's H200 for an 8B shape (docs/anchors.md), tokens -> seconds.
 # 1-64 tokens all took 4.1 ms. The fitted constants below reproduce these (see fit_error()).
@@ -119,15 +120,13 @@ class RooflineCostModel:
         self.attn_score_page_s = hkv * 4 / bw  # one fp32 attention score per page and KV head
         self.row_flop_s = 4 * m.head_dim * hkv / (g.flops("bf16") * P.attn_flops_eff)  # per row per KV token
         self.inv_p = 1.0 / P.smooth_p
-        # a query (prefill chunk) never exceeds the context window, so the tables cover every q
-        self._build_tables(self.model.max_context)
         # [method, min(draft_pos, 1)] -> seconds per scored page (all layers)
         self.score_tbl = np.zeros((len(DraftMethod), 2))
         self.score_tbl[DraftMethod.VERIFY_QUEST, 0] = self.L * self.score_page_s
         self.score_tbl[DraftMethod.STEP_QUEST, :] = self.L * self.score_page_s
         self.score_tbl[DraftMethod.VERIFY_ATTN, 0] = self.L * self.attn_score_page_s
         # STEP_LAYER: the designated full layer's own attention ranks the pages; nothing extra
-        self._score_rows = self.score_tbl.tolist()
+        self._score_t = Table(self.score_tbl)
         self._tbl_width = self._tbl_rows = 0  # segment tables: none yet
         self._verify_tbl, self._draft_tbls = None, {}
         self._ovh_tbl = np.zeros(0)
@@ -157,26 +156,23 @@ class RooflineCostModel:
             + tokens * self.comm_token_s
         return np.where(tokens > 0, t, 0.0)
 
-    # ---- attention ----
-    def _build_tables(self, qmax: int) -> None:  # ~2 MB for a 128K window
-        """Per query length q (rows = q * group): seconds per KV page read (once per 128-row query
-        tile) and seconds of flops per KV token (rows padded to MMA tiles). Lookups replace four
-        integer ops each in the hot path."""
-        P = self.p
-        rows = np.arange(qmax + 1, dtype=np.int64) * self.group
-        self.read_tbl = ((rows + P.q_tile_rows - 1) // P.q_tile_rows) * self.page_read_s
-        self.flop_tbl = ((rows + P.mma_rows - 1) // P.mma_rows) * (P.mma_rows * self.row_flop_s)
-
+    # ---- attention (per request: arrays, or Python numbers for one request; spsim/cost/xp.py) ----
     def _layer_attn(self, n_kv, causal_kv, q):
         """Seconds per layer per request reading `n_kv` KV tokens with `q` query tokens per head
-        (GQA packed); `causal_kv` is the KV a query row sees on average. `q` is an array or an int."""
+        (GQA packed, rows = q * group); `causal_kv` is the KV a query row sees on average."""
         P = self.p
+        xp = ns(n_kv)
+        rows = q * self.group
         # a request streams at least `attn_min_kv` tokens' worth: a split's prologue (page-table
         # and first-page loads) is not hidden for a short request; the floor is convex, so a batch
-        # of mixed lengths costs more than the same number of requests at the mean length
-        mem = ((np.maximum(n_kv, P.attn_min_kv) + (self.page_size - 1)) // self.page_size) * self.read_tbl[q]
-        # smoothmax with p = 2 (np.hypot: one op); no attention measurement of our kernels to fit p to
-        sm = np.hypot(mem, causal_kv * self.flop_tbl[q])
+        # of mixed lengths costs more than the same number of requests at the mean length. The KV
+        # is read once per 128-row query tile.
+        mem = ((xp.maximum(n_kv, P.attn_min_kv) + (self.page_size - 1)) // self.page_size) * \
+            (((rows + P.q_tile_rows - 1) // P.q_tile_rows) * self.page_read_s)
+        # flops: rows padded to MMA tiles; smoothmax with p = 2 (hypot: one op), no attention
+        # measurement of our kernels to fit p to
+        flop = ((rows + P.mma_rows - 1) // P.mma_rows) * (P.mma_rows * self.row_flop_s)
+        sm = xp.hypot(mem, causal_kv * flop)
         return sm + ((n_kv + (P.split_tokens - 1)) // P.split_tokens) * P.attn_split_s + P.attn_req_s
 
     def full_attn(self, context, query):
@@ -184,80 +180,35 @@ class RooflineCostModel:
         return self.L * self._layer_attn(context + query, context + (query + 1) * 0.5, query)
 
     def draft_attn(self, context, budget, method, pos):
-        """All-layer seconds of one draft token, per request (arrays of one shape)."""
-        sparse = np.minimum(budget, context) + pos + 1
+        """All-layer seconds of one draft token, per request (arrays of one shape, or numbers)."""
+        xp = ns(context)
+        sparse = xp.minimum(budget, context) + pos + 1
         t_sparse = self._layer_attn(sparse, sparse, 1)
-        t = self.L * t_sparse
         # page scoring: the first draft of a run (VERIFY_*), or every step (STEP_QUEST)
-        score = self.score_tbl[method, np.minimum(pos, 1)]
-        t = t + score * ((context + (self.page_size - 1)) // self.page_size)
-        if np.any(method == DraftMethod.STEP_LAYER):  # the designated layer reads all the KV
+        score = xp.pick(self._score_t, method, xp.minimum(pos, 1))
+        t = self.L * t_sparse + score * ((context + (self.page_size - 1)) // self.page_size)
+        if xp.any(method == DraftMethod.STEP_LAYER):  # the designated layer reads all the KV
             full = context + pos + 1
-            t = t + np.where(method == DraftMethod.STEP_LAYER, self._layer_attn(full, full, 1) - t_sparse, 0.0)
+            t = t + xp.where(method == DraftMethod.STEP_LAYER, self._layer_attn(full, full, 1) - t_sparse, 0.0)
         return t
 
     # ---- the CostModel protocol ----
-    # Scalar twins of _layer_attn / draft_attn for small plans: numpy costs ~1 us per vector op
-    # whatever the length, so below ~64 requests plain float math is several times faster.
-    # Same formulas, same operation order; tests check the two paths agree to float rounding.
+    # A small plan's requests are priced one at a time on Python numbers: numpy costs ~1 us per
+    # vector op whatever the length, so below ~64 requests plain float math is several times faster.
     SCALAR_MAX = 64  # measured crossover ~80 requests (benchmarks/results/cost_model_check.json)
 
-    def _layer1(self, n: int, causal: float, q: int) -> float:
-        P = self.p
-        rows = q * self.group
-        m = n if n > P.attn_min_kv else P.attn_min_kv
-        mem = ((m + self.page_size - 1) // self.page_size) * (((rows + P.q_tile_rows - 1) // P.q_tile_rows) * self.page_read_s)
-        cmp = causal * (((rows + P.mma_rows - 1) // P.mma_rows) * (P.mma_rows * self.row_flop_s))
-        return math.hypot(mem, cmp) + ((n + P.split_tokens - 1) // P.split_tokens) * P.attn_split_s + P.attn_req_s
-
-    def _draft1(self, c: int, b: int, m: int, pos: int) -> float:
-        sparse = (b if b < c else c) + pos + 1
-        ts = self._layer1(sparse, sparse, 1)
-        t = self.L * ts + self._score_rows[m][1 if pos > 0 else 0] * ((c + self.page_size - 1) // self.page_size)
-        if m == DraftMethod.STEP_LAYER:
-            full = c + pos + 1
-            t = t + (self._layer1(full, full, 1) - ts)
-        return t
-
     def time(self, plan: PassPlan) -> float:
-        n_pre, n_dr, n_ver = len(plan.prefill_ids), len(plan.draft_ids), len(plan.verify_ids)
-        scalar = n_pre + n_dr + n_ver <= self.SCALAR_MAX
-        total = 0.0
-        tokens = n_dr
-        logits = n_dr + n_pre  # one logits row per prefill chunk (its last token)
-        if n_pre:
-            t = plan.prefill_tokens
-            if scalar:
-                L, f = self.L, self._layer1
-                for c, q in zip(plan.prefill_context.tolist(), t.tolist()):
-                    total += L * f(c + q, c + (q + 1) * 0.5, q)
-            else:
-                total += float(self.full_attn(plan.prefill_context, t).sum())
-            tokens += int(t.sum())
-        if n_dr:
-            if scalar:
-                f, b, m = self._draft1, plan.draft_budget, plan.draft_method
-                for c, pos in zip(plan.draft_context.tolist(), plan.draft_pos.tolist()):
-                    total += f(c, b, m, pos)
-            else:
-                total += float(self.draft_attn(plan.draft_context, plan.draft_budget, plan.draft_method,
-                                                plan.draft_pos).sum())
-        if n_ver:
-            if scalar:
-                L, f = self.L, self._layer1
-                nq = 0
-                for c, q in zip(plan.verify_context.tolist(), plan.verify_query.tolist()):
-                    total += L * f(c + q, c + (q + 1) * 0.5, q)
-                    nq += q
-            else:
-                q = plan.verify_query
-                total += float(self.full_attn(plan.verify_context, q).sum())
-                nq = int(q.sum())
-            tokens += nq
-            logits += nq
+        scalar = len(plan.prefill_ids) + len(plan.draft_ids) + len(plan.verify_ids) <= self.SCALAR_MAX
+        b, m = plan.draft_budget, plan.draft_method
+        total = fold(0.0, self.full_attn, scalar, plan.prefill_context, plan.prefill_tokens)
+        total = fold(total, lambda c, pos: self.draft_attn(c, b, m, pos), scalar, plan.draft_context, plan.draft_pos)
+        total = fold(total, self.full_attn, scalar, plan.verify_context, plan.verify_query)
+        nq = int(plan.verify_query.sum())
+        tokens = len(plan.draft_ids) + int(plan.prefill_tokens.sum()) + nq
         if tokens == 0:
             return 0.0
-        return self.pass_overhead(tokens, num_logits=logits) + total
+        # one logits row per prefill chunk (its last token)
+        return self.pass_overhead(tokens, num_logits=len(plan.draft_ids) + len(plan.prefill_ids) + nq) + total
 
     # ---- lookup tables (policies' marginal grids and the simulator's segment pricing) ----
     # A decode segment prices every (pass, request) from small integers: context, query tokens,
@@ -340,15 +291,9 @@ class RooflineCostModel:
         return self._flat_times(batch)
 
     def _flat_times(self, batch: PlanBatch) -> np.ndarray:
-        n = batch.n
-        att = np.zeros(n)
-        if len(batch.pre_of):
-            att += np.bincount(batch.pre_of, self.full_attn(batch.pre_ctx, batch.pre_q), n)
-        if len(batch.dr_of):
-            att += np.bincount(batch.dr_of, self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method,
-                                                            batch.dr_pos), n)
-        if len(batch.ver_of):
-            att += np.bincount(batch.ver_of, self.full_attn(batch.ver_ctx, batch.ver_q), n)
+        att = pass_sums(batch.n, (batch.pre_of, self.full_attn(batch.pre_ctx, batch.pre_q)),
+                         (batch.dr_of, self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method, batch.dr_pos)),
+                         (batch.ver_of, self.full_attn(batch.ver_ctx, batch.ver_q)))
         return np.where(batch.tokens > 0, self.overhead_vec(batch.tokens, batch.logits) + att, 0.0)
 
     def _grid_times(self, seg: PlanBatch) -> np.ndarray:
@@ -409,12 +354,10 @@ class RooflineCostModel:
             # policies' (request, k) grids (first draft of a run): table lookups
             return self.draft_table(b, m)[context, 0], self.verify_table()[context, query]
         pos = np.zeros_like(context) if draft_pos is None else np.asarray(draft_pos, dtype=np.int64)
-        if scalar:
-            L, f, g = self.L, self._layer1, self._draft1
-            cl, ql = context.tolist(), query.tolist()
-            d = [g(c, b, m, p) for c, p in zip(cl, pos.tolist())]
-            v = [L * f(c + q, c + (q + 1) * 0.5, q) for c, q in zip(cl, ql)]
-            return np.array(d), np.array(v)
+        if scalar:  # (one at a time on Python numbers: see SCALAR_MAX)
+            cl = context.tolist()
+            return (np.array([self.draft_attn(c, b, m, p) for c, p in zip(cl, pos.tolist())]),
+                    np.array([self.full_attn(c, q) for c, q in zip(cl, query.tolist())]))
         return self.draft_attn(context, b, m, pos), self.full_attn(context, query)
 
     def kv_capacity_pages(self, reserve_frac: float | None = None, selection_metadata: bool = True) -> int:
