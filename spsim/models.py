@@ -92,36 +92,23 @@ class ModelConfig:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
-MODELS: dict[str, ModelConfig] = {
-    m.name: m
-    for m in [
-        ModelConfig("llama-3.1-8b", layers=32, hidden=4096, q_heads=32, kv_heads=8, head_dim=128,
-                    intermediate=14336, vocab=128256, max_context=131072, published_params=8.03e9),
-        ModelConfig("llama-3.2-3b", layers=28, hidden=3072, q_heads=24, kv_heads=8, head_dim=128,
-                    intermediate=8192, vocab=128256, max_context=131072, tied_embeddings=True,
-                    published_params=3.21e9),
-        # Qwen2.5: config.json says 32768; the model card's 131072 needs YaRN rope scaling, which
-        # long-context serving turns on, so we take the long window.
-        ModelConfig("qwen2.5-7b", layers=28, hidden=3584, q_heads=28, kv_heads=4, head_dim=128,
-                    intermediate=18944, vocab=152064, max_context=131072, qkv_bias=True,
-                    published_params=7.61e9),
-        ModelConfig("qwen2.5-14b", layers=48, hidden=5120, q_heads=40, kv_heads=8, head_dim=128,
-                    intermediate=13824, vocab=152064, max_context=131072, qkv_bias=True,
-                    published_params=14.7e9),
-        ModelConfig("llama-3.1-70b", layers=80, hidden=8192, q_heads=64, kv_heads=8, head_dim=128,
-                    intermediate=28672, vocab=128256, max_context=131072, published_params=70.6e9),
-        # the small models the runtime serves on a CPU (`spsim run --device cpu`): here so a trace
-        # recorded there replays with `spsim replay --model` under the same shape
-        ModelConfig("llama-3.2-1b", layers=16, hidden=2048, q_heads=32, kv_heads=8, head_dim=64,
-                    intermediate=8192, vocab=128256, max_context=131072, tied_embeddings=True,
-                    published_params=1.24e9),
-        ModelConfig("smollm2-135m", layers=30, hidden=576, q_heads=9, kv_heads=3, head_dim=64,
-                    intermediate=1536, vocab=49152, max_context=8192, tied_embeddings=True,
-                    published_params=134.5e6),
-        ModelConfig("tiny", layers=2, hidden=64, q_heads=4, kv_heads=2, head_dim=32, intermediate=160,
-                    vocab=512, max_context=4096),  # the runtime's CPU test shape (random weights)
-    ]
-}
+# name, layers, hidden, q heads, KV heads, head dim, intermediate, vocab, max context (tokens),
+# tied embeddings, QKV bias, the model card's parameter count
+_TABLE = [
+    ("llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, 131072, False, False, 8.03e9),
+    ("llama-3.2-3b", 28, 3072, 24, 8, 128, 8192, 128256, 131072, True, False, 3.21e9),
+    # Qwen2.5: config.json says 32768; the model card's 131072 needs YaRN rope scaling, which
+    # long-context serving turns on, so we take the long window
+    ("qwen2.5-7b", 28, 3584, 28, 4, 128, 18944, 152064, 131072, False, True, 7.61e9),
+    ("qwen2.5-14b", 48, 5120, 40, 8, 128, 13824, 152064, 131072, False, True, 14.7e9),
+    ("llama-3.1-70b", 80, 8192, 64, 8, 128, 28672, 128256, 131072, False, False, 70.6e9),
+    # the small models the runtime serves on a CPU (`spsim run --device cpu`): here so a trace
+    # recorded there replays with `spsim replay --model` under the same shape
+    ("llama-3.2-1b", 16, 2048, 32, 8, 64, 8192, 128256, 131072, True, False, 1.24e9),
+    ("smollm2-135m", 30, 576, 9, 3, 64, 1536, 49152, 8192, True, False, 134.5e6),
+    ("tiny", 2, 64, 4, 2, 32, 160, 512, 4096, False, False, 0.0),  # the runtime's CPU test shape (random weights)
+]
+MODELS: dict[str, ModelConfig] = {row[0]: ModelConfig(*row) for row in _TABLE}
 
 _ALIASES = {
     "8b": "llama-3.1-8b", "llama3-8b": "llama-3.1-8b", "llama-3-8b": "llama-3.1-8b", "llama3.1-8b": "llama-3.1-8b",

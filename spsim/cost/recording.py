@@ -16,21 +16,6 @@ class RecordingCost:
     passes are priced one `time()` call each (a decode grid as its plans). Subclasses keep
     something else per pass by overriding `record`."""
 
-    # the CostModel protocol's members, the wrapped model's (time and times record, below)
-    name = _inner("name")
-    source = _inner("source")
-    info = _inner("info")
-    overlapped = _inner("overlapped")
-    model = _inner("model")
-    page_size = _inner("page_size")
-    padding = _inner("padding")
-    kv_capacity_pages = _inner("kv_capacity_pages")
-    pass_overhead = _inner("pass_overhead")
-    marginal = _inner("marginal")
-    tables = _inner("tables")
-    spec_overhead = _inner("spec_overhead")
-    metadata = _inner("metadata")
-
     def __init__(self, cost):
         self.inner = cost
         self.passes: list = []
@@ -51,3 +36,11 @@ class RecordingCost:
 
     def __getattr__(self, name):  # anything else the wrapped model offers
         return getattr(self.inner, name)
+
+
+# the CostModel protocol's members, the wrapped model's (time and times record, above); declared on
+# the class, not only reached through __getattr__, so the protocol's checks see them
+for _member in ("name", "source", "info", "overlapped", "model", "page_size", "padding", "kv_capacity_pages",
+                "pass_overhead", "marginal", "tables", "spec_overhead", "metadata"):
+    setattr(RecordingCost, _member, _inner(_member))
+del _member
