@@ -433,7 +433,8 @@ class FastPath:
         # there once every column is planned through it (synchronous batches and re-asked
         # plain passes are not summed: no stop), within the first 256 passes (segments are
         # shorter: Mooncake aspire 24 passes on average; a zero target's plain span can be
-        # thousands of passes, each summed)
+        # thousands of passes, each summed); none where every pass is sure to fit (PageSums.fits:
+        # on short contexts the summing was most of aspire's time)
         free, shared = self.pool.capacity - self.pool.used + sum(t.pages[run].tolist()), t.shared_tokens[run].tolist()
         cover = None if sync or PageSums.fits(free, cfg.page_size, shared, (ctx0 + d0).tolist(), min(n, 256)) \
             else PageSums(free, cfg.page_size, shared, min(n, 256)).cover
