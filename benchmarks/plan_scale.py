@@ -7,6 +7,11 @@ time and the results to JSON.
 
     python3 benchmarks/plan_scale.py --out benchmarks/results/plan_scale.json            # pool, all CPUs
     python3 benchmarks/plan_scale.py --limit 4000 --ray --out /tmp/plan_scale.json       # + Ray, same numbers?
+
+Issue 38's form (`spsim plan azure-conv ... --gpus h200,h100-sxm --replicas 1..8` with no --target-rate:
+the fewest replicas for the trace's own rate):
+
+    python3 benchmarks/plan_scale.py --gpus h200,h100-sxm --target-rate trace --out benchmarks/results/plan_scale_issue38.json
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ def run(args, ray: bool, out_dir: Path) -> tuple[dict, float]:
     base = SimConfig()  # the serving defaults, as `spsim plan`'s
     inp = PlanInputs.from_options(
         trace=args.trace, trace_format=None, limit=args.limit, skip_invalid=False, slo=args.slo,
-        policies=args.policies, gpus=args.gpus, models=base.model, replicas="1..8", max_batch=str(base.max_batch),
-        draft_budget=str(base.draft_budget), draft_kv=base.draft_kv, tp=str(base.tp), target_rate=args.target_rate,
+        policies=args.policies, gpus=args.gpus, models=base.model, replicas=args.replicas, max_batch=str(base.max_batch),
+        draft_budget=str(base.draft_budget), draft_kv=base.draft_kv, tp=str(base.tp),
+        target_rate=None if args.target_rate == "trace" else float(args.target_rate),
         precision=args.precision, early_stop=True, prices=None, base=base, jobs=args.jobs, ray=ray, ray_address=None)
     t0 = time.perf_counter()
     plan = run_plan(inp, out=out_dir, progress_lines=lambda f, w: print(f"  {w}", file=sys.stderr, flush=True))
@@ -82,7 +88,8 @@ def main() -> None:
     ap.add_argument("--slo", default="ttft_p90=2s,tpot_p99=60ms")
     ap.add_argument("--policies", default="ar,sync,fixed-k,entropy,aspire")
     ap.add_argument("--gpus", default="h100-sxm,h200")
-    ap.add_argument("--target-rate", type=float, default=60.0)
+    ap.add_argument("--replicas", default="1..8")
+    ap.add_argument("--target-rate", default="60", help="req/s, or 'trace': the trace's own rate (spsim plan's default)")
     ap.add_argument("--precision", type=float, default=0.05)
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--ray", action="store_true", help="run the same plan on a local Ray cluster and compare")

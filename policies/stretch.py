@@ -54,6 +54,14 @@ class PageSums:
         self.budget, self.ps, self.shared, self.r = budget, page_size, shared, len(shared)
         self.pages, self.cols = [0] * n, [0] * n  # per pass: pages of the columns planned through it, how many
 
+    @staticmethod
+    def fits(budget: int, page_size: int, shared: list[int], tokens: list[int], n: int) -> bool:
+        """Whether every pass of n fits whatever the columns do: a column holds at most one token
+        more a pass than it held at the start (a verification hands back its rejected drafts), so
+        its pages on pass p are at most those of tokens + p + 1; summed at the last pass, within
+        the budget, `cover` can only answer NEVER (and summing pass by pass is skipped)."""
+        return sum(-(-(x + n - s) // page_size) for x, s in zip(tokens, shared)) <= budget
+
     def cover(self, j: int, f: int, last: int, tokens: int, hz: int) -> int:
         """Column j was planned on passes f..last, holding `tokens` tokens (context and drafts)
         before pass f and one more before each later one (drafting, or decoding plainly), each

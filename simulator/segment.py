@@ -433,9 +433,11 @@ class FastPath:
         # there once every column is planned through it (synchronous batches and re-asked
         # plain passes are not summed: no stop), within the first 256 passes (segments are
         # shorter: Mooncake aspire 24 passes on average; a zero target's plain span can be
-        # thousands of passes, each summed)
-        cover = None if sync else PageSums(self.pool.capacity - self.pool.used + sum(t.pages[run].tolist()),
-                                           cfg.page_size, t.shared_tokens[run].tolist(), min(n, 256)).cover
+        # thousands of passes, each summed); none where every pass is sure to fit (PageSums.fits:
+        # on short contexts the summing was most of aspire's time)
+        free, shared = self.pool.capacity - self.pool.used + sum(t.pages[run].tolist()), t.shared_tokens[run].tolist()
+        cover = None if sync or PageSums.fits(free, cfg.page_size, shared, (ctx0 + d0).tolist(), min(n, 256)) \
+            else PageSums(free, cfg.page_size, shared, min(n, 256)).cover
         cut = n
         every = rounds == -1  # a policy asked every pass (`every`): its first pass asked already
         max_rounds, min_n = (self.MAX_ROUNDS if rounds in (0, -1) else rounds), 1 if rounds in (1, -1) else 2
