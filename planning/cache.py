@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from spsim.jsonlines import jsonable
+
 ARRAYS = ("ttft", "tpot", "e2el")
 
 
@@ -44,7 +46,7 @@ class ProbeCache:
         fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
-                np.savez(f, meta=np.array(json.dumps(meta, default=_jsonable)), **{k: arrays[k] for k in ARRAYS})
+                np.savez(f, meta=np.array(json.dumps(meta, default=jsonable)), **{k: arrays[k] for k in ARRAYS})
             os.replace(tmp, self._path(key))
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -52,13 +54,3 @@ class ProbeCache:
 
     def __len__(self) -> int:
         return 0 if self.folder is None else sum(1 for _ in self.folder.glob("*.npz"))
-
-
-def _jsonable(o):
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(type(o))

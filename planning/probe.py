@@ -147,6 +147,6 @@ def _lat(arrays: dict, meta: dict) -> Latencies:
 def _roundtrip(meta: dict) -> dict:
     import json
 
-    from .cache import _jsonable
+    from spsim.jsonlines import jsonable
 
-    return json.loads(json.dumps(meta, default=_jsonable))
+    return json.loads(json.dumps(meta, default=jsonable))

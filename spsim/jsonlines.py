@@ -10,6 +10,8 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+
 from .errors import InputError, SpsimError
 
 
@@ -33,3 +35,16 @@ def json_lines(path: str | Path, what: str, torn_ok: bool = False) -> Iterator[t
                 yield i, rec
     except (OSError, UnicodeDecodeError) as e:
         raise SpsimError(f"{path}: cannot read {what} ({e})") from None
+
+
+def jsonable(o):
+    """`json.dumps`'s `default` for numpy values: numbers and arrays as Python's."""
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.bool_):
+        return bool(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(type(o))

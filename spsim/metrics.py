@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .jsonlines import jsonable
+
 PER_REQUEST_COLUMNS = [
     "id", "replica", "arrival_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens",
     "drafts", "verifies", "spec_verifies", "accepted", "preemptions", "recomputes", "prefix_hit_tokens", "rejected",
@@ -54,15 +56,7 @@ class RunResult:
     extra: dict = field(default_factory=dict)
 
     def summary_json(self) -> str:
-        return json.dumps(self.summary, indent=2, default=_jsonable) + "\n"
-
-
-def _jsonable(o):
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    raise TypeError(type(o))
+        return json.dumps(self.summary, indent=2, default=jsonable) + "\n"
 
 
 def _f(x) -> float | None:
@@ -227,7 +221,6 @@ def summarize_run(table, batchers, cat_ns: list[dict], cat_passes: list[dict], c
         "max_batch": cfg.max_batch, "token_budget": cfg.token_budget, "page_size": cfg.page_size,
     }
     return RunResult(s, req)
-
 
 
 # ---------------------------------------------------------------------------- diagnostics

@@ -26,6 +26,7 @@ import numpy as np
 from .config import ServingConfig
 from .cost.recording import RecordingCost
 from .errors import SpsimError
+from .jsonlines import jsonable
 from .validate_report import pass_clocked
 
 DEFAULT_ACCEPTANCE = "sparsespec-llama8b"
@@ -272,14 +273,4 @@ OUT_FILES = ("validate.json", "runtime_summary.json", "sim_summary.json", "runti
 
 
 def dumps(report: dict) -> str:
-    return json.dumps(report, indent=2, default=_jsonable) + "\n"
-
-
-def _jsonable(o):
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.bool_):
-        return bool(o)
-    raise TypeError(type(o))
+    return json.dumps(report, indent=2, default=jsonable) + "\n"
