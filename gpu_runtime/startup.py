@@ -482,7 +482,8 @@ def capture(graphs, ex, shape_set: ShapeSet, progress=None, warm: str = "first")
     # which the graphs then capture as they will stay
     from .compiles import COMPILES
 
-    COMPILES.install()
+    if cuda:  # (the interpreter compiles nothing)
+        COMPILES.install()
     compiles0 = COMPILES.count
     detail = []  # per eager pass: its chunk, context behind it, drafting context, ms preparing and running
     with torch.no_grad():

@@ -909,13 +909,9 @@ class CalibratedCostModel(RooflineCostModel):
             t = self.overhead_vec(tp, lp) + att.sum(axis=1)
         else:
             t = self.overhead_table(int(tokens.max()))[tokens] + att.sum(axis=1)
-        if has_draft:  # no prefill here
-            t = t + np.where(draft.any(axis=1), self.draft_pass[method], 0.0)
-            t = t + np.where((draft & (seg.draft_pos == 0)).any(axis=1), self.first_pass[method], 0.0)
-        if self.p.spec_pass_s:
-            t = t + np.where(qmax > 1, self.p.spec_pass_s, 0.0)
-        if has_draft and self.p.mixed_pass_s:
-            t = t + np.where(draft.any(axis=1) & verify.any(axis=1), self.p.mixed_pass_s, 0.0)
+        drafts = draft.any(axis=1)  # (no prefill here: never eager)
+        t = self._once(t, False, drafts, (draft & (seg.draft_pos == 0)).any(axis=1), qmax > 1,
+                       drafts & verify.any(axis=1), method)
         c = self._select_list[method]
         if has_draft and c:
             ps = self.page_size
