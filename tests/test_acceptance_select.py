@@ -78,7 +78,7 @@ def test_a_latent_fit_at_its_bounds_falls_back(tmp_path):
     tr, te = ev.take(~test), ev.take(test)
     from spsim.acceptance.presets import preset_params
 
-    cands = candidates(tr, preset_params("sparsespec-llama8b"), {})
+    cands = candidates(tr, preset_params("sparsespec-llama8b"))
     cands["latent"]["report"].update(converged=False, at_bounds=["sigma_req"])
     sel = select(cands, tr, te)
     assert sel["chosen"] != "latent" and "at parameter bounds (sigma_req)" in sel["reason"]

@@ -119,11 +119,10 @@ def position_support(table: dict, ev) -> tuple[bool, str]:
     return (not thin), ("fewer than %d training tokens at %s" % (MIN_TOKENS, "; ".join(thin[:3]))) if thin else ""
 
 
-def candidates(train, base_params, entropy: dict) -> dict:
+def candidates(train, base_params) -> dict:
     """{kind: {"expect": runs -> expected accepted per run, "table" or "params", "report"}} fitted on `train`."""
     from .fit import fit as fit_latent
 
-    ent = {k: entropy[k] for k in ("auc", "entropy_median", "entropy_sigma") if k in entropy}
     out = {}
     for kind in ("constant", "position"):
         table = fit_rates(train, kind)

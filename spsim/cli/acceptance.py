@@ -201,7 +201,7 @@ def fit(events: Path = typer.Argument(..., help="Accept-events JSONL (from `spsi
     interleaved reuse is rejected naming the line. Tokens after a run's first rejection are censored
     by the fit (write them or not). The report sets the fit against baselines on held-out groups, for
     every method and budget present."""
-    from spsim.acceptance.fit import Baselines, fit as do_fit, fit_entropy, kfold
+    from spsim.acceptance.fit import Baselines, fit as do_fit, kfold
     from spsim.acceptance.select import candidates, select
 
     if not 0 <= holdout < 1:  # also rejects NaN
@@ -228,7 +228,7 @@ def fit(events: Path = typer.Argument(..., help="Accept-events JSONL (from `spsi
     if not len(train):
         raise SpsimError(f"{events}: no training events after the hold-out split (--holdout-by {holdout_by})")
     base_p = preset_params(base)
-    cands = candidates(train, base_p, fit_entropy(train))
+    cands = candidates(train, base_p)
     params, rep = cands["latent"]["params"], cands["latent"]["report"]
     selection = select(cands, train, ev.take(test) if test.any() else None, None if model == "auto" else model)
     inf = ev.informative()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -14,7 +13,6 @@ from rich.table import Table
 
 from spsim.cli_options import LIMIT, SKIP_INVALID, TRACE_FORMAT, check_out_dir, serving_options
 from spsim.config import ServingConfig as Defaults  # its class attributes: the defaults
-from spsim.errors import SpsimError
 from spsim.report_numbers import readable
 
 console = Console()
