@@ -96,6 +96,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left
 from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
@@ -250,9 +251,15 @@ class CalibratedCostModel(RooflineCostModel):
         top = -(-(-(-(self.model.max_context + P.rule_max_query) // self.page_size) + 1) // 64) * 64
         self._classes = [c for c in RULE_CLASS_PAGES if c < top] + [top]
         self._classes_t = Table(np.asarray(self._classes, np.int64))
-        # pages matter to a pass's top-k and page scores only by width class and 128-column step:
-        # decode passes' shapes hold them in granules of this many pages (_grid_terms)
-        self._page_gran = math.gcd(self.SELECT_COLS, *self._classes)
+        # pages change a pass's top-k and page scores only past a width class or a top-k width (a
+        # power of two of 128 columns) or, scores outside the rule, every 128 columns: decode passes'
+        # shapes hold them in granules of this many pages (_grid_terms), and their terms take the
+        # end of the interval holding them (_page_end): without scores, and with
+        C = self.SELECT_COLS
+        most = self._classes[-1] + C
+        ends = {0, *self._classes, *(C << k for k in range(most.bit_length()) if C << k <= 2 * most)}
+        self._page_ends = (sorted(ends), sorted(ends | set(range(C, most + 1, C))))
+        self._page_gran = math.gcd(C, *self._classes)
         if P.draft_page_s is not None:
             self.score_tbl = np.asarray(P.draft_page_s, dtype=np.float64).reshape(N_METHODS, 2)
             self._score_t = Table(self.score_tbl)
@@ -952,33 +959,41 @@ class CalibratedCostModel(RooflineCostModel):
         n = len(q)
         if self._pass_n + n > self.PASS_MEMO_MAX:  # (between grids: this grid's rows stay valid)
             self._pass_memo, self._pass_n = {}, 0
+        r = q.shape[1]
         first = draft & (dpos == 0)
         vkv, dp1 = np.where(verify, ctx + q, 0), dpos + 1
         full = np.where(draft, ctx + dp1, vkv)  # the KV tokens each request's pages hold (0: none)
-        # the longest draft's, first draft's and request's KV tokens, and the rest of the pass's shape
-        longest = np.stack([np.where(draft, full, 0).max(axis=1), np.where(first, full, 0).max(axis=1),
-                            full.max(axis=1)], axis=1)
-        gran = self.page_size * self._page_gran
-        parts = [seg.kind, np.stack([q.sum(axis=1), qmax, first.sum(axis=1)], axis=1), (longest + (gran - 1)) // gran]
         J = 0
         if P.attn_sms:  # each request's work units: (a draft reads its sparse selection)
             kv = np.where(draft, np.minimum(seg.budget, ctx) + dp1, vkv)
             one = int(qmax.max()) <= self._tile_cap  # every query within its class's block
             code, _, J = self._unit_blocks(q + draft, kv, None if one else draft | verify, cls, 1 if one else None)
-            parts.append(code.reshape(n, -1))
-        shapes = np.concatenate(parts, axis=1, dtype=np.int64)
+        # a row per pass: kinds, query tokens, tallest query, first drafts, the longest draft's, first
+        # draft's and request's page granules, units
+        shapes = np.empty((n, r + 6 + (r * max(J, 1) if P.attn_sms else 0)), np.int64)
+        shapes[:, :r] = seg.kind
+        q.sum(axis=1, out=shapes[:, r])
+        shapes[:, r + 1] = qmax
+        first.sum(axis=1, out=shapes[:, r + 2])
+        longest = np.empty((n, 3), np.int64)
+        np.where(draft, full, 0).max(axis=1, out=longest[:, 0])
+        np.where(first, full, 0).max(axis=1, out=longest[:, 1])
+        full.max(axis=1, out=longest[:, 2])
+        gran = self.page_size * self._page_gran
+        np.floor_divide(longest + (gran - 1), gran, out=shapes[:, r + 3:r + 6])
+        if P.attn_sms:
+            shapes[:, r + 6:] = code.reshape(n, -1)
         keys = shapes.view(np.dtype((np.void, shapes.shape[1] * 8))).ravel().tolist()  # (bytes: fast keys)
         memo = self._pass_memo.setdefault((seg.method, J), {})
         ids = list(map(memo.get, keys))
         if None in ids:
-            r = q.shape[1]
             for i in [i for i, k in enumerate(ids) if k is None]:
                 k = memo.get(keys[i])  # (an earlier pass of this grid's)
                 if k is None:
                     k = memo[keys[i]] = self._pass_row(self._pass_terms(
                         shapes[i].tolist(), r, longest[i].tolist(), max(J, 1), seg.method))
                 ids[i] = k
-        return self._pass_vals[:, ids]
+        return self._pass_vals.take(ids, axis=1)
 
     def _pass_row(self, terms: tuple) -> int:
         """Keep a pass's terms in `_pass_vals`: their column."""
@@ -1007,23 +1022,27 @@ class CalibratedCostModel(RooflineCostModel):
             if nreq and self.ruled(tq + nd):
                 ul += [1] * ((1 << (nreq - 1).bit_length()) - nreq)
             ratio = self._units_ratio1(ul, self._wi_bn_l[self.tile_class(qmax)])
-        skey = (method, nd, nv, *shape[r:r + 6])
+        ends, ps = self._page_ends[method == DraftMethod.VERIFY_ATTN], self.page_size
+        skey = (method, nd, nv, nf, tq, qmax > 1, *[self._page_end(-(-x // ps), ends) for x in longest])
         rest = self._shape_memo.get(skey)
         if rest is None:
             if len(self._shape_memo) >= self.PASS_MEMO_MAX:
                 self._shape_memo.clear()
-            ps = self.page_size
-            rest = self._shape_memo[skey] = self._shape_terms(nd, nv, nf, tq, qmax, *[-(-x // ps) for x in longest],
-                                                              method)
+            rest = self._shape_memo[skey] = self._shape_terms(*skey[1:], method)
         return (ratio, *rest)
 
-    def _shape_terms(self, nd: int, nv: int, nf: int, tq: int, qmax: int, dw: int, fw: int, allw: int,
+    @staticmethod
+    def _page_end(pages: int, ends: list[int]) -> int:
+        """The end of the interval of `ends` holding `pages` (past the last: `pages`)."""
+        i = bisect_left(ends, pages)
+        return ends[i] if i < len(ends) else pages
+
+    def _shape_terms(self, nd: int, nv: int, nf: int, tq: int, spec: bool, dw: int, fw: int, allw: int,
                      method: int) -> tuple:
         """`_pass_terms` but the ratio, of a decode pass of `nd` drafts (`nf` a run's first), `nv`
-        verifications of `tq` query tokens, the tallest `qmax`, its longest draft's, first draft's
-        and request's pages `dw`, `fw`, `allw` (the top-k and page scores read pages only by width
-        class and 128-column step, all multiples of `_page_gran` pages: any pass of the same
-        granules gives the same terms)."""
+        verifications of `tq` query tokens (`spec`: one of more than one), its longest draft's, first
+        draft's and request's pages `dw`, `fw`, `allw` (or the ends of their `_page_ends` intervals:
+        the same terms)."""
         P, m = self.p, method
         nreq, tokens = nd + nv, tq + nd
         ruled = bool(self.ruled(tokens))
@@ -1039,7 +1058,7 @@ class CalibratedCostModel(RooflineCostModel):
         # passes keeping page scores: the run's method is verify-attn, and they verify (the rule: all)
         keep = m == DraftMethod.VERIFY_ATTN and (nv > 0 or ruled)
         score = P.score_col_s * self._rule_scale(nreq, allw, ruled) if keep and P.score_col_s else 0.0
-        once = self._once_terms(False, nd > 0, nf > 0, qmax > 1, nd > 0 and nv > 0, m)  # (never eager: no prefill)
+        once = self._once_terms(False, nd > 0, nf > 0, spec, nd > 0 and nv > 0, m)  # (never eager: no prefill)
         return (self._padded_overhead(tokens, nd, nv), *once, sel, score, float(keep))
 
     def _decode_times(self, context: list[int], n: int) -> np.ndarray:
