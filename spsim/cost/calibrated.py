@@ -89,6 +89,11 @@ It is a `RooflineCostModel`, so the policies' grids use the roofline's lookup ta
 the overridden per-request formulas (a request priced in its own tile: a verification of q tokens
 in the tile q needs, a draft in the smallest); the simulator's decode segments are priced here
 (`times` of decode grids) from tables per tile height, the pass's tile chosen from its tallest query.
+What a decode pass pays beyond its requests' attention (the tail's ratio, the padded linear part, the
+once-per-pass terms, top-k, page scores) depends only on its shape (its requests' kinds and work units,
+its counts, its longest requests' pages by interval), which changes every 64-128 tokens, not every
+pass: each distinct shape is priced once on Python numbers and looked up (`_grid_terms`), as numpy's
+per-call cost on a grid's few requests made the many small reductions of the vector form the slow part.
 `spsim.calibration.fit` fits the params.
 """
 
@@ -856,6 +861,9 @@ class CalibratedCostModel(RooflineCostModel):
         """[context, q] -> full_attn(context, q) in tile class `cls`; q = 0 is 0. Only the queries a
         pass of that class holds (every q of a pass is at most its tallest, which sets its class):
         the columns past them are NaN, never read (a wrong read would show)."""
+        tbl = self._vt_cls.get(cls)
+        if tbl is not None and len(tbl) >= self._tbl_width:  # (every segment asks: the table as it is)
+            return tbl
         top = self._cls_top_q[cls]
         rows = self._tbl_rows if top is None else min(self._tbl_rows, top + 1)
 
@@ -871,6 +879,11 @@ class CalibratedCostModel(RooflineCostModel):
 
     def draft_table_cls(self, budget: int, method: int, cls: int) -> np.ndarray:
         """[context, draft_pos] -> draft_attn(context, budget, method, draft_pos) in tile class `cls`."""
+        key = (budget, method, cls)
+        tbl = self._dt_cls.get(key)
+        if tbl is not None and len(tbl) >= self._tbl_width:
+            return tbl
+
         def block(c):
             b, m = np.full_like(c, budget), np.full_like(c, method)
             out = np.empty((len(c), self._tbl_rows))
@@ -878,7 +891,6 @@ class CalibratedCostModel(RooflineCostModel):
                 out[:, pos] = self.draft_attn(c, b, m, np.full_like(c, pos), cls)
             return out
 
-        key = (budget, method, cls)
         tbl = self._dt_cls[key] = self._extended(self._dt_cls.get(key), block)
         return tbl
 
@@ -987,22 +999,25 @@ class CalibratedCostModel(RooflineCostModel):
         memo = self._pass_memo.setdefault((seg.method, J), {})
         ids = list(map(memo.get, keys))
         if None in ids:
+            new = []  # the new shapes' terms, columns from _pass_n on
             for i in [i for i, k in enumerate(ids) if k is None]:
                 k = memo.get(keys[i])  # (an earlier pass of this grid's)
                 if k is None:
-                    k = memo[keys[i]] = self._pass_row(self._pass_terms(
-                        shapes[i].tolist(), r, longest[i].tolist(), max(J, 1), seg.method))
+                    k = memo[keys[i]] = self._pass_n + len(new)
+                    new.append(self._pass_terms(shapes[i].tolist(), r, longest[i].tolist(), max(J, 1), seg.method))
                 ids[i] = k
+            self._keep_terms(new)
         return self._pass_vals.take(ids, axis=1)
 
-    def _pass_row(self, terms: tuple) -> int:
-        """Keep a pass's terms in `_pass_vals`: their column."""
-        k = self._pass_n
-        if k == self._pass_vals.shape[1]:
-            self._pass_vals = np.concatenate([self._pass_vals, np.empty_like(self._pass_vals)], axis=1)
-        self._pass_vals[:, k] = terms
-        self._pass_n = k + 1
-        return k
+    def _keep_terms(self, new: list[tuple]) -> None:
+        """Append passes' terms to `_pass_vals` (one column each)."""
+        k, m = self._pass_n, len(new)
+        if k + m > self._pass_vals.shape[1]:
+            grown = np.empty((len(PASS_TERMS), max(2 * self._pass_vals.shape[1], k + m)))
+            grown[:, :k] = self._pass_vals[:, :k]
+            self._pass_vals = grown
+        self._pass_vals[:, k:k + m] = np.array(new).T
+        self._pass_n = k + m
 
     def _pass_terms(self, shape: list, r: int, longest: list, J: int, method: int) -> tuple:
         """A decode pass's terms beyond its requests' attention (PASS_TERMS) from its `shape` row
@@ -1015,9 +1030,10 @@ class CalibratedCostModel(RooflineCostModel):
         ratio = 1.0
         if self.p.attn_sms:  # plan order: drafts, verifications, the rule's dummy verifiers (a block each)
             units = shape[r + 6:]
-            per = [[u for u in units[j * J:(j + 1) * J] if u >= 0] for j in range(r)]
-            ul = [u for k, us in zip(kinds, per) if k == PlanBatch.DRAFT for u in us] + \
-                [u for k, us in zip(kinds, per) if k == PlanBatch.VERIFY for u in us]
+            order = [j for j, k in enumerate(kinds) if k == PlanBatch.DRAFT] + \
+                [j for j, k in enumerate(kinds) if k == PlanBatch.VERIFY]
+            ul = [units[j] for j in order] if J == 1 else \
+                [u for j in order for u in units[j * J:(j + 1) * J] if u >= 0]
             nreq = nd + nv
             if nreq and self.ruled(tq + nd):
                 ul += [1] * ((1 << (nreq - 1).bit_length()) - nreq)
