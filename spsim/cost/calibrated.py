@@ -243,7 +243,7 @@ class CalibratedCostModel(RooflineCostModel):
         self._hkv = max(1, self.model.kv_heads // self.tp)
         self._padded_ovh = {}  # _padded_overhead: the padded linear part by (tokens, drafts, verifications)
         self._pass_memo, self._pass_n = {}, 0  # _grid_terms: decode passes' terms by shape, rows of _pass_vals
-        self._shape_memo = {}  # _pass_terms: the terms but the ratio, by method, kinds, queries and page granules
+        self._shape_memo = {}  # _pass_terms: the terms but the ratio, by method, counts and page interval ends
         self._pass_vals = np.empty((len(PASS_TERMS), 1024))
         # per tile class: the attention plan's KV block (tokens), query tokens per block, split cap
         bmt = np.maximum(np.asarray(TILES, np.int64), self.group)
@@ -259,11 +259,12 @@ class CalibratedCostModel(RooflineCostModel):
         # pages change a pass's top-k and page scores only past a width class or a top-k width (a
         # power of two of 128 columns) or, scores outside the rule, every 128 columns: decode passes'
         # shapes hold them in granules of this many pages (_grid_terms), and their terms take the
-        # end of the interval holding them (_page_end): without scores, and with
+        # end of the interval holding them (_page_end; past the last end, their own): without scores,
+        # and with
         C = self.SELECT_COLS
-        most = self._classes[-1] + C
-        ends = {0, *self._classes, *(C << k for k in range(most.bit_length()) if C << k <= 2 * most)}
-        self._page_ends = (sorted(ends), sorted(ends | set(range(C, most + 1, C))))
+        last = -(-self._classes[-1] // C) * C
+        ends = {0, *self._classes, *(C << k for k in range(last.bit_length()) if C << k <= last)}
+        self._page_ends = (sorted(ends), sorted(ends | set(range(C, last + 1, C))))
         self._page_gran = math.gcd(C, *self._classes)
         if P.draft_page_s is not None:
             self.score_tbl = np.asarray(P.draft_page_s, dtype=np.float64).reshape(N_METHODS, 2)
