@@ -339,3 +339,19 @@ def test_code_ratios_are_each_rows_units_ratio(cm, n, w, top, dead, seed):
     S = int(cm.p.attn_sms)
     want = [cm._units_ratio([u for u in row if u >= 0], int(b), cm._hkv, S) for row, b in zip(code.tolist(), bn)]
     assert got.view(np.int64).tolist() == np.array(want).view(np.int64).tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["llama-3.1-8b", "llama-3.2-3b"]), st.integers(0, 20000), st.integers(0, 20000),
+       st.integers(0, 40), st.integers(1, 40), st.booleans(), st.booleans())
+def test_page_interval_ends_price_as_the_pages(name, w, allw, n, nreq, ruled, scores):
+    """A decode pass's terms may take, for its longest requests' pages, the end of the `_page_ends`
+    interval holding them (`_pass_terms`): the top-k's and (with page scores) the scores' widths are
+    the same there, bit for bit."""
+    cm = model(name, 128.0, 132)
+    ends = cm._page_ends[scores]
+    we, ae = cm._page_end(w, ends), cm._page_end(allw, ends)
+    sel = lambda w, allw: cm._select_cost(1e-9, n, w, ruled or None, nreq, allw)  # noqa: E731
+    assert sel(w, allw) == sel(we, ae)
+    if scores:
+        assert cm._rule_scale(nreq, allw, ruled) == cm._rule_scale(nreq, ae, ruled)

@@ -89,6 +89,11 @@ It is a `RooflineCostModel`, so the policies' grids use the roofline's lookup ta
 the overridden per-request formulas (a request priced in its own tile: a verification of q tokens
 in the tile q needs, a draft in the smallest); the simulator's decode segments are priced here
 (`times` of decode grids) from tables per tile height, the pass's tile chosen from its tallest query.
+What a decode pass pays beyond its requests' attention (the tail's ratio, the padded linear part, the
+once-per-pass terms, top-k, page scores) depends only on its shape (its requests' kinds and work units,
+its counts, its longest requests' pages by interval), which changes every 64-128 tokens, not every
+pass: each distinct shape is priced once on Python numbers and looked up (`_grid_terms`), as numpy's
+per-call cost on a grid's few requests made the many small reductions of the vector form the slow part.
 `spsim.calibration.fit` fits the params.
 """
 
@@ -96,6 +101,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left
 from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
@@ -117,6 +123,10 @@ RULE_CLASS_PAGES = (256, 2048)  # the shape rule's width classes below the top o
 TILES = (16, 32, 64, 128)  # the attention kernel's tile heights (gpu_runtime/attention.choose_block_m)
 _ZEROS = (0.0,) * N_METHODS
 _ZEROS2 = ((0.0, 0.0),) * N_METHODS
+# what a decode pass pays beyond its requests' attention (CalibratedCostModel._pass_terms): its work
+# items' tail (a ratio), its linear part, once-per-pass terms (_once's), top-k, page scores, and
+# whether it keeps them (1.0)
+PASS_TERMS = ("ratio", "linear", "once_draft", "once_first", "once_spec", "once_mixed", "select", "scores", "keep")
 
 
 @dataclass(frozen=True)
@@ -229,8 +239,12 @@ class CalibratedCostModel(RooflineCostModel):
             self._ap, self._iap = P.attn_p, 1.0 / P.attn_p
         self._vt_cls, self._dt_cls = {}, {}  # segment tables per tile class
         self._work_cache = {}  # work_ratios: ratios by (KV block size, units)
+        self._split_cache = {}  # _units_ratio: the split rule's (split, items) by (KV block size, sorted units)
         self._hkv = max(1, self.model.kv_heads // self.tp)
-        self._plain_ovh = {}  # _plain_times: the padded linear part of a decode of r requests
+        self._padded_ovh = {}  # _padded_overhead: the padded linear part by (tokens, drafts, verifications)
+        self._pass_memo, self._pass_n = {}, 0  # _grid_terms: decode passes' terms by shape, rows of _pass_vals
+        self._shape_memo = {}  # _pass_terms: the terms but the ratio, by method, counts and page interval ends
+        self._pass_vals = np.empty((len(PASS_TERMS), 1024))
         # per tile class: the attention plan's KV block (tokens), query tokens per block, split cap
         bmt = np.maximum(np.asarray(TILES, np.int64), self.group)
         self._wi_bn = np.maximum(self.page_size, np.where(bmt <= 32, 128, 64))
@@ -242,6 +256,16 @@ class CalibratedCostModel(RooflineCostModel):
         top = -(-(-(-(self.model.max_context + P.rule_max_query) // self.page_size) + 1) // 64) * 64
         self._classes = [c for c in RULE_CLASS_PAGES if c < top] + [top]
         self._classes_t = Table(np.asarray(self._classes, np.int64))
+        # pages change a pass's top-k and page scores only past a width class or a top-k width (a
+        # power of two of 128 columns) or, scores outside the rule, every 128 columns: decode passes'
+        # shapes hold them in granules of this many pages (_grid_terms), and their terms take the
+        # end of the interval holding them (_page_end; past the last end, their own): without scores,
+        # and with
+        C = self.SELECT_COLS
+        last = -(-self._classes[-1] // C) * C
+        ends = {0, *self._classes, *(C << k for k in range(last.bit_length()) if C << k <= last)}
+        self._page_ends = (sorted(ends), sorted(ends | set(range(C, last + 1, C))))
+        self._page_gran = math.gcd(C, *self._classes)
         if P.draft_page_s is not None:
             self.score_tbl = np.asarray(P.draft_page_s, dtype=np.float64).reshape(N_METHODS, 2)
             self._score_t = Table(self.score_tbl)
@@ -373,22 +397,31 @@ class CalibratedCostModel(RooflineCostModel):
             if rank is not None:
                 rank = np.concatenate([rank, np.full((n, D), np.iinfo(np.int64).max)], axis=1)
         cls = self.tile_class(np.where(live, q, 0).max(axis=1) if qmax is None else np.asarray(qmax))
-        bn = self._wi_bn[cls]
-        qb = self._wi_qb[cls][:, None]
-        nqb = np.where(live, -(-q // qb), 0)  # query blocks (q >= 1)
-        J = int(nqb.max())
-        # each unit's KV blocks (one head), -1 where there is no unit
-        if J <= 1:  # one query block per request (every decode pass): units = requests
-            code = np.where(live, -(-np.minimum(kv, np.maximum(0, kv - q + np.minimum(qb, q))) // bn[:, None]), -1)
-        else:  # units in request order, query blocks inner (as the plan)
-            j = np.arange(J)
-            q3, kv3 = q[:, :, None], kv[:, :, None]
-            u_end = np.minimum(kv3, np.maximum(0, kv3 - q3 + np.minimum((j + 1) * qb[:, :, None], q3)))
-            code = np.where(j < nqb[:, :, None], -(-u_end // bn[:, None, None]), -1)
+        code, bn, J = self._unit_blocks(q, kv, live, cls)
         if rank is not None:  # units of a request stay together (query blocks inner)
             o = np.argsort(rank, axis=1, kind="stable")
             code = np.take_along_axis(code, o if J <= 1 else o[:, :, None], axis=1)
         return self._code_ratios(code.reshape(n, -1), bn)
+
+    def _unit_blocks(self, q, kv, live, cls, J=None):
+        """The work units of passes in tile classes `cls` (row i: pass i's requests, query tokens
+        `q` >= 1 and KV tokens read `kv` where `live`): each unit's KV blocks (one head), -1 where
+        there is none, as (passes, requests) where every request is one query block, else
+        (passes, requests, J), query blocks inner (as the plan); the KV block size per pass; J.
+        `J` = 1 given (every query within its class's block): `live` may be None (no request: 0 KV)."""
+        bn = self._wi_bn[cls]
+        if J is None:
+            qb = self._wi_qb[cls][:, None]
+            J = int(np.where(live, -(-q // qb), 0).max())  # query blocks
+        if J <= 1:  # one query block a request (every decode pass): q <= its block, so a unit of its KV
+            code = -(-kv // bn[:, None])
+            return (code if live is None else np.where(live, code, -1)), bn, J
+        qb = self._wi_qb[cls][:, None]
+        nqb = np.where(live, -(-q // qb), 0)
+        j = np.arange(J)
+        q3, kv3 = q[:, :, None], kv[:, :, None]
+        u_end = np.minimum(kv3, np.maximum(0, kv3 - q3 + np.minimum((j + 1) * qb[:, :, None], q3)))
+        return np.where(j < nqb[:, :, None], -(-u_end // bn[:, None, None]), -1), bn, J
 
     def _code_ratios(self, code: np.ndarray, bn) -> np.ndarray:
         """`work_ratios` from each pass's units (row i: pass i's KV blocks per unit, -1 where none)
@@ -437,7 +470,13 @@ class CalibratedCostModel(RooflineCostModel):
             return 1.0
         total = hkv * sum(ul)
         umax = max(ul)
-        split, items = split_of_units(ul, hkv, bn, S, self.ATTN_WAVES, self.ATTN_MIN_SPLIT)
+        key = (bn, tuple(sorted(ul)))  # the split rule sees the units' sizes, not their order
+        split_items = self._split_cache.get(key)
+        if split_items is None:
+            if len(self._split_cache) >= self.WORK_CACHE_MAX:
+                self._split_cache.clear()
+            split_items = self._split_cache[key] = split_of_units(ul, hkv, bn, S, self.ATTN_WAVES, self.ATTN_MIN_SPLIT)
+        split, items = split_items
         c = float(self.p.attn_item_tokens)
         ideal = (float(total * bn) + c * items) / S
         if items > S:  # more than one round
@@ -600,10 +639,15 @@ class CalibratedCostModel(RooflineCostModel):
         many: arrays): eager launches (no CUDA graph) with its drafts' selection kernels of the
         run's `method`, a run's first drafts (page selection), verifying drafts (a query > 1: the
         acceptance path), drafting and verifying together (two sampling paths)."""
-        xp, P = ns(t), self.p
-        t = t + (xp.where(eager, P.eager_pass_s, 0.0) + xp.where(drafts, xp.pick(self._draft_pass_t, method), 0.0))
-        t = t + xp.where(first, xp.pick(self._first_pass_t, method), 0.0)
-        return t + xp.where(spec, P.spec_pass_s, 0.0) + xp.where(mixed, P.mixed_pass_s, 0.0)
+        a, f, s, m = self._once_terms(eager, drafts, first, spec, mixed, method)
+        return t + a + f + s + m
+
+    def _once_terms(self, eager, drafts, first, spec, mixed, method):
+        """`_once`'s four terms, each added to a pass in turn (a decode pass's, once: `_pass_terms`)."""
+        xp, P = ns(drafts), self.p
+        return (xp.where(eager, P.eager_pass_s, 0.0) + xp.where(drafts, xp.pick(self._draft_pass_t, method), 0.0),
+                xp.where(first, xp.pick(self._first_pass_t, method), 0.0), xp.where(spec, P.spec_pass_s, 0.0),
+                xp.where(mixed, P.mixed_pass_s, 0.0))
 
     def _eager(self, t):
         """An eager pass: the host's launch time and the GPU's time overlap (smoothmax)."""
@@ -818,6 +862,9 @@ class CalibratedCostModel(RooflineCostModel):
         """[context, q] -> full_attn(context, q) in tile class `cls`; q = 0 is 0. Only the queries a
         pass of that class holds (every q of a pass is at most its tallest, which sets its class):
         the columns past them are NaN, never read (a wrong read would show)."""
+        tbl = self._vt_cls.get(cls)
+        if tbl is not None and len(tbl) >= self._tbl_width:  # (every segment asks: the table as it is)
+            return tbl
         top = self._cls_top_q[cls]
         rows = self._tbl_rows if top is None else min(self._tbl_rows, top + 1)
 
@@ -833,6 +880,11 @@ class CalibratedCostModel(RooflineCostModel):
 
     def draft_table_cls(self, budget: int, method: int, cls: int) -> np.ndarray:
         """[context, draft_pos] -> draft_attn(context, budget, method, draft_pos) in tile class `cls`."""
+        key = (budget, method, cls)
+        tbl = self._dt_cls.get(key)
+        if tbl is not None and len(tbl) >= self._tbl_width:
+            return tbl
+
         def block(c):
             b, m = np.full_like(c, budget), np.full_like(c, method)
             out = np.empty((len(c), self._tbl_rows))
@@ -840,15 +892,14 @@ class CalibratedCostModel(RooflineCostModel):
                 out[:, pos] = self.draft_attn(c, b, m, np.full_like(c, pos), cls)
             return out
 
-        key = (budget, method, cls)
         tbl = self._dt_cls[key] = self._extended(self._dt_cls.get(key), block)
         return tbl
 
     # ---- many passes at once (the simulator's segments; the fit's design matrix) ----
     def _grid_times(self, seg: PlanBatch) -> np.ndarray:
-        """Each pass's requests priced in the pass's tile class (from tables where they fit),
-        the linear part from the roofline's table, plus the per-pass terms of passes holding
-        drafts and verifying drafts."""
+        """Each pass's requests priced in the pass's tile class (from tables where they fit), their
+        attention kernel scaled by the pass's work-item tail, plus what the pass pays beyond its
+        requests (`_grid_terms`: the linear part, the once-per-pass terms, top-k, page scores)."""
         kind, ctx = seg.kind, seg.context
         draft, verify = kind == PlanBatch.DRAFT, kind == PlanBatch.VERIFY
         # plain decodes (the step path's one-pass segments too), unless their method keeps scores
@@ -862,15 +913,7 @@ class CalibratedCostModel(RooflineCostModel):
         has_draft, rows = seg.drafting(draft, q)
         budget, method = seg.budget, seg.method
         if self.tables_fit(int(ctx.max()) + 1, rows):
-            att = np.empty(kind.shape)
-            for c in np.unique(cls).tolist():
-                sel = cls == c
-                cc, qq = ctx[sel], q[sel]
-                a = (self.verify_table_cls(c) if self.tiles else self.verify_table())[cc, qq]
-                if has_draft:
-                    dt = self.draft_table_cls(budget, method, c) if self.tiles else self.draft_table(budget, method)
-                    a = np.where(draft[sel], dt[cc, seg.draft_pos[sel]], a)
-                att[sel] = a
+            att = self._grid_lookup(seg, draft, q, cls, has_draft)
         else:  # the formulas (the definition the tables reproduce)
             shape = kind.shape
             cb = np.broadcast_to(cls[:, None], shape)
@@ -880,62 +923,160 @@ class CalibratedCostModel(RooflineCostModel):
                 d = self.draft_attn(ctx, budget, method, seg.draft_pos, cb) if self.tiles else \
                     self.draft_attn(ctx, budget, method, seg.draft_pos)
                 att = att + np.where(draft, d, 0.0)
-        tokens = q.sum(axis=1) + draft.sum(axis=1)
-        ruled = self.ruled(tokens)
-        anyr = bool(ruled.any())  # (the rule's terms below cost nothing where no pass is ruled)
-        # passes keeping page scores: the run's method is verify-attn, and they verify (the rule: all)
-        keep = (verify.any(axis=1) | ruled) if method == DraftMethod.VERIFY_ATTN else np.zeros(len(kind), bool)
+        terms = self._grid_terms(seg, draft, verify, q, qmax, cls if self.tiles else self.tile_class(qmax))
+        keep = terms[PASS_TERMS.index("keep")] > 0
         frac = self.p.score_attn_frac if keep.any() else 0.0
         if self.p.attn_sms or frac:  # the attention kernel, less the per-request extras
             kern = att - np.where(verify, self.p.verify_req_s, 0.0)
             if has_draft:
                 kern = kern - np.where(draft, self.draft_extra(ctx, budget, method, seg.draft_pos), 0.0)
             if self.p.attn_sms:  # its tail (see work_ratio), pass by pass
-                sparse = np.minimum(budget, ctx) + seg.draft_pos + 1
-                # pass order (of the passes of more than one round): drafts, then verifications
-                dummies = None
-                if anyr:
-                    nreq = (draft | verify).sum(axis=1)
-                    dummies = np.where(ruled & (nreq > 0), NP.pow2(np.maximum(nreq, 1)) - nreq, 0)
-                r = self.work_ratios(np.where(draft, 1, q), np.where(draft, sparse, ctx + q), draft | verify,
-                                     rank=verify.astype(np.int64), dummies=dummies)
+                r = terms[0]
                 att = att + kern * (r - 1.0)[:, None]
                 kern = kern * r[:, None]
             if frac:
                 att = att + np.where(keep[:, None], kern * frac, 0.0)
-        if self.p.padding != "none":  # decode-like passes: every one replays a graph, padded
-            tp, lp = padded_vec(tokens, tokens, draft.sum(axis=1), verify.sum(axis=1), self.p.padding,
-                                SCRATCH_PAGES * self.page_size)
-            t = self.overhead_vec(tp, lp) + att.sum(axis=1)
-        else:
-            t = self.overhead_table(int(tokens.max()))[tokens] + att.sum(axis=1)
-        drafts = draft.any(axis=1)  # (no prefill here: never eager)
-        t = self._once(t, False, drafts, (draft & (seg.draft_pos == 0)).any(axis=1), qmax > 1,
-                       drafts & verify.any(axis=1), method)
-        c = self._select_list[method]
-        if has_draft and c:
-            ps = self.page_size
-            pages = (ctx + seg.draft_pos + ps) // ps
-            nd = draft.sum(axis=1)
-            d = self._pad_drafters(nd) if self.p.padding in ("bucket", "pow2") else nd  # (graphed: no prefill)
-            allw = np.maximum(np.where(draft, pages, 0).max(axis=1),  # every request's pages
-                              np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1)) \
-                if anyr or method == DraftMethod.STEP_LAYER else None
-            if DraftMethod(method).refresh == "verify":
-                who = draft & (seg.draft_pos == 0)
-                n = who.sum(axis=1)
-                n = np.where(n > 0, np.where(d > n, d, NP.pow2(np.maximum(n, 1))), 0)
-                w = np.where(who if method == DraftMethod.VERIFY_ATTN else draft, pages, 0).max(axis=1)
-            else:
-                n, w = d, allw if method == DraftMethod.STEP_LAYER else np.where(draft, pages, 0).max(axis=1)
-            t = t + self._select_cost(c, n, w, ruled if anyr else None, anyr and (draft | verify).sum(axis=1), allw)
-        if self.p.score_col_s and keep.any():
-            ps = self.page_size
-            w = np.maximum(np.where(draft, (ctx + seg.draft_pos + ps) // ps, 0).max(axis=1),
-                           np.where(verify, (ctx + q + ps - 1) // ps, 0).max(axis=1))
-            nreq = (draft | verify).sum(axis=1)
-            t = t + np.where(keep, self.p.score_col_s * self._rule_scale(nreq, w, ruled), 0.0)
+        t = terms[1] + att.sum(axis=1)
+        for k in range(2, PASS_TERMS.index("keep")):  # added in turn, as the step path adds them (0: nothing)
+            t = t + terms[k]
         return t
+
+    def _grid_lookup(self, seg: PlanBatch, draft: np.ndarray, q: np.ndarray, cls: np.ndarray, has_draft: bool):
+        """The requests' attention from the tables of their pass's tile class (`tables_fit` done):
+        each class's tables read at every entry (flat indices: one gather each), kept where the pass
+        is of that class."""
+        idx = seg.context * self._tbl_rows + (np.where(draft, seg.draft_pos, q) if has_draft else q)
+        lo, hi = int(cls.min()), int(cls.max())
+        att = None
+        for c in [lo, hi][:hi - lo + 1] if hi - lo < 2 else np.unique(cls).tolist():
+            a = (self.verify_table_cls(c) if self.tiles else self.verify_table()).take(idx)
+            if has_draft:
+                dt = self.draft_table_cls(seg.budget, seg.method, c) if self.tiles else \
+                    self.draft_table(seg.budget, seg.method)
+                a = np.where(draft, dt.take(idx), a)
+            att = a if att is None else np.where((cls == c)[:, None], a, att)
+        return att
+
+    PASS_MEMO_MAX = 1 << 16  # decode passes' terms kept (per model), by shape (_grid_terms)
+
+    def _grid_terms(self, seg: PlanBatch, draft: np.ndarray, verify: np.ndarray, q: np.ndarray,
+                    qmax: np.ndarray, cls: np.ndarray) -> np.ndarray:
+        """`_pass_terms` of each pass of a decode grid, (terms, passes). They depend only on the
+        pass's shape: its requests' kinds and work units (in plan order: the tail), its query
+        tokens, tallest query and first drafts, and its longest draft's, first draft's and
+        request's pages in granules of `_page_gran` (see `_shape_terms`); units change every 64-128
+        tokens of a request, the rest more rarely, not every pass: each distinct shape of a run's
+        method is priced once, kept in `_pass_vals`, and looked up by its row's bytes (numpy's
+        per-call cost on a grid's few requests is what made the decode grids' pricing slow)."""
+        ctx, dpos, P = seg.context, seg.draft_pos, self.p
+        n = len(q)
+        if self._pass_n + n > self.PASS_MEMO_MAX:  # (between grids: this grid's rows stay valid)
+            self._pass_memo, self._pass_n = {}, 0
+        r = q.shape[1]
+        first = draft & (dpos == 0)
+        vkv, dp1 = np.where(verify, ctx + q, 0), dpos + 1
+        full = np.where(draft, ctx + dp1, vkv)  # the KV tokens each request's pages hold (0: none)
+        J = 0
+        if P.attn_sms:  # each request's work units: (a draft reads its sparse selection)
+            kv = np.where(draft, np.minimum(seg.budget, ctx) + dp1, vkv)
+            one = int(qmax.max()) <= self._tile_cap  # every query within its class's block
+            code, _, J = self._unit_blocks(q + draft, kv, None if one else draft | verify, cls, 1 if one else None)
+        # a row per pass: kinds, query tokens, tallest query, first drafts, the longest draft's, first
+        # draft's and request's page granules, units
+        shapes = np.empty((n, r + 6 + (r * max(J, 1) if P.attn_sms else 0)), np.int64)
+        shapes[:, :r] = seg.kind
+        q.sum(axis=1, out=shapes[:, r])
+        shapes[:, r + 1] = qmax
+        first.sum(axis=1, out=shapes[:, r + 2])
+        longest = np.empty((n, 3), np.int64)
+        np.where(draft, full, 0).max(axis=1, out=longest[:, 0])
+        np.where(first, full, 0).max(axis=1, out=longest[:, 1])
+        full.max(axis=1, out=longest[:, 2])
+        gran = self.page_size * self._page_gran
+        np.floor_divide(longest + (gran - 1), gran, out=shapes[:, r + 3:r + 6])
+        if P.attn_sms:
+            shapes[:, r + 6:] = code.reshape(n, -1)
+        keys = shapes.view(np.dtype((np.void, shapes.shape[1] * 8))).ravel().tolist()  # (bytes: fast keys)
+        memo = self._pass_memo.setdefault((seg.method, J), {})
+        ids = list(map(memo.get, keys))
+        if None in ids:
+            new = []  # the new shapes' terms, columns from _pass_n on
+            for i in [i for i, k in enumerate(ids) if k is None]:
+                k = memo.get(keys[i])  # (an earlier pass of this grid's)
+                if k is None:
+                    k = memo[keys[i]] = self._pass_n + len(new)
+                    new.append(self._pass_terms(shapes[i].tolist(), r, longest[i].tolist(), max(J, 1), seg.method))
+                ids[i] = k
+            self._keep_terms(new)
+        return self._pass_vals.take(ids, axis=1)
+
+    def _keep_terms(self, new: list[tuple]) -> None:
+        """Append passes' terms to `_pass_vals` (one column each)."""
+        k, m = self._pass_n, len(new)
+        if k + m > self._pass_vals.shape[1]:
+            grown = np.empty((len(PASS_TERMS), max(2 * self._pass_vals.shape[1], k + m)))
+            grown[:, :k] = self._pass_vals[:, :k]
+            self._pass_vals = grown
+        self._pass_vals[:, k:k + m] = np.array(new).T
+        self._pass_n = k + m
+
+    def _pass_terms(self, shape: list, r: int, longest: list, J: int, method: int) -> tuple:
+        """A decode pass's terms beyond its requests' attention (PASS_TERMS) from its `shape` row
+        (`_grid_terms`: its r requests' kinds; query tokens, tallest query, first drafts; 3 page
+        granules; J work units a request) and `longest` (KV tokens of its longest draft, first draft
+        and request), on Python numbers: the work items' tail from its units, the rest from the
+        pass's counts and pages alone (`_shape_terms`, cached apart: units change more often)."""
+        kinds, (tq, qmax, nf) = shape[:r], shape[r:r + 3]
+        nd, nv = kinds.count(PlanBatch.DRAFT), kinds.count(PlanBatch.VERIFY)
+        ratio = 1.0
+        if self.p.attn_sms:  # plan order: drafts, verifications, the rule's dummy verifiers (a block each)
+            units = shape[r + 6:]
+            order = [j for j, k in enumerate(kinds) if k == PlanBatch.DRAFT] + \
+                [j for j, k in enumerate(kinds) if k == PlanBatch.VERIFY]
+            ul = [units[j] for j in order] if J == 1 else \
+                [u for j in order for u in units[j * J:(j + 1) * J] if u >= 0]
+            nreq = nd + nv
+            if nreq and self.ruled(tq + nd):
+                ul += [1] * ((1 << (nreq - 1).bit_length()) - nreq)
+            ratio = self._units_ratio1(ul, self._wi_bn_l[self.tile_class(qmax)])
+        ends, ps = self._page_ends[method == DraftMethod.VERIFY_ATTN], self.page_size
+        skey = (method, nd, nv, nf, tq, qmax > 1, *[self._page_end(-(-x // ps), ends) for x in longest])
+        rest = self._shape_memo.get(skey)
+        if rest is None:
+            if len(self._shape_memo) >= self.PASS_MEMO_MAX:
+                self._shape_memo.clear()
+            rest = self._shape_memo[skey] = self._shape_terms(*skey[1:], method)
+        return (ratio, *rest)
+
+    @staticmethod
+    def _page_end(pages: int, ends: list[int]) -> int:
+        """The end of the interval of `ends` holding `pages` (past the last: `pages`)."""
+        i = bisect_left(ends, pages)
+        return ends[i] if i < len(ends) else pages
+
+    def _shape_terms(self, nd: int, nv: int, nf: int, tq: int, spec: bool, dw: int, fw: int, allw: int,
+                     method: int) -> tuple:
+        """`_pass_terms` but the ratio, of a decode pass of `nd` drafts (`nf` a run's first), `nv`
+        verifications of `tq` query tokens (`spec`: one of more than one), its longest draft's, first
+        draft's and request's pages `dw`, `fw`, `allw` (or the ends of their `_page_ends` intervals:
+        the same terms)."""
+        P, m = self.p, method
+        nreq, tokens = nd + nv, tq + nd
+        ruled = bool(self.ruled(tokens))
+        c, sel = self._select_list[m], 0.0
+        if nd and c:  # (graphed: no prefill)
+            d = self._pad_drafters(nd) if P.padding in ("bucket", "pow2") else nd
+            if DraftMethod(m).refresh == "verify":
+                n = (d if d > nf else 1 << (nf - 1).bit_length()) if nf else 0
+                w = fw if m == DraftMethod.VERIFY_ATTN else dw
+            else:
+                n, w = d, allw if m == DraftMethod.STEP_LAYER else dw
+            sel = self._select_cost(c, n, w, ruled or None, nreq, allw)
+        # passes keeping page scores: the run's method is verify-attn, and they verify (the rule: all)
+        keep = m == DraftMethod.VERIFY_ATTN and (nv > 0 or ruled)
+        score = P.score_col_s * self._rule_scale(nreq, allw, ruled) if keep and P.score_col_s else 0.0
+        once = self._once_terms(False, nd > 0, nf > 0, spec, nd > 0 and nv > 0, m)  # (never eager: no prefill)
+        return (self._padded_overhead(tokens, nd, nv), *once, sel, score, float(keep))
 
     def _decode_times(self, context: list[int], n: int) -> np.ndarray:
         if self.p.attn_sms or self.p.padding != "none":  # the tail and padding are per pass
@@ -979,17 +1120,20 @@ class CalibratedCostModel(RooflineCostModel):
             att = att + kern * (ratio - 1.0)[:, None]
         if self.p.padding == "none":
             return self.overhead_table(r)[np.full(n, r, np.int64)] + att.sum(axis=1)
-        return self._plain_overhead(r) + att.sum(axis=1)
+        return self._padded_overhead(r, 0, r) + att.sum(axis=1)
 
-    def _plain_overhead(self, r: int):
-        """The padded linear part of a plain decode pass of r requests: r tokens and logits rows,
-        r verifications, every such pass padded alike, so one number (numpy's elementwise formulas
-        give each entry the same bits at any array length)."""
-        ovh = self._plain_ovh.get(r)
+    def _padded_overhead(self, tokens: int, n_draft: int, n_verify: int):
+        """The linear part of a decode pass of `tokens` tokens (and logits rows), padded as graphed:
+        every such pass is padded alike, so one number (numpy's elementwise formulas give each entry
+        the same bits at any array length)."""
+        if self.p.padding == "none":
+            return self.overhead_table(tokens)[tokens]
+        key = (tokens, n_draft, n_verify)
+        ovh = self._padded_ovh.get(key)
         if ovh is None:
-            one = np.array([r], np.int64)
-            tp, lp = padded_vec(one, one, one * 0, one, self.p.padding, SCRATCH_PAGES * self.page_size)
-            ovh = self._plain_ovh[r] = self.overhead_vec(tp, lp)[0]
+            tp, lp = padded_vec(*(np.array([x], np.int64) for x in (tokens, tokens, n_draft, n_verify)),
+                                self.p.padding, SCRATCH_PAGES * self.page_size)
+            ovh = self._padded_ovh[key] = self.overhead_vec(tp, lp)[0]
         return ovh
 
     def _plain_ratios(self, first: list[int], n: int, bn: int, extra: int) -> np.ndarray:
@@ -1019,7 +1163,7 @@ class CalibratedCostModel(RooflineCostModel):
             m = self._units_ratio1(units, bn) - 1.0
             v = self.p.verify_req_s
             att = [a + (a - v) * m for a in att]
-        ovh = self.overhead_table(r)[r] if self.p.padding == "none" else self._plain_overhead(r)
+        ovh = self._padded_overhead(r, 0, r)
         return float(ovh + _row_sum(att))
 
     def _flat_times(self, batch: PlanBatch) -> np.ndarray:

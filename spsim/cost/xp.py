@@ -71,7 +71,9 @@ class NP:
 
     @staticmethod
     def pick(t: Table, i, j=None):
-        return t.a[i] if j is None else t.a[i, j]
+        if j is None:
+            return t.a[i]
+        return t.a[i][j] if isinstance(i, int) else t.a[i, j]  # (one row, then a gather: the cheaper way)
 
     @staticmethod
     def searchsorted(t: Table, x):
