@@ -239,7 +239,6 @@ class CalibratedCostModel(RooflineCostModel):
             self._ap, self._iap = P.attn_p, 1.0 / P.attn_p
         self._vt_cls, self._dt_cls = {}, {}  # segment tables per tile class
         self._work_cache = {}  # work_ratios: ratios by (KV block size, units)
-        self._split_cache = {}  # _units_ratio: the split rule's (split, items) by (KV block size, sorted units)
         self._hkv = max(1, self.model.kv_heads // self.tp)
         self._padded_ovh = {}  # _padded_overhead: the padded linear part by (tokens, drafts, verifications)
         self._pass_memo, self._pass_n = {}, 0  # _grid_terms: decode passes' terms by shape, rows of _pass_vals
@@ -470,13 +469,7 @@ class CalibratedCostModel(RooflineCostModel):
             return 1.0
         total = hkv * sum(ul)
         umax = max(ul)
-        key = (bn, tuple(sorted(ul)))  # the split rule sees the units' sizes, not their order
-        split_items = self._split_cache.get(key)
-        if split_items is None:
-            if len(self._split_cache) >= self.WORK_CACHE_MAX:
-                self._split_cache.clear()
-            split_items = self._split_cache[key] = split_of_units(ul, hkv, bn, S, self.ATTN_WAVES, self.ATTN_MIN_SPLIT)
-        split, items = split_items
+        split, items = split_of_units(ul, hkv, bn, S, self.ATTN_WAVES, self.ATTN_MIN_SPLIT)
         c = float(self.p.attn_item_tokens)
         ideal = (float(total * bn) + c * items) / S
         if items > S:  # more than one round
