@@ -329,12 +329,13 @@ def _run(trace, cfg, opts, progress, model, tokenizer, cost) -> RunOutput:
         ex.overlap = overlap
         graphs.reset_counts()
     else:
+        if startup:  # one server per process: the previous one's memory goes back before this one's is taken
+            release_served()
         cache, ex, graphs = new_server(model, cfg, opts, serving, b, table, prompts, pages, startup, overlap,
                                        # +1 at start-up: a request finished in the pass in flight
                                        # (overlapped loop) may hold its slot while its successor takes one
                                        store_slots=cfg.max_batch + 1 if startup else min(cfg.max_batch, table.n))
         if startup:
-            _SERVED.clear()  # one server per process: the previous one's memory goes back
             _SERVED[served_key] = (cache, ex, graphs)
     padding = ex.padding
 
