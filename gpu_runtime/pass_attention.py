@@ -373,9 +373,10 @@ class PassAttention(PagedAttention):
         self._merge_caps = [n * self.hkv]
         if self.split is not None:
             self.block_m_split = bm_t = 128  # the prefill tile, whatever the chunks' lengths
-            # each chunk adds at most one part-filled query block: room for SPLIT_ROOM chunks
-            # (a pass of short prompts arriving together carries several), more in powers of two
-            room = max(SPLIT_ROOM, pow2(len(self.split)))
+            # each chunk adds at most one part-filled query block: room for SPLIT_ROOM chunks, else
+            # for every row (a burst of short prompts puts several into one pass; 12 did on an H100
+            # at 4x Azure). Two rooms fixed by the request count: the start-up set keys both
+            room = SPLIT_ROOM if len(self.split) <= SPLIT_ROOM else n
             units = self.hkv * (-(-int(self.positions.shape[0]) // (bm_t // g)) + room)
             self.max_items_split = work_cap(units, kv_max, max(self.ps, PREFILL_TILE[0]))
             self._merge_caps.append(units)

@@ -74,7 +74,7 @@ class ShapeSet:
         return out
 
     def compositions(self):
-        """(R, drafting state, verifies as query lengths, prefill chunk or 0) of every distinct
+        """(R, drafting state, verifies as query lengths, prefill chunks) of every distinct
         (tokens, tile) combination: the part of a key that does not follow contexts.
         Passes carrying a prefill chunk take a fixed tile under the rule
         (executor.py), so for them only the token class varies."""
@@ -102,21 +102,39 @@ class ShapeSet:
                             key = (rule_size(tokens + 1), _tile_rows(qm if V else 1, self.group))
                             seen[key] = (V, qm, S)
                 for V, qm, S in seen.values():
-                    yield R, state, self._verifies(V, qm, S), 0
-                # one prefill chunk, the rest 1-token verifications: the rule gives a prefill pass
-                # of a drafting policy every selection (executor.py), so one drafting state for all
+                    yield R, state, self._verifies(V, qm, S), ()
+                # prefill chunks, the rest 1-token verifications: the rule gives a prefill pass
+                # of a drafting policy every selection (executor.py), so one drafting state for all.
+                # The chunks' count enters the key only through the prefill launch's room
+                # (pass_attention.py `_set_caps`): one count per room
                 if state == states[-1]:
-                    base = R - 1  # every other row one token
-                    chunk = 1
-                    while base + chunk <= self.token_limit - 1 and chunk <= self.chunk_max:
-                        T = rule_size(base + chunk + 1)
-                        top = min(T - 1 - base, self.chunk_max)  # the largest chunk of this token class
-                        for c in sorted({chunk, top}):
-                            if ("p", T, c == top) not in seen:
-                                seen[("p", T, c == top)] = True
-                                yield R, 0, [1] * (R - 1), c  # nothing drafts: the rule selects anyway
-                        chunk = top + 1
+                    for n_pre in self._chunk_counts(R):
+                        base = R - n_pre  # every other row one token
+                        chunk = n_pre  # the chunks' tokens together, one at least each
+                        while base + chunk <= self.token_limit - 1 and chunk <= self.chunk_max:
+                            T = rule_size(base + chunk + 1)
+                            top = min(T - 1 - base, self.chunk_max)  # the most tokens of this token class
+                            for c in sorted({chunk, top}):
+                                if ("p", n_pre, T, c == top) not in seen:
+                                    seen[("p", n_pre, T, c == top)] = True
+                                    # nothing drafts: the rule selects anyway
+                                    yield R, 0, [1] * base, self._split(c, n_pre)
+                            chunk = top + 1
             R *= 2
+
+    @staticmethod
+    def _chunk_counts(R: int) -> list[int]:
+        """Prefill chunk counts of an R-request pass, one per room of its prefill launch
+        (pass_attention.py `_set_caps`: SPLIT_ROOM chunks, else every row)."""
+        from .pass_attention import SPLIT_ROOM
+
+        return [1] + ([SPLIT_ROOM + 1] if R > SPLIT_ROOM else [])
+
+    @staticmethod
+    def _split(tokens: int, n: int) -> tuple:
+        """`tokens` over `n` chunks, as even as can be (the first the longest)."""
+        q, r = divmod(tokens, n)
+        return tuple(q + (i < r) for i in range(n))
 
     @staticmethod
     def _sums(lo: int, hi: int, base: int):
@@ -200,7 +218,7 @@ class ShapeSet:
         the context ladder, all requests alike, and once more per class with one request at the
         class's longest and the others short (fewer work items: the short tile where uniform
         contexts would take the long one)."""
-        for R, state, verifies, chunk in self.compositions():
+        for R, state, verifies, chunks in self.compositions():
             ladder = self.contexts(R)
             top_of: dict = {}  # width class -> the longest context of the ladder in it
             for c in ladder:
@@ -217,7 +235,8 @@ class ShapeSet:
                 if mixed == 2:
                     ver = self._most_drafting(len(drafts), ver)
                     drafts += [(ctx, 1)] * (len(verifies) - len(ver))
-                pre = [(chunk, max(0, (short if drafts else ctx) - chunk))] if chunk else []
+                # the first chunk ends at the context; the others are whole short prompts
+                pre = [(c, max(0, (short if drafts else ctx) - c) if i == 0 else 0) for i, c in enumerate(chunks)]
                 first = not drafts and not pre
                 yield dict(prefill=pre, drafts=drafts,
                            verifies=[(q, ctx if first and i == 0 else short) for i, q in enumerate(ver)])

@@ -9,6 +9,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+
+def _graph_shapes():
+    """benchmarks/graph_shapes.py, the CPU probe of a run's graph keys (not a package module)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "graph_shapes.py"
+    spec = importlib.util.spec_from_file_location("graph_shapes", path)
+    gs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gs)
+    return gs
+
 torch = pytest.importorskip("torch")
 
 
@@ -384,6 +396,24 @@ def test_startup_set_covers_every_pass_of_a_live_run(policy, trace):
     assert r["passes_outside_startup"] == 0, r["_missed"]
     # the prefill passes past the graph limit (token budget 8,192) are made up once at start-up too
     assert r["startup"]["eager_warm_ups"] >= (4 if policy == "ar" else 8)
+
+
+@pytest.mark.parametrize("policy", ["ar", "aspire"])
+def test_startup_set_covers_a_burst_of_short_prompts(policy):
+    """Short prompts arriving together put more prefill chunks into one pass than the prefill
+    launch's small room holds (SPLIT_ROOM); such a pass takes the room of every row, which the
+    start-up set keys too (a pass of 5-8 chunks ran eager on an H100 at 4x Azure)."""
+    from spsim.gpu_runtime.pass_attention import SPLIT_ROOM
+    from spsim.traces.trace import Trace
+
+    gs = _graph_shapes()
+    n = 4 + 12  # four long requests decoding, then twelve short prompts at once
+    tr = Trace(np.array([f"g{i}" for i in range(n)], object), np.r_[np.zeros(4), np.full(12, 0.5)],
+               np.r_[np.full(4, 3000), np.full(12, 40)], np.full(n, 64))
+    r = gs.count_shapes("x", policy, 64, 8000, trace=tr, startup=True, max_batch=16)
+    rooms = {k[4][-1][1] // 8 - k[1] // 32 for k in r["_keys"] if k[0][1]}  # the prefill launch's chunk room
+    assert 16 in rooms and 16 > SPLIT_ROOM, rooms  # the burst's pass: twelve chunks, every row's room
+    assert r["passes_outside_startup"] == 0, r["_missed"]
 
 
 @pytest.mark.parametrize("policy", ["fixed-k:k=4", "entropy", "aspire"])
