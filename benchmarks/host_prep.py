@@ -29,7 +29,6 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import torch

@@ -168,8 +168,6 @@ def refit() -> None:
     base.update(static_offset=float(r.x[0]), static_ctx_slope=float(r.x[1]))
     print("magicdec pg19", base, r.fun, flush=True)
 
-    mi = PUB["magicdec_longbench_inversion"]
-
     inv = fit_cliff(base, n)
     print("magicdec inversion", inv, flush=True)
     base.update({k: inv[k] for k in ("static_stale", "static_stale_ctx", "static_knee")})

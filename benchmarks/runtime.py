@@ -18,7 +18,6 @@ Random weights of the model's real shape, bf16. Writes JSON with machine, versio
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys

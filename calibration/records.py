@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from spsim.errors import InputError, SpsimError
+from spsim.errors import InputError
 from spsim.jsonlines import json_lines
 
 from .design import Point

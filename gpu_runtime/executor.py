@@ -393,7 +393,7 @@ class RuntimeExecutor:
         store's scratch slot. Returns `_prepare`'s tuple."""
         assert self.padding is not None, "synthetic passes need padding's scratch pages"
         ps, table = self.padding.ps, self.padding.table
-        rows, fake = [], {}
+        fake = {}
 
         def add(ctx: int, tokens: int, n_drafts: int) -> int:
             rid = self.SYNTH_RID - len(fake)

@@ -13,7 +13,7 @@ from .pages import PageLists
 
 def gather_row(cache: torch.Tensor, lists: PageLists, row: int) -> torch.Tensor:
     """The row's tokens `[kv_len, head_dim]`, in list order."""
-    hkv, ps = lists.num_kv_heads, lists.page_size
+    hkv = lists.num_kv_heads
     s, c = int(lists.start[row]), int(lists.count_np[row])
     ids = lists.indices[s:s + c].long()
     toks = cache[ids, row % hkv].reshape(-1, cache.shape[-1])  # [c * ps, d]

@@ -277,7 +277,6 @@ class Batcher:
         if len(ask) == 0:
             return
         cfg = self.cfg
-        n = len(ask)
         committed = t.committed[ask]
         view = DecodeView(
             ids=ask, context=t.ctx[ask], drafted=t.drafted[ask], remaining=t.output[ask] - committed,

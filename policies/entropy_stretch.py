@@ -224,7 +224,7 @@ class StretchPlanner(StretchBase):
         acc = pol.acc
         st, own, fold = self._begin(view, n, verify, gate, pages)
         rids, com, ctx, out, d, md, r = self._rids, self._com, self._ctx, self._out, self._d, self._md, len(st.ids)
-        counts, pool, relax, pending = self._counts, self._pool, self._relax, self._pending
+        counts, pool, relax = self._counts, self._pool, self._relax
         start, done, heap, ctx0, rec, hz = self._start, self._done, self._heap, list(ctx), st.cycles, n
         L = pol.lookahead
         nd = max(view.num_decode, 1)

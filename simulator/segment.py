@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from spsim.cost.batch import PlanBatch
-from spsim.plan import DraftMethod, PassPlan
+from spsim.plan import PassPlan
 from spsim.policies.base import DecodeView
 from spsim.policies.batcher import Batcher
 from spsim.policies.kv import private_pages

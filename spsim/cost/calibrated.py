@@ -106,7 +106,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 
-from spsim.buckets import pad_count, pow2
+from spsim.buckets import SCRATCH_PAGES, pad_count, pow2
 from spsim.hardware import GPU
 from spsim.models import ModelConfig
 from spsim.plan import DraftMethod, PassPlan
@@ -114,7 +114,7 @@ from spsim.worklist import MIN_SPLIT_TOKENS, WAVES, split_of_units
 
 from .batch import PlanBatch
 from .padding import MODES as PADDING_MODES
-from .padding import SCRATCH_PAGES, pad_count_vec, padded, padded_vec, pow2_vec
+from .padding import pad_count_vec, padded, padded_vec, pow2_vec
 from .roofline import RooflineCostModel, RooflineParams
 from .xp import NP, Table, fold, ns, pass_sums
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spsim.buckets import RULE_FINE, SCRATCH_PAGES, bucket, pad_count, pow2, rule_size
+from spsim.buckets import RULE_FINE, bucket, pad_count, pow2, rule_size
 
 MODES = ("none", "bucket", "pow2", "rule")
 LEAST = 8  # padded token and logits counts are at least this (PassPadding._size(..., 8))
