@@ -238,6 +238,7 @@ class CalibratedCostModel(RooflineCostModel):
             self._tile_flop_t = Table([b * r for b, r in zip(bm, self.row_flop_c)])
             self._ap, self._iap = P.attn_p, 1.0 / P.attn_p
         self._vt_cls, self._dt_cls = {}, {}  # segment tables per tile class
+        self._ex_tbl = {}  # _extra_table: drafts' extras by method
         self._work_cache = {}  # work_ratios: ratios by (KV block size, units)
         self._hkv = max(1, self.model.kv_heads // self.tp)
         self._padded_ovh = {}  # _padded_overhead: the padded linear part by (tokens, drafts, verifications)
@@ -872,20 +873,40 @@ class CalibratedCostModel(RooflineCostModel):
         return tbl
 
     def draft_table_cls(self, budget: int, method: int, cls: int) -> np.ndarray:
-        """[context, draft_pos] -> draft_attn(context, budget, method, draft_pos) in tile class `cls`."""
+        """[context, draft_pos] -> draft_attn(context, budget, method, draft_pos) in tile class `cls`
+        (the right half of `grid_table_cls`)."""
+        return self.grid_table_cls(budget, method, cls)[:, self._tbl_rows:]
+
+    def grid_table_cls(self, budget: int, method: int, cls: int) -> np.ndarray:
+        """[context, q | R + draft_pos] -> `verify_table_cls(cls)` beside `draft_table_cls`'s entries
+        (R = the table's rows): a decode grid's verifications and drafts read in one gather."""
         key = (budget, method, cls)
         tbl = self._dt_cls.get(key)
         if tbl is not None and len(tbl) >= self._tbl_width:
             return tbl
+        R = self._tbl_rows
 
         def block(c):
             b, m = np.full_like(c, budget), np.full_like(c, method)
-            out = np.empty((len(c), self._tbl_rows))
-            for pos in range(self._tbl_rows):
-                out[:, pos] = self.draft_attn(c, b, m, np.full_like(c, pos), cls)
+            out = np.empty((len(c), 2 * R))
+            out[:, :R] = self.verify_table_cls(cls)[c]
+            for pos in range(R):
+                out[:, R + pos] = self.draft_attn(c, b, m, np.full_like(c, pos), cls)
             return out
 
         tbl = self._dt_cls[key] = self._extended(self._dt_cls.get(key), block)
+        return tbl
+
+    def _extra_table(self, method: int) -> np.ndarray:
+        """[context, min(draft_pos, 1)] -> `draft_extra` (tiles: it depends on no budget), flat."""
+        tbl = self._ex_tbl.get(method)
+        if tbl is not None and len(tbl) >= 2 * self._tbl_width:
+            return tbl
+        have = 0 if tbl is None else len(tbl) // 2
+        c = np.repeat(np.arange(have, self._tbl_width, dtype=np.int64), 2)
+        k = np.tile(np.arange(2, dtype=np.int64), len(c) // 2)
+        new = self.draft_extra(c, np.zeros_like(c), np.full_like(c, method), k)
+        tbl = self._ex_tbl[method] = new if tbl is None else np.concatenate([tbl, new])
         return tbl
 
     # ---- many passes at once (the simulator's segments; the fit's design matrix) ----
@@ -905,7 +926,8 @@ class CalibratedCostModel(RooflineCostModel):
         cls = self.tile_class(qmax) if self.tiles else np.zeros(len(qmax), np.int64)
         has_draft, rows = seg.drafting(draft, q)
         budget, method = seg.budget, seg.method
-        if self.tables_fit(int(ctx.max()) + 1, rows):
+        tables = self.tables_fit(int(ctx.max()) + 1, rows)
+        if tables:
             att = self._grid_lookup(seg, draft, q, cls, has_draft)
         else:  # the formulas (the definition the tables reproduce)
             shape = kind.shape
@@ -917,12 +939,17 @@ class CalibratedCostModel(RooflineCostModel):
                     self.draft_attn(ctx, budget, method, seg.draft_pos)
                 att = att + np.where(draft, d, 0.0)
         terms = self._grid_terms(seg, draft, verify, q, qmax, cls if self.tiles else self.tile_class(qmax))
-        keep = terms[PASS_TERMS.index("keep")] > 0
-        frac = self.p.score_attn_frac if keep.any() else 0.0
+        # (only verify-attn runs keep page scores: _shape_terms)
+        keep = terms[PASS_TERMS.index("keep")] > 0 if method == DraftMethod.VERIFY_ATTN else None
+        frac = self.p.score_attn_frac if keep is not None and keep.any() else 0.0
         if self.p.attn_sms or frac:  # the attention kernel, less the per-request extras
-            kern = att - np.where(verify, self.p.verify_req_s, 0.0)
-            if has_draft:
-                kern = kern - np.where(draft, self.draft_extra(ctx, budget, method, seg.draft_pos), 0.0)
+            if has_draft and tables and self.tiles:  # (x - 0.0 is x: one subtraction as the two below)
+                ex = self._extra_table(method).take(ctx * 2 + (seg.draft_pos > 0))
+                kern = att - np.where(draft, ex, np.where(verify, self.p.verify_req_s, 0.0))
+            else:
+                kern = att - np.where(verify, self.p.verify_req_s, 0.0)
+                if has_draft:
+                    kern = kern - np.where(draft, self.draft_extra(ctx, budget, method, seg.draft_pos), 0.0)
             if self.p.attn_sms:  # its tail (see work_ratio), pass by pass
                 r = terms[0]
                 att = att + kern * (r - 1.0)[:, None]
@@ -938,15 +965,20 @@ class CalibratedCostModel(RooflineCostModel):
         """The requests' attention from the tables of their pass's tile class (`tables_fit` done):
         each class's tables read at every entry (flat indices: one gather each), kept where the pass
         is of that class."""
-        idx = seg.context * self._tbl_rows + (np.where(draft, seg.draft_pos, q) if has_draft else q)
+        R = self._tbl_rows
+        if has_draft and self.tiles:  # both in one table: drafts' entries R columns on
+            idx = seg.context * (2 * R) + np.where(draft, seg.draft_pos + R, q)
+        else:
+            idx = seg.context * R + (np.where(draft, seg.draft_pos, q) if has_draft else q)
         lo, hi = int(cls.min()), int(cls.max())
         att = None
         for c in [lo, hi][:hi - lo + 1] if hi - lo < 2 else np.unique(cls).tolist():
-            a = (self.verify_table_cls(c) if self.tiles else self.verify_table()).take(idx)
-            if has_draft:
-                dt = self.draft_table_cls(seg.budget, seg.method, c) if self.tiles else \
-                    self.draft_table(seg.budget, seg.method)
-                a = np.where(draft, dt.take(idx), a)
+            if not self.tiles:
+                a = self.verify_table().take(idx)
+                if has_draft:
+                    a = np.where(draft, self.draft_table(seg.budget, seg.method).take(idx), a)
+            else:
+                a = (self.grid_table_cls(seg.budget, seg.method, c) if has_draft else self.verify_table_cls(c)).take(idx)
             att = a if att is None else np.where((cls == c)[:, None], a, att)
         return att
 
@@ -970,10 +1002,12 @@ class CalibratedCostModel(RooflineCostModel):
         vkv, dp1 = np.where(verify, ctx + q, 0), dpos + 1
         full = np.where(draft, ctx + dp1, vkv)  # the KV tokens each request's pages hold (0: none)
         J = 0
+        gran = self.page_size * self._page_gran
         if P.attn_sms:  # each request's work units: (a draft reads its sparse selection)
             kv = np.where(draft, np.minimum(seg.budget, ctx) + dp1, vkv)
-            one = int(qmax.max()) <= self._tile_cap  # every query within its class's block
-            code, _, J = self._unit_blocks(q + draft, kv, None if one else draft | verify, cls, 1 if one else None)
+            if int(qmax.max()) <= self._tile_cap:  # every query within its class's block: a unit each
+                return self._cell_terms(seg, q, first, full, -(-kv // self._wi_bn[cls][:, None]), gran)
+            code, _, J = self._unit_blocks(q + draft, kv, draft | verify, cls)
         # a row per pass: kinds, query tokens, tallest query, first drafts, the longest draft's, first
         # draft's and request's page granules, units
         shapes = np.empty((n, r + 6 + (r * max(J, 1) if P.attn_sms else 0)), np.int64)
@@ -985,7 +1019,6 @@ class CalibratedCostModel(RooflineCostModel):
         np.where(draft, full, 0).max(axis=1, out=longest[:, 0])
         np.where(first, full, 0).max(axis=1, out=longest[:, 1])
         full.max(axis=1, out=longest[:, 2])
-        gran = self.page_size * self._page_gran
         np.floor_divide(longest + (gran - 1), gran, out=shapes[:, r + 3:r + 6])
         if P.attn_sms:
             shapes[:, r + 6:] = code.reshape(n, -1)
@@ -999,6 +1032,38 @@ class CalibratedCostModel(RooflineCostModel):
                 if k is None:
                     k = memo[keys[i]] = self._pass_n + len(new)
                     new.append(self._pass_terms(shapes[i].tolist(), r, longest[i].tolist(), max(J, 1), seg.method))
+                ids[i] = k
+            self._keep_terms(new)
+        return self._pass_vals.take(ids, axis=1)
+
+    def _cell_terms(self, seg: PlanBatch, q: np.ndarray, first: np.ndarray, full: np.ndarray, units: np.ndarray,
+                    gran: int) -> np.ndarray:
+        """`_grid_terms` where every request is one work unit: each pass's shape keyed by its
+        requests' kinds, query tokens, first drafts, units and page granules (what its row of
+        `_grid_terms` sums and takes the largest of: the same terms, fewer vector operations)."""
+        n, r = q.shape
+        cells = np.empty((n, 5, r), np.int64)
+        cells[:, 0] = seg.kind
+        cells[:, 1] = q
+        cells[:, 2] = first
+        cells[:, 3] = units
+        np.floor_divide(full + (gran - 1), gran, out=cells[:, 4])
+        keys = cells.reshape(n, 5 * r).view(np.dtype((np.void, 40 * r))).ravel().tolist()
+        memo = self._pass_memo.setdefault((seg.method, "cells"), {})
+        ids = list(map(memo.get, keys))
+        if None in ids:
+            new = []  # the new shapes' terms, columns from _pass_n on
+            D = PlanBatch.DRAFT
+            for i in [i for i, k in enumerate(ids) if k is None]:
+                k = memo.get(keys[i])  # (an earlier pass of this grid's)
+                if k is None:
+                    k = memo[keys[i]] = self._pass_n + len(new)
+                    kinds, qs, fs, us = cells[i, :4].tolist()
+                    fl = full[i].tolist()
+                    longest = [max([x for x, kd in zip(fl, kinds) if kd == D], default=0),
+                               max([x for x, f in zip(fl, fs) if f], default=0), max(fl)]
+                    shape = kinds + [sum(qs), max(qs), sum(fs), 0, 0, 0] + us  # (_pass_terms reads no granule)
+                    new.append(self._pass_terms(shape, r, longest, 1, seg.method))
                 ids[i] = k
             self._keep_terms(new)
         return self._pass_vals.take(ids, axis=1)
