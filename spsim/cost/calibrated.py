@@ -489,6 +489,8 @@ class CalibratedCostModel(RooflineCostModel):
         sorted, the next K items start on the K earliest SMs as long as none of those K frees
         later than an item of the step already placed ends (then no SM is taken twice in the step)."""
         ul = units.tolist()
+        if ul[-1] <= split and ul == sorted(ul):  # one item a unit, ascending (a prefill chunk's query blocks)
+            return _round_robin(ul, bn, hkv, c, S)
         if hkv * sum([-(-x // split) if x > split else 1 for x in ul]) <= CalibratedCostModel.HEAP_ITEMS:
             return _heap_makespan(ul, split, bn, hkv, c, S)
         u = np.repeat(units, hkv)
@@ -613,6 +615,8 @@ class CalibratedCostModel(RooflineCostModel):
         """Whether a pass runs eagerly (no CUDA graph): it holds a prefill chunk and more tokens
         than the runtime graphs (`prefill_graph_tokens`). Scalars or arrays."""
         if self.p.padding == "rule":  # the shape rule graphs no pass past the limit, prefill or not
+            if isinstance(tokens, int):  # (one pass: no numpy call; cost-aware policies ask every plan)
+                return tokens > self.p.prefill_graph_tokens
             return np.asarray(tokens) > self.p.prefill_graph_tokens
         return has_prefill & (tokens > self.p.prefill_graph_tokens)
 
@@ -886,12 +890,14 @@ class CalibratedCostModel(RooflineCostModel):
             return tbl
         R = self._tbl_rows
 
-        def block(c):
+        def block(c):  # (c: a run of contexts)
             b, m = np.full_like(c, budget), np.full_like(c, method)
-            out = np.empty((len(c), 2 * R))
-            out[:, :R] = self.verify_table_cls(cls)[c]
+            d = np.empty((R, len(c)))  # (rows of contiguous writes, transposed in one copy)
             for pos in range(R):
-                out[:, R + pos] = self.draft_attn(c, b, m, np.full_like(c, pos), cls)
+                d[pos] = self.draft_attn(c, b, m, np.full_like(c, pos), cls)
+            out = np.empty((len(c), 2 * R))
+            out[:, :R] = self.verify_table_cls(cls)[c[0]:c[-1] + 1]
+            out[:, R:] = d.T
             return out
 
         tbl = self._dt_cls[key] = self._extended(self._dt_cls.get(key), block)
@@ -1377,6 +1383,24 @@ def _heap_makespan(units: list[int], split: int, bn: int, hkv: int, c: float, S:
     free = p[:S]
     heapq.heapify(free)
     return _heap_rest(free, p[S:])
+
+
+def _round_robin(units: list[int], bn: int, hkv: int, c: float, S: int) -> float:
+    """`CalibratedCostModel._makespan` of ascending items, one a unit and head (units ascending, none
+    past the split): the schedule is round robin (item i on SM i mod S), each SM's end its items
+    summed in turn, and the latest end is that of the last SM given one item more than the rest or
+    of the last SM (sums of larger items in turn are no smaller: rounding is monotone), so only
+    those two are summed (a chunk of 8K tokens: ~16 items each, not 2,048)."""
+    N = hkv * len(units)
+    m = N % S
+    cols = [N - 1] if N <= S else [S - 1] if m == 0 else [m - 1, S - 1]
+    ends = []
+    for s in cols:
+        x = float(units[s // hkv] * bn) + c
+        for i in range(s + S, N, S):
+            x += float(units[i // hkv] * bn) + c
+        ends.append(x)
+    return max(ends)
 
 
 def _heap_rest(free: list[float], p: list[float]) -> float:
