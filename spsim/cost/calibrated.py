@@ -1148,12 +1148,40 @@ class CalibratedCostModel(RooflineCostModel):
                 t = self._plain1(context)
                 if t is not None:
                     return np.array([t])
-            ctx = np.asarray(context, np.int64) + np.arange(n, dtype=np.int64)[:, None]
-            t = self._plain_times(ctx, context)
+            t = self._plain_slices(context, n) if len(context) <= self.SLICE_MAX else None
+            if t is None:
+                ctx = np.asarray(context, np.int64) + np.arange(n, dtype=np.int64)[:, None]
+                t = self._plain_times(ctx, context)
             if t is not None:
                 return t
             return self._grid_times(PlanBatch.plain(context, n))
         return super()._decode_times(context, n)  # q = 1: the smallest tile, no pass terms
+
+    SLICE_MAX = 3  # plain segments of at most this many requests: `_plain_slices`
+
+    def _plain_slices(self, first: list[int], n: int) -> np.ndarray | None:
+        """`_plain_times` of a plain segment of a few requests from slices of the table's q = 1
+        column, a request at a time (no (passes, requests) arrays), added in turn: the bits of the
+        row sum, a left fold below 8 requests (see RooflineCostModel._decode_times)."""
+        if not self.tables_fit(max(first) + n, 2):
+            return None
+        c = self.tile_class(1) if self.tiles else 0
+        col = (self.verify_table_cls(c) if self.tiles else self.verify_table())[:, 1]
+        m = None
+        if self.p.attn_sms:  # each request's attention plus its kernel's share of the pass's tail
+            r = len(first)
+            extra = (1 << (r - 1).bit_length()) - r if r & (r - 1) and self.ruled(r) else 0
+            m = self._plain_ratios(first, n, self._wi_bn_l[c], extra) - 1.0
+            v = self.p.verify_req_s
+        t = None
+        for x in first:
+            a = col[x:x + n]
+            if m is not None:
+                a = a + (a - v) * m
+            t = a if t is None else t + a
+        if self.p.padding == "none":
+            return self.overhead_table(len(first))[len(first)] + t
+        return self._padded_overhead(len(first), 0, len(first)) + t
 
     def _plain_times(self, ctx: np.ndarray, first: list[int] | None = None) -> np.ndarray | None:
         """`_grid_times` of plain decode passes (every request verifies one token: the smallest
