@@ -1223,9 +1223,9 @@ class CalibratedCostModel(RooflineCostModel):
         key = (tokens, n_draft, n_verify)
         ovh = self._padded_ovh.get(key)
         if ovh is None:
-            tp, lp = padded_vec(*(np.array([x], np.int64) for x in (tokens, tokens, n_draft, n_verify)),
-                                self.p.padding, SCRATCH_PAGES * self.page_size)
-            ovh = self._padded_ovh[key] = self.overhead_vec(tp, lp)[0]
+            # (the padded counts on Python ints: `padded` is `padded_vec`'s scalar twin, tests hold them equal)
+            tp, lp = padded(tokens, tokens, n_draft, n_verify, self.p.padding, SCRATCH_PAGES * self.page_size)
+            ovh = self._padded_ovh[key] = self.overhead_vec(np.array([tp], np.int64), np.array([lp], np.int64))[0]
         return ovh
 
     def _plain_ratios(self, first: list[int], n: int, bn: int, extra: int) -> np.ndarray:
