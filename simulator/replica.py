@@ -166,6 +166,9 @@ class Replica:
                     if h[2] is None:
                         h[2] = self.started + n - 1
                 self.running = self.started + n
+                # the clock a watch reads (planning/stop.py) is the step path's through that pass:
+                # its start (the passes before finish nothing, so nothing else it reads is behind)
+                self.clock = max(ends.item(n - 1), env_ends.item(n - 1))
                 n += 1
                 seg_step = True
                 yield env.timeout(ends.item(n - 1) - env.now)
