@@ -877,27 +877,17 @@ class CalibratedCostModel(RooflineCostModel):
         return tbl
 
     def draft_table_cls(self, budget: int, method: int, cls: int) -> np.ndarray:
-        """[context, draft_pos] -> draft_attn(context, budget, method, draft_pos) in tile class `cls`
-        (the right half of `grid_table_cls`)."""
-        return self.grid_table_cls(budget, method, cls)[:, self._tbl_rows:]
-
-    def grid_table_cls(self, budget: int, method: int, cls: int) -> np.ndarray:
-        """[context, q | R + draft_pos] -> `verify_table_cls(cls)` beside `draft_table_cls`'s entries
-        (R = the table's rows): a decode grid's verifications and drafts read in one gather."""
+        """[context, draft_pos] -> draft_attn(context, budget, method, draft_pos) in tile class `cls`."""
         key = (budget, method, cls)
         tbl = self._dt_cls.get(key)
         if tbl is not None and len(tbl) >= self._tbl_width:
             return tbl
-        R = self._tbl_rows
 
-        def block(c):  # (c: a run of contexts)
+        def block(c):
             b, m = np.full_like(c, budget), np.full_like(c, method)
-            d = np.empty((R, len(c)))  # (rows of contiguous writes, transposed in one copy)
-            for pos in range(R):
-                d[pos] = self.draft_attn(c, b, m, np.full_like(c, pos), cls)
-            out = np.empty((len(c), 2 * R))
-            out[:, :R] = self.verify_table_cls(cls)[c[0]:c[-1] + 1]
-            out[:, R:] = d.T
+            out = np.empty((len(c), self._tbl_rows))
+            for pos in range(self._tbl_rows):
+                out[:, pos] = self.draft_attn(c, b, m, np.full_like(c, pos), cls)
             return out
 
         tbl = self._dt_cls[key] = self._extended(self._dt_cls.get(key), block)
@@ -971,20 +961,15 @@ class CalibratedCostModel(RooflineCostModel):
         """The requests' attention from the tables of their pass's tile class (`tables_fit` done):
         each class's tables read at every entry (flat indices: one gather each), kept where the pass
         is of that class."""
-        R = self._tbl_rows
-        if has_draft and self.tiles:  # both in one table: drafts' entries R columns on
-            idx = seg.context * (2 * R) + np.where(draft, seg.draft_pos + R, q)
-        else:
-            idx = seg.context * R + (np.where(draft, seg.draft_pos, q) if has_draft else q)
+        idx = seg.context * self._tbl_rows + (np.where(draft, seg.draft_pos, q) if has_draft else q)
         lo, hi = int(cls.min()), int(cls.max())
         att = None
         for c in [lo, hi][:hi - lo + 1] if hi - lo < 2 else np.unique(cls).tolist():
-            if not self.tiles:
-                a = self.verify_table().take(idx)
-                if has_draft:
-                    a = np.where(draft, self.draft_table(seg.budget, seg.method).take(idx), a)
-            else:
-                a = (self.grid_table_cls(seg.budget, seg.method, c) if has_draft else self.verify_table_cls(c)).take(idx)
+            a = (self.verify_table_cls(c) if self.tiles else self.verify_table()).take(idx)
+            if has_draft:
+                dt = self.draft_table_cls(seg.budget, seg.method, c) if self.tiles else \
+                    self.draft_table(seg.budget, seg.method)
+                a = np.where(draft, dt.take(idx), a)
             att = a if att is None else np.where((cls == c)[:, None], a, att)
         return att
 
