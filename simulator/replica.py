@@ -148,6 +148,7 @@ class Replica:
                 ends[i], env_ends[i] = y, e
                 x = y if y > e else e
         self.in_segment = True
+        seg_step = False  # the last pass kept is the step path's (see the lag below)
         self.running = None  # an arrival's pass is known once the segment is cut
         try:
             yield env.timeout(ends.item(n - 1) - env.now)
@@ -156,6 +157,21 @@ class Replica:
             starts = np.concatenate(([now], ends[:-1]))
             n = max(1, int(np.count_nonzero(starts < env.now)))
             yield env.timeout(max(0.0, ends.item(n - 1) - env.now))
+            if self.lag and n < sp.n:
+                # the lag holds the arrival through the next pass, which the step path plans without
+                # it: the segment's next pass (its passes before the last finish nothing, so nothing
+                # other replicas see changes). Kept here rather than run as a step pass, timed as
+                # the step path times it (from this instant, its end the clock: `seg_step`).
+                for h in self.held:
+                    if h[2] is None:
+                        h[2] = self.started + n - 1
+                self.running = self.started + n
+                # the clock a watch reads (planning/stop.py) is the step path's through that pass:
+                # its start (the passes before finish nothing, so nothing else it reads is behind)
+                self.clock = max(ends.item(n - 1), env_ends.item(n - 1))
+                n += 1
+                seg_step = True
+                yield env.timeout(ends.item(n - 1) - env.now)
         self.in_segment = False
         for h in self.held:  # arrivals while the kept passes ran: during the last of them
             if h[2] is None:
@@ -180,6 +196,6 @@ class Replica:
                     self.cat_ns[cat] += int(tn[mask].sum())
                     self.cat_passes[cat] += int(mask.sum())
         self.clock = ends.item(n - 1)
-        self.seg_env = env_ends.item(n - 1)
+        self.seg_env = None if seg_step else env_ends.item(n - 1)
         self.fp.apply(sp, n, ends, accepted)
         self.running = -1

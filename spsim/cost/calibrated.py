@@ -238,6 +238,7 @@ class CalibratedCostModel(RooflineCostModel):
             self._tile_flop_t = Table([b * r for b, r in zip(bm, self.row_flop_c)])
             self._ap, self._iap = P.attn_p, 1.0 / P.attn_p
         self._vt_cls, self._dt_cls = {}, {}  # segment tables per tile class
+        self._ex_tbl = {}  # _extra_table: drafts' extras by method
         self._work_cache = {}  # work_ratios: ratios by (KV block size, units)
         self._hkv = max(1, self.model.kv_heads // self.tp)
         self._padded_ovh = {}  # _padded_overhead: the padded linear part by (tokens, drafts, verifications)
@@ -488,6 +489,8 @@ class CalibratedCostModel(RooflineCostModel):
         sorted, the next K items start on the K earliest SMs as long as none of those K frees
         later than an item of the step already placed ends (then no SM is taken twice in the step)."""
         ul = units.tolist()
+        if ul[-1] <= split and ul == sorted(ul):  # one item a unit, ascending (a prefill chunk's query blocks)
+            return _round_robin(ul, bn, hkv, c, S)
         if hkv * sum([-(-x // split) if x > split else 1 for x in ul]) <= CalibratedCostModel.HEAP_ITEMS:
             return _heap_makespan(ul, split, bn, hkv, c, S)
         u = np.repeat(units, hkv)
@@ -612,6 +615,8 @@ class CalibratedCostModel(RooflineCostModel):
         """Whether a pass runs eagerly (no CUDA graph): it holds a prefill chunk and more tokens
         than the runtime graphs (`prefill_graph_tokens`). Scalars or arrays."""
         if self.p.padding == "rule":  # the shape rule graphs no pass past the limit, prefill or not
+            if isinstance(tokens, int):  # (one pass: no numpy call; cost-aware policies ask every plan)
+                return tokens > self.p.prefill_graph_tokens
             return np.asarray(tokens) > self.p.prefill_graph_tokens
         return has_prefill & (tokens > self.p.prefill_graph_tokens)
 
@@ -888,6 +893,18 @@ class CalibratedCostModel(RooflineCostModel):
         tbl = self._dt_cls[key] = self._extended(self._dt_cls.get(key), block)
         return tbl
 
+    def _extra_table(self, method: int) -> np.ndarray:
+        """[context, min(draft_pos, 1)] -> `draft_extra` (tiles: it depends on no budget), flat."""
+        tbl = self._ex_tbl.get(method)
+        if tbl is not None and len(tbl) >= 2 * self._tbl_width:
+            return tbl
+        have = 0 if tbl is None else len(tbl) // 2
+        c = np.repeat(np.arange(have, self._tbl_width, dtype=np.int64), 2)
+        k = np.tile(np.arange(2, dtype=np.int64), len(c) // 2)
+        new = self.draft_extra(c, np.zeros_like(c), np.full_like(c, method), k)
+        tbl = self._ex_tbl[method] = new if tbl is None else np.concatenate([tbl, new])
+        return tbl
+
     # ---- many passes at once (the simulator's segments; the fit's design matrix) ----
     def _grid_times(self, seg: PlanBatch) -> np.ndarray:
         """Each pass's requests priced in the pass's tile class (from tables where they fit), their
@@ -905,7 +922,8 @@ class CalibratedCostModel(RooflineCostModel):
         cls = self.tile_class(qmax) if self.tiles else np.zeros(len(qmax), np.int64)
         has_draft, rows = seg.drafting(draft, q)
         budget, method = seg.budget, seg.method
-        if self.tables_fit(int(ctx.max()) + 1, rows):
+        tables = self.tables_fit(int(ctx.max()) + 1, rows)
+        if tables:
             att = self._grid_lookup(seg, draft, q, cls, has_draft)
         else:  # the formulas (the definition the tables reproduce)
             shape = kind.shape
@@ -917,12 +935,17 @@ class CalibratedCostModel(RooflineCostModel):
                     self.draft_attn(ctx, budget, method, seg.draft_pos)
                 att = att + np.where(draft, d, 0.0)
         terms = self._grid_terms(seg, draft, verify, q, qmax, cls if self.tiles else self.tile_class(qmax))
-        keep = terms[PASS_TERMS.index("keep")] > 0
-        frac = self.p.score_attn_frac if keep.any() else 0.0
+        # (only verify-attn runs keep page scores: _shape_terms)
+        keep = terms[PASS_TERMS.index("keep")] > 0 if method == DraftMethod.VERIFY_ATTN else None
+        frac = self.p.score_attn_frac if keep is not None and keep.any() else 0.0
         if self.p.attn_sms or frac:  # the attention kernel, less the per-request extras
-            kern = att - np.where(verify, self.p.verify_req_s, 0.0)
-            if has_draft:
-                kern = kern - np.where(draft, self.draft_extra(ctx, budget, method, seg.draft_pos), 0.0)
+            if has_draft and tables and self.tiles:  # (x - 0.0 is x: one subtraction as the two below)
+                ex = self._extra_table(method).take(ctx * 2 + (seg.draft_pos > 0))
+                kern = att - np.where(draft, ex, np.where(verify, self.p.verify_req_s, 0.0))
+            else:
+                kern = att - np.where(verify, self.p.verify_req_s, 0.0)
+                if has_draft:
+                    kern = kern - np.where(draft, self.draft_extra(ctx, budget, method, seg.draft_pos), 0.0)
             if self.p.attn_sms:  # its tail (see work_ratio), pass by pass
                 r = terms[0]
                 att = att + kern * (r - 1.0)[:, None]
@@ -970,10 +993,12 @@ class CalibratedCostModel(RooflineCostModel):
         vkv, dp1 = np.where(verify, ctx + q, 0), dpos + 1
         full = np.where(draft, ctx + dp1, vkv)  # the KV tokens each request's pages hold (0: none)
         J = 0
+        gran = self.page_size * self._page_gran
         if P.attn_sms:  # each request's work units: (a draft reads its sparse selection)
             kv = np.where(draft, np.minimum(seg.budget, ctx) + dp1, vkv)
-            one = int(qmax.max()) <= self._tile_cap  # every query within its class's block
-            code, _, J = self._unit_blocks(q + draft, kv, None if one else draft | verify, cls, 1 if one else None)
+            if int(qmax.max()) <= self._tile_cap:  # every query within its class's block: a unit each
+                return self._cell_terms(seg, q, first, full, -(-kv // self._wi_bn[cls][:, None]), gran)
+            code, _, J = self._unit_blocks(q + draft, kv, draft | verify, cls)
         # a row per pass: kinds, query tokens, tallest query, first drafts, the longest draft's, first
         # draft's and request's page granules, units
         shapes = np.empty((n, r + 6 + (r * max(J, 1) if P.attn_sms else 0)), np.int64)
@@ -985,7 +1010,6 @@ class CalibratedCostModel(RooflineCostModel):
         np.where(draft, full, 0).max(axis=1, out=longest[:, 0])
         np.where(first, full, 0).max(axis=1, out=longest[:, 1])
         full.max(axis=1, out=longest[:, 2])
-        gran = self.page_size * self._page_gran
         np.floor_divide(longest + (gran - 1), gran, out=shapes[:, r + 3:r + 6])
         if P.attn_sms:
             shapes[:, r + 6:] = code.reshape(n, -1)
@@ -999,6 +1023,38 @@ class CalibratedCostModel(RooflineCostModel):
                 if k is None:
                     k = memo[keys[i]] = self._pass_n + len(new)
                     new.append(self._pass_terms(shapes[i].tolist(), r, longest[i].tolist(), max(J, 1), seg.method))
+                ids[i] = k
+            self._keep_terms(new)
+        return self._pass_vals.take(ids, axis=1)
+
+    def _cell_terms(self, seg: PlanBatch, q: np.ndarray, first: np.ndarray, full: np.ndarray, units: np.ndarray,
+                    gran: int) -> np.ndarray:
+        """`_grid_terms` where every request is one work unit: each pass's shape keyed by its
+        requests' kinds, query tokens, first drafts, units and page granules (what its row of
+        `_grid_terms` sums and takes the largest of: the same terms, fewer vector operations)."""
+        n, r = q.shape
+        cells = np.empty((n, 5, r), np.int64)
+        cells[:, 0] = seg.kind
+        cells[:, 1] = q
+        cells[:, 2] = first
+        cells[:, 3] = units
+        np.floor_divide(full + (gran - 1), gran, out=cells[:, 4])
+        keys = cells.reshape(n, 5 * r).view(np.dtype((np.void, 40 * r))).ravel().tolist()
+        memo = self._pass_memo.setdefault((seg.method, "cells"), {})
+        ids = list(map(memo.get, keys))
+        if None in ids:
+            new = []  # the new shapes' terms, columns from _pass_n on
+            D = PlanBatch.DRAFT
+            for i in [i for i, k in enumerate(ids) if k is None]:
+                k = memo.get(keys[i])  # (an earlier pass of this grid's)
+                if k is None:
+                    k = memo[keys[i]] = self._pass_n + len(new)
+                    kinds, qs, fs, us = cells[i, :4].tolist()
+                    fl = full[i].tolist()
+                    longest = [max([x for x, kd in zip(fl, kinds) if kd == D], default=0),
+                               max([x for x, f in zip(fl, fs) if f], default=0), max(fl)]
+                    shape = kinds + [sum(qs), max(qs), sum(fs), 0, 0, 0] + us  # (_pass_terms reads no granule)
+                    new.append(self._pass_terms(shape, r, longest, 1, seg.method))
                 ids[i] = k
             self._keep_terms(new)
         return self._pass_vals.take(ids, axis=1)
@@ -1077,12 +1133,40 @@ class CalibratedCostModel(RooflineCostModel):
                 t = self._plain1(context)
                 if t is not None:
                     return np.array([t])
-            ctx = np.asarray(context, np.int64) + np.arange(n, dtype=np.int64)[:, None]
-            t = self._plain_times(ctx, context)
+            t = self._plain_slices(context, n) if len(context) <= self.SLICE_MAX else None
+            if t is None:
+                ctx = np.asarray(context, np.int64) + np.arange(n, dtype=np.int64)[:, None]
+                t = self._plain_times(ctx, context)
             if t is not None:
                 return t
             return self._grid_times(PlanBatch.plain(context, n))
         return super()._decode_times(context, n)  # q = 1: the smallest tile, no pass terms
+
+    SLICE_MAX = 3  # plain segments of at most this many requests: `_plain_slices`
+
+    def _plain_slices(self, first: list[int], n: int) -> np.ndarray | None:
+        """`_plain_times` of a plain segment of a few requests from slices of the table's q = 1
+        column, a request at a time (no (passes, requests) arrays), added in turn: the bits of the
+        row sum, a left fold below 8 requests (see RooflineCostModel._decode_times)."""
+        if not self.tables_fit(max(first) + n, 2):
+            return None
+        c = self.tile_class(1) if self.tiles else 0
+        col = (self.verify_table_cls(c) if self.tiles else self.verify_table())[:, 1]
+        m = None
+        if self.p.attn_sms:  # each request's attention plus its kernel's share of the pass's tail
+            r = len(first)
+            extra = (1 << (r - 1).bit_length()) - r if r & (r - 1) and self.ruled(r) else 0
+            m = self._plain_ratios(first, n, self._wi_bn_l[c], extra) - 1.0
+            v = self.p.verify_req_s
+        t = None
+        for x in first:
+            a = col[x:x + n]
+            if m is not None:
+                a = a + (a - v) * m
+            t = a if t is None else t + a
+        if self.p.padding == "none":
+            return self.overhead_table(len(first))[len(first)] + t
+        return self._padded_overhead(len(first), 0, len(first)) + t
 
     def _plain_times(self, ctx: np.ndarray, first: list[int] | None = None) -> np.ndarray | None:
         """`_grid_times` of plain decode passes (every request verifies one token: the smallest
@@ -1124,9 +1208,9 @@ class CalibratedCostModel(RooflineCostModel):
         key = (tokens, n_draft, n_verify)
         ovh = self._padded_ovh.get(key)
         if ovh is None:
-            tp, lp = padded_vec(*(np.array([x], np.int64) for x in (tokens, tokens, n_draft, n_verify)),
-                                self.p.padding, SCRATCH_PAGES * self.page_size)
-            ovh = self._padded_ovh[key] = self.overhead_vec(tp, lp)[0]
+            # (the padded counts on Python ints: `padded` is `padded_vec`'s scalar twin, tests hold them equal)
+            tp, lp = padded(tokens, tokens, n_draft, n_verify, self.p.padding, SCRATCH_PAGES * self.page_size)
+            ovh = self._padded_ovh[key] = self.overhead_vec(np.array([tp], np.int64), np.array([lp], np.int64))[0]
         return ovh
 
     def _plain_ratios(self, first: list[int], n: int, bn: int, extra: int) -> np.ndarray:
@@ -1312,6 +1396,24 @@ def _heap_makespan(units: list[int], split: int, bn: int, hkv: int, c: float, S:
     free = p[:S]
     heapq.heapify(free)
     return _heap_rest(free, p[S:])
+
+
+def _round_robin(units: list[int], bn: int, hkv: int, c: float, S: int) -> float:
+    """`CalibratedCostModel._makespan` of ascending items, one a unit and head (units ascending, none
+    past the split): the schedule is round robin (item i on SM i mod S), each SM's end its items
+    summed in turn, and the latest end is that of the last SM given one item more than the rest or
+    of the last SM (sums of larger items in turn are no smaller: rounding is monotone), so only
+    those two are summed (a chunk of 8K tokens: ~16 items each, not 2,048)."""
+    N = hkv * len(units)
+    m = N % S
+    cols = [N - 1] if N <= S else [S - 1] if m == 0 else [m - 1, S - 1]
+    ends = []
+    for s in cols:
+        x = float(units[s // hkv] * bn) + c
+        for i in range(s + S, N, S):
+            x += float(units[i // hkv] * bn) + c
+        ends.append(x)
+    return max(ends)
 
 
 def _heap_rest(free: list[float], p: list[float]) -> float:
