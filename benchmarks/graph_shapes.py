@@ -55,12 +55,8 @@ def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, 
     `settings`: more ServingConfig fields (draft_kv, draft_budget, max_draft)."""
     from spsim.build import build
     from spsim.config import ServingConfig
-    from spsim.gpu_runtime.executor import RuntimeExecutor
     from spsim.gpu_runtime.graphs import GraphedPasses
-    from spsim.gpu_runtime.kv_cache import PagedKVCache
     from spsim.gpu_runtime.model_config import get_config
-    from spsim.gpu_runtime.padding import SCRATCH_PAGES, PassPadding
-    from spsim.gpu_runtime.shapes import rule_for
     from spsim.policies.kv import PagedKVPool
     from spsim.policies.request import RequestTable
 
@@ -77,17 +73,9 @@ def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, 
     serving = build(cfg, prefix_cache=False, block_size=None, capacity=kv_pages, max_context=lc.max_context)
     table = RequestTable(prompts, outs, np.asarray(arrivals, np.float64))
     batcher = serving.new_batcher(table, None, None, PagedKVPool)
-    cache = PagedKVCache(lc, kv_pages + SCRATCH_PAGES, cfg.page_size, device="cpu", dtype=torch.bfloat16)
-    model = NullModel(lc)
-    ex = RuntimeExecutor(model, cache, batcher.pool, table, lambda rid: [1] * int(prompts[rid]),
-                         method=serving.method, budget=cfg.draft_budget, seed=cfg.seed,
-                         acceptance=serving.acceptance, record_events=False,
-                         drafts_possible=serving.batcher_config.max_draft > 0, synthetic_prefill=not startup,
-                         padding=PassPadding(kv_pages, cfg.page_size, coarse=coarse or rule,
-                                             rule=rule_for(serving.batcher_config, cfg.draft_budget,
-                                                           serving.policy.make().longest_run(
-                                                               serving.batcher_config.max_draft)) if rule else None),
-                         store_slots=min(cfg.max_batch, b_n) + 1)  # as the engine sizes it
+    ex = stand_in_executor(cfg, serving, lc, table, batcher.pool, prompts, kv_pages, rule=rule, coarse=coarse,
+                           synthetic_prefill=not startup, store_slots=min(cfg.max_batch, b_n) + 1)
+    model, cache = ex.model, ex.cache
     probe = GraphedPasses(model, cache, capture=False)
     keys: list = []
     start = None
@@ -157,6 +145,62 @@ def count_shapes(workload: str, policy: str, output_tokens: int, kv_pages: int, 
             "graphable_passes": len(keys),
             "distinct_shapes": len(set(keys)), "replay": replay, "capture": capture, "eager": eager,
             "distinct_by_part": probe.stats()["distinct_by_part"], "_keys": keys}
+
+
+def stand_in_executor(cfg, serving, lc, table, pool, prompts, kv_pages: int, *, rule: bool, coarse: bool,
+                      synthetic_prefill: bool, store_slots: int):
+    """The runtime's executor over the stand-in model and a CPU cache of `kv_pages` (+ scratch)."""
+    from spsim.gpu_runtime.executor import RuntimeExecutor
+    from spsim.gpu_runtime.kv_cache import PagedKVCache
+    from spsim.gpu_runtime.padding import SCRATCH_PAGES, PassPadding
+    from spsim.gpu_runtime.shapes import rule_for
+
+    bc = serving.batcher_config
+    cache = PagedKVCache(lc, kv_pages + SCRATCH_PAGES, cfg.page_size, device="cpu", dtype=torch.bfloat16)
+    return RuntimeExecutor(NullModel(lc), cache, pool, table, lambda rid: [1] * int(prompts[rid]),
+                           method=serving.method, budget=cfg.draft_budget, seed=cfg.seed,
+                           acceptance=serving.acceptance, record_events=False,
+                           drafts_possible=bc.max_draft > 0, synthetic_prefill=synthetic_prefill,
+                           padding=PassPadding(kv_pages, cfg.page_size, coarse=coarse or rule,
+                                               rule=rule_for(bc, cfg.draft_budget, serving.policy.make().longest_run(
+                                                   bc.max_draft)) if rule else None),
+                           store_slots=store_slots)  # as the engine sizes it
+
+
+def eager_launch_keys(policy: str, specs, kv_pages: int = 51222, **settings) -> tuple[set, list[set]]:
+    """The attention launches' kernel variants (launch, BLOCK_M, BLOCK_N, warps, stages, fused
+    merge, page scores) of the start-up's eager warm-ups (`ShapeSet.eager_passes`) and of each of
+    `specs` (`RuntimeExecutor.synthetic`'s arguments): what compiles where, on the host only."""
+    from spsim.build import build
+    from spsim.config import ServingConfig
+    from spsim.gpu_runtime.model_config import get_config
+    from spsim.gpu_runtime.startup import shape_set_for
+    from spsim.policies.kv import PagedKVPool
+    from spsim.policies.request import RequestTable
+
+    lc = dataclasses.replace(get_config("llama-3.1-8b"), layers=2, vocab=16)  # a drafting pass's two layers' lists
+    cfg = ServingConfig(model="llama-3.1-8b", gpu="h200", policy=policy, acceptance="sparsespec-llama8b",
+                        offline=False, kv_pages=kv_pages, cost="roofline", **settings)
+    serving = build(cfg, prefix_cache=False, block_size=None, capacity=kv_pages, max_context=lc.max_context)
+    table = RequestTable(np.full(1, 16), np.full(1, 1), np.zeros(1))
+    pool = serving.new_batcher(table, None, None, PagedKVPool).pool
+    ex = stand_in_executor(cfg, serving, lc, table, pool, [16], kv_pages, rule=True, coarse=True,
+                           synthetic_prefill=False, store_slots=cfg.max_batch + 1)
+
+    def keys(spec) -> set:
+        attn = ex.synthetic(**spec)[0]
+        out = set()
+        for layer in range(lc.layers):
+            lists = attn.lists_for(layer)
+            plan = attn._plan(lists, lc.q_heads)
+            for i, p in enumerate(plan.parts()):
+                out.add((i, p.block_m, p.block_n, p.num_warps, p.num_stages, int(p.fused_merge),
+                         attn.page_scores_for(layer) is not None))
+        return out
+
+    ss = shape_set_for(ex.padding.rule, serving.batcher_config, lc, serving.method, kv_pages)
+    warm = set().union(*(keys(s) for s in ss.eager_passes()))
+    return warm, [keys(s) for s in specs]
 
 
 def main() -> None:

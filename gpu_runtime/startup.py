@@ -46,8 +46,9 @@ class ShapeSet:
     LADDER = (0.0, 0.5, 1.0)
 
     def __init__(self, rule: ShapeRule, *, max_batch: int, token_limit: int, group: int, pool_pages: int,
-                 drafts: bool, first_drafts: bool, token_budget: int):
+                 drafts: bool, first_drafts: bool, token_budget: int, kv_heads: int = 8):
         self.rule, self.max_batch, self.token_limit = rule, int(max_batch), int(token_limit)
+        self.kv_heads = int(kv_heads)
         self.group, self.pool_pages = int(group), int(pool_pages)
         self.drafts, self.first = bool(drafts), bool(first_drafts)
         self.token_budget = int(token_budget)
@@ -187,7 +188,8 @@ class ShapeSet:
         one, alone and beside a decoding request of each drafting state. Triton specialises an
         integer argument only by whether it is 1 and whether 16 divides it (the tiles are fixed by
         the rule for prefill), so an odd chunk and the next multiple of 16 compile what every
-        chunk up to the token budget runs: the budget's largest chunk adds compute, not kernels."""
+        chunk up to the token budget runs: the budget's largest chunk adds compute, not kernels.
+        Then decode-like rows in the numbers and contexts that take the attention's other variants."""
         if self.token_budget <= self.token_limit:
             return
         states = [0] + ([1] + ([2] if self.first else []) if self.drafts else [])
@@ -212,6 +214,27 @@ class ShapeSet:
             for state in states[1:]:
                 yield dict(prefill=[(self.token_limit + 1, 0)], drafts=[(c, 0 if state == 2 else 1)], verifies=[])
             p *= 2
+        # Beside a chunk past the limit the decode-like rows are planned by their own contexts, not
+        # in a padded room, and take two kernel variants the graphs never compile: every split row
+        # merged in a launch of its own (each splits more than FUSED_MAX_SPLITS ways: a lone row of
+        # a few thousand tokens; an `ar` run of Azure at 4x on an H100 compiled it mid-run), and
+        # the long tile (LONG_TILE_WAVES waves of work items: many rows, or a few long ones)
+        from spsim.worklist import NUM_SMS
+
+        from .attention import LONG_TILE_WAVES
+
+        many = -(-LONG_TILE_WAVES * NUM_SMS // self.kv_heads)  # rows of one item per head each
+        n = self.token_limit + 1
+        for rows, c in ((1, 2048), (many, 4 * self.rule.page_size), (16, 20480)):
+            rows, c = min(rows, self.max_batch - 1), min(c, self.rule.max_context // 2)
+            room = self.token_budget - n
+            verify_q = (1, self.rule.max_draft + 1) if self.drafts else (1,)
+            for q in verify_q:
+                if rows * q <= room:
+                    yield dict(prefill=[(n, 0)], verifies=[(q, c)] * rows)
+            for state in states[1:]:
+                if rows * 2 <= room:
+                    yield dict(prefill=[(n, 0)], drafts=[(c, 0 if state == 2 else 1)] * rows, verifies=[])
 
     def passes(self):
         """Every made-up pass, as `RuntimeExecutor.synthetic`'s arguments: each composition over
@@ -255,7 +278,7 @@ def shape_set_for(rule: ShapeRule, batcher_config, model_cfg, method: int, pool_
                     group=model_cfg.q_heads // model_cfg.kv_heads, pool_pages=pool_pages,
                     drafts=rule.max_draft > 0,
                     first_drafts=method in (DraftMethod.VERIFY_QUEST, DraftMethod.VERIFY_ATTN),
-                    token_budget=bc.token_budget)
+                    token_budget=bc.token_budget, kv_heads=model_cfg.kv_heads)
 
 
 class PreKey:
