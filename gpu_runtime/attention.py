@@ -386,7 +386,11 @@ def plan_attention(q_len, lists: PageLists, num_q_heads: int, *, num_sms: int = 
     # the merge launch skips the units merged in place (request -1; their slots stay for the kernel)
     merge = np.stack([np.where(fuse_unit[mu], -1, u_req[mu]), u_head[mu], u_qb[mu], first_slot[mu], u_splits[mu]], 1)
     merge_launch = bool((~fuse_unit[mu]).any())
-    fused_merge = bool(fuse_unit[mu].any()) or not merge_launch
+    # the kernel's in-place merge stays compiled in unless asked off: a unit whose work rows name
+    # no merge row costs it a branch, and eager plans then launch the variant the captured (padded)
+    # ones do, not one more to compile mid-run (a lone row of a few thousand tokens beside a long
+    # chunk split more than FUSED_MAX_SPLITS ways; an `ar` run on an H100 compiled it while measured)
+    fused_merge = fused_merge is not False
     q_start = np.concatenate([[0], np.cumsum(q_len)[:-1]]) if n_req else np.zeros(0, np.int64)
     work_t, merge_t, q_start_t, q_len_t = upload([work, merge, q_start, q_len], [np.int32] * 4, device)
     return AttentionPlan(work_t.reshape(-1, WORK_FIELDS), merge_t.reshape(-1, MERGE_FIELDS),

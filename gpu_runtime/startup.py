@@ -189,7 +189,7 @@ class ShapeSet:
         integer argument only by whether it is 1 and whether 16 divides it (the tiles are fixed by
         the rule for prefill), so an odd chunk and the next multiple of 16 compile what every
         chunk up to the token budget runs: the budget's largest chunk adds compute, not kernels.
-        Then decode-like rows in the numbers and contexts that take the attention's other variants."""
+        Then decode-like rows in the numbers and contexts that take the attention's other tiles."""
         if self.token_budget <= self.token_limit:
             return
         states = [0] + ([1] + ([2] if self.first else []) if self.drafts else [])
@@ -215,10 +215,9 @@ class ShapeSet:
                 yield dict(prefill=[(self.token_limit + 1, 0)], drafts=[(c, 0 if state == 2 else 1)], verifies=[])
             p *= 2
         # Beside a chunk past the limit the decode-like rows are planned by their own contexts, not
-        # in a padded room, and take two kernel variants the graphs never compile: every split row
-        # merged in a launch of its own (each splits more than FUSED_MAX_SPLITS ways: a lone row of
-        # a few thousand tokens; an `ar` run of Azure at 4x on an H100 compiled it mid-run), and
-        # the long tile (LONG_TILE_WAVES waves of work items: many rows, or a few long ones)
+        # in a padded room: a lone row of a few thousand tokens splits into a merge launch, many
+        # rows (or a few long ones) take the long tile (LONG_TILE_WAVES waves of work items), each
+        # in the variants the graphs capture, compiled here before the first request all the same
         from spsim.worklist import NUM_SMS
 
         from .attention import LONG_TILE_WAVES
