@@ -122,7 +122,8 @@ def test_pdl_launches_give_the_same_logits():
             attn = PagedAttention(cache, [list(range(2049))], [32768], [1])
             tok = torch.randint(0, cfg.vocab, (1,), device=DEV, generator=gen)
             plan = A.plan_attention(np.ones(1), attn.lists, cfg.q_heads)
-            assert not plan.fused_merge and int(plan.merge[:, 4].max()) == 16
+            # every unit merged by the launch (none in place), 16 splits each
+            assert plan.merge_launch and int(plan.work[:, 6].max()) < 0 and int(plan.merge[:, 4].max()) == 16
             graphs = {}
             for flag in (True, False):
                 pdl.ENABLED = flag
