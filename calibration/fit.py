@@ -40,6 +40,7 @@ from .records import Measurement, json_lines
 PRIOR_WEIGHT = 0.001  # per constant, in units of its scale: ~0.1 % of one point's log error
 LOSS_SCALE = 0.03  # soft-L1 knee: residuals beyond ~3 % count linearly
 WEIGHT_SCALE_MAX = 1.2  # see Fitter: the weights' read time at most 1.2x the copy bandwidth's
+TAIL_BW_START = 2.0  # attn_tail_bw's starting value (1: the pure makespan)
 ATTN_SMS = 132  # SMs the runtime's attention plans its work items for (plan_attention's num_sms: the
 #                 H200's 132; spsim/cost/calibrated.py work_ratio). Assumed, not fitted
 
@@ -94,6 +95,9 @@ class Fitter:
         for i in range(3):
             spec.append(("attn_tile_eff", (i,), d.attn_flops_eff, 0.02, fl_hi, 0.1))
         spec.append(("attn_p", None, 2.0, 1.0, 16.0, 0.5))
+        # the work-item tail's bandwidth share: an SM alone streams KV faster than 1/SMs of the HBM,
+        # so a short-tile launch's last items (fewer than SMs) end sooner than the makespan says
+        spec.append(("attn_tail_bw", None, TAIL_BW_START, 1.0, 16.0, 0.5))
         self.page0 = [[float(base.score_tbl[m, j]) for j in (0, 1)] for m in range(N_METHODS)]
         if any(x.split(":")[-1] in SELECTING for x in labels):  # a selection's latency (top-k of a row)
             spec.append(("select_base_req", None, 1.0, 0.0, 64.0, 1.0))
