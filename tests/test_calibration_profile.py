@@ -572,3 +572,29 @@ def test_tail_bandwidth_share_blends_the_makespan_towards_the_mean():
     assert cm.work_ratio(q, kv) == base.work_ratio(q, kv)
     with pytest.raises(ValueError):
         CalibratedParams(attn_tail_bw=0.5).check()
+
+
+def test_tail_parts_price_a_batch_at_any_tail_share_as_the_plans():
+    """`plan_work_parts` (what a fit keeps of a batch's work ratios apart from `attn_tail_bw`) and
+    `tail_ratio` give each plan's `plan_work_ratio` to the bit, at every k; k = 1 keeps the ratios
+    as before (no parts)."""
+    from dataclasses import replace
+
+    base = CalibratedCostModel("llama-3.1-8b", "h200", params=replace(PARAMS, attn_sms=132, prefill_split=True))
+    rng = np.random.default_rng(5)
+    plans = []
+    for n in (3, 11, 16, 40, 150):
+        ctx = rng.integers(20, 6000, n)
+        plans.append(PassPlan(verify_ids=np.arange(n), verify_context=ctx, verify_query=np.ones(n, np.int64)))
+    plans.append(PassPlan(prefill_ids=np.array([0]), prefill_tokens=np.array([700]), prefill_context=np.array([0]),
+                          prefill_last=np.array([True]), verify_ids=np.arange(1, 9),
+                          verify_context=rng.integers(20, 3000, 8), verify_query=np.full(8, 3)))
+    b = PlanBatch.of(plans)
+    for k in (1.0, 1.2, 2.5):
+        cm = base.with_params(attn_tail_bw=k)
+        want = np.array([cm.plan_work_ratio(p) for p in plans]).T
+        got = np.array(b.work_ratios(cm))
+        assert np.array_equal(got, want), k
+        np.testing.assert_allclose(cm.times(b), [cm.time(p) for p in plans], rtol=1e-12, atol=0)
+    r, tails = base.with_params(attn_tail_bw=1.5).plan_work_parts(plans)
+    assert tails and np.isfinite(r).all() and not base._parts

@@ -45,13 +45,16 @@ list start late. `work_ratio` rebuilds the runtime's work list (gpu_runtime/atte
 `plan_attention`: units, split size, items) from the pass's query and KV lengths and returns
 makespan / (total work / SMs), each item `attn_item_tokens` longer than its tokens; the pass's
 attention kernel time (the per-request attention above, without the draft and verify terms) is
-multiplied by it. SMs and the item cost are the runtime's and assumed; what is fitted is the tail's
+multiplied by it. SMs are the runtime's and assumed; the item cost is chosen by the fit from a few
+values (calibration/fit.py ITEM_TOKENS: the lowest loss's; 128, profiles before it); fitted is the tail's
 bandwidth share (`attn_tail_bw`, k >= 1; 1, profiles before it: the pure makespan): in a short-tile
 launch (16-32 rows: decodes, drafts, short verifications, which stream KV), once fewer items than
 SMs are left, the m still running share the HBM, each at min(k, SMs / m) of its fair share, so the
 last items of a mixed-length batch end sooner than at 1/SMs of the HBM (`_tail_phases`: the
 schedule's SM ends at fair share, cached across models; `_tail_span`). The refits of the committed
-sweeps (benchmarks/results/calibration/tail-form/) put k at 1.15-1.30.
+sweeps (benchmarks/results/calibration/tail-form/) put k at 1.15-1.27 (item cost 128-256). A fit
+prices the same plans at many k: `plan_work_parts` keeps each plan's tail phases apart from k, and
+`PlanBatch.work_ratios` prices them at each k (`tail_ratio`, to the bit as `_units_ratio`).
 Computed exactly (no rounding), fast: a plan of at most `attn_sms` items runs one round, so its
 makespan is its longest item and the ratio a closed form; longer plans are scheduled
 (`_makespan`: round robin where the items ascend, as a prefill chunk's query blocks do, item by
@@ -492,10 +495,39 @@ class CalibratedCostModel(RooflineCostModel):
         ideal = (float(total * bn) + c * items) / S
         k = float(self.p.attn_tail_bw)
         if k > 1.0 and bn in self._tail_bn:  # the tail streams faster than its fair share
-            return max(1.0, _tail_span(self._tail_phases(ul, split, bn, hkv, c, S, items), k, S) / ideal)
+            ph = self._tail_phases(ul, split, bn, hkv, c, S, items)
+            if self._parts:  # (plan_work_parts: the ratio's parts, priced at any k later)
+                return ph, ideal
+            return max(1.0, _tail_span(ph, k, S) / ideal)
         if items > S:  # more than one round
             return max(1.0, self._makespan(np.asarray(ul, np.int64), split, bn, hkv, c, S) / ideal)
         return max(1.0, (float(min(umax, split) * bn) + c) / ideal)
+
+    _parts = False  # _units_ratio returns a tail launch's (phases, ideal) instead of its ratio
+
+    def plan_work_parts(self, plans: list[PassPlan]) -> tuple[np.ndarray, list]:
+        """`plan_work_ratio` of every plan, apart from `attn_tail_bw` (> 1): the ratios that do not
+        depend on it (2 x plans: launch, split prefill chunks'), and the launches whose tail does as
+        (launch, plan, phases, ideal), each priced at a k by `tail_ratio` (as `_units_ratio`, to the
+        bit). A fit prices the same plans at many k: `PlanBatch.work_ratios` keeps these parts."""
+        saved, self._work_cache, self._parts = self._work_cache, {}, True
+        try:
+            rows = [self.plan_work_ratio(p) for p in plans]
+        finally:
+            self._work_cache, self._parts = saved, False
+        r = np.ones((2, len(rows)))
+        tails = []
+        for i, row in enumerate(rows):
+            for j, x in enumerate(row):
+                if isinstance(x, tuple):
+                    tails.append((j, i, x[0], x[1]))
+                else:
+                    r[j, i] = x
+        return r, tails
+
+    def tail_ratio(self, phases: tuple, ideal: float) -> float:
+        """A tail launch's ratio from its `plan_work_parts` (phases, ideal) at this model's k."""
+        return max(1.0, _tail_span(phases, float(self.p.attn_tail_bw), int(self.p.attn_sms)) / ideal)
 
     TAIL_CACHE_MAX = 1 << 16  # tail phases kept (all models: they depend on no fitted constant)
     _tail_cache: dict = {}
@@ -512,10 +544,15 @@ class CalibratedCostModel(RooflineCostModel):
             return ph
         if len(cache) >= cls.TAIL_CACHE_MAX:
             cache.clear()
-        if items > S:  # more than one round: every SM's end of the schedule
-            ends = cls._makespan(np.asarray(ul, np.int64), split, bn, hkv, c, S, all_ends=True)
-            lens, cnt = np.unique(np.asarray(ends, np.float64), return_counts=True)
-            lens, cnt = lens.tolist(), cnt.tolist()
+        if items > S:  # more than one round: every SM's end of the schedule (ascending), one phase each
+            ph, prev, busy = [], 0.0, S  # (equal ends: one phase, as many SMs fewer after it)
+            for x in cls._makespan(np.asarray(ul, np.int64), split, bn, hkv, c, S, all_ends=True):
+                if x > prev:
+                    ph.append((x - prev, busy))
+                    prev = x
+                busy -= 1
+            ph = cache[key] = tuple(ph)
+            return ph
         else:  # one round: each item on an SM of its own (the others idle), its length its end
             n = {}
             full = float(split * bn) + c
