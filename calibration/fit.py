@@ -40,6 +40,11 @@ from .records import Measurement, json_lines
 PRIOR_WEIGHT = 0.001  # per constant, in units of its scale: ~0.1 % of one point's log error
 LOSS_SCALE = 0.03  # soft-L1 knee: residuals beyond ~3 % count linearly
 WEIGHT_SCALE_MAX = 1.2  # see Fitter: the weights' read time at most 1.2x the copy bandwidth's
+TAIL_BW_START = 2.0  # attn_tail_bw's starting value (1: the pure makespan)
+SEARCH_TOL = 1e-4  # the search's tolerance (ftol, xtol, gtol) per value of attn_item_tokens
+ITEM_TOKENS = (128,)  # attn_item_tokens tried (several: an outer search, the fit at each, the lowest loss
+#                      kept). One by default: searching 128-768 chose 256 on the older H100 and 3B sweeps,
+#                      the 3B's held-out p95 6.9 -> 8.2 % at the lower loss (docs/calibration.md)
 ATTN_SMS = 132  # SMs the runtime's attention plans its work items for (plan_attention's num_sms: the
 #                 H200's 132; spsim/cost/calibrated.py work_ratio). Assumed, not fitted
 
@@ -94,6 +99,9 @@ class Fitter:
         for i in range(3):
             spec.append(("attn_tile_eff", (i,), d.attn_flops_eff, 0.02, fl_hi, 0.1))
         spec.append(("attn_p", None, 2.0, 1.0, 16.0, 0.5))
+        # the work-item tail's bandwidth share: an SM alone streams KV faster than 1/SMs of the HBM,
+        # so a short-tile launch's last items (fewer than SMs) end sooner than the makespan says
+        spec.append(("attn_tail_bw", None, TAIL_BW_START, 1.0, 16.0, 0.5))
         self.page0 = [[float(base.score_tbl[m, j]) for j in (0, 1)] for m in range(N_METHODS)]
         if any(x.split(":")[-1] in SELECTING for x in labels):  # a selection's latency (top-k of a row)
             spec.append(("select_base_req", None, 1.0, 0.0, 64.0, 1.0))
@@ -169,11 +177,13 @@ def group_errors(pred, meas, labels) -> dict:
 def fit(measurements: list[Measurement], model, gpu=ServingConfig.gpu, tp: int = ServingConfig.tp,
         weight_dtype: str = ServingConfig.weight_dtype, kv_dtype: str = ServingConfig.kv_dtype,
         page_size: int = ServingConfig.page_size, host_overhead_s: float | None = None, info: dict | None = None,
-        max_nfev: int = 400, runtime: dict | None = None) -> tuple[CalibratedCostModel, dict]:
+        max_nfev: int = 400, runtime: dict | None = None,
+        items: tuple = ITEM_TOKENS) -> tuple[CalibratedCostModel, dict]:
     """Fit on the measured points not held out; returns the model (host overhead set) and a report
     with `fit_error`, `heldout_error` (each overall and per group) and the points' predictions.
     `runtime`: what the measured runtime did (CalibratedParams' prefill_graph_tokens,
-    prefill_split; `calibrate.runtime_of`), fixed, not fitted."""
+    prefill_split; `calibrate.runtime_of`), fixed, not fitted. `items`: the work item's fixed costs
+    (`attn_item_tokens`) the fit tries, keeping the lowest loss's."""
     from scipy.optimize import least_squares
 
     ok = [m for m in measurements if m.ok]
@@ -202,17 +212,33 @@ def fit(measurements: list[Measurement], model, gpu=ServingConfig.gpu, tp: int =
                     ties=ties, keeps_scores=bool(b_train.keeps().any()))
     rt = dict(runtime or {})
 
-    def solve(y: np.ndarray):
+    def solve1(y: np.ndarray, item: float, x0=None, tol: float = 1e-12, nfev: int = max_nfev):
         log_y = np.log(y)
+        fixed = {**rt, "attn_item_tokens": float(item)}
 
         def resid(x):
-            cm = CalibratedCostModel(params=replace(fitter.params(x), **rt), **shape)
+            cm = CalibratedCostModel(params=replace(fitter.params(x), **fixed), **shape)
             r = np.log(np.maximum(cm.times(b_train), 1e-12)) - log_y
             return np.concatenate([r, PRIOR_WEIGHT * (x - fitter.x0) / fitter.scale])
 
-        sol = least_squares(resid, fitter.x0, bounds=(fitter.lo, fitter.hi), x_scale=fitter.scale, loss="soft_l1",
-                            f_scale=LOSS_SCALE, max_nfev=max_nfev, method="trf", ftol=1e-12, xtol=1e-12, gtol=1e-12)
-        return sol, replace(fitter.params(sol.x), **rt)
+        sol = least_squares(resid, fitter.x0 if x0 is None else x0, bounds=(fitter.lo, fitter.hi),
+                            x_scale=fitter.scale, loss="soft_l1", f_scale=LOSS_SCALE, max_nfev=nfev, method="trf",
+                            ftol=tol, xtol=tol, gtol=tol)
+        return sol, replace(fitter.params(sol.x), **fixed)
+
+    searched = {}
+
+    def solve(y: np.ndarray, item: float | None = None, x0=None):
+        """The fit at `item` (attn_item_tokens), or at the one of `items` whose fit has the lowest
+        loss (the work item's fixed cost: the fit cannot move it smoothly, each value reschedules
+        the plans). The search fits each to a loose tolerance (SEARCH_TOL: the loss to ~1e-4 of
+        itself, a few seconds each), then the chosen one fully."""
+        if item is None and len(items) > 1:
+            for c in items:
+                sol, _ = solve1(y, c, tol=SEARCH_TOL)
+                searched[float(c)] = float(sol.cost)
+            item = min(searched, key=searched.get)
+        return solve1(y, items[0] if item is None else item, x0)
 
     allm = train + test
     n_tr = len(train)
@@ -245,6 +271,7 @@ def fit(measurements: list[Measurement], model, gpu=ServingConfig.gpu, tp: int =
         "excluded": excluded,
         "tied": {DraftMethod(m).label: DraftMethod(like).label for m, like in ties.items()},
         "optimizer": {"status": int(sol.status), "message": str(sol.message), "nfev": int(sol.nfev)},
+        "attn_item_tokens": {"chosen": float(params.attn_item_tokens), "loss": searched},
         "predictions": [{"id": m.point.key, "label": m.point.label, "heldout": m.point.heldout,
                          "measured_s": float(y), "predicted_s": float(p)} for m, y, p in zip(allm, wall, pred)],
     }
@@ -253,7 +280,8 @@ def fit(measurements: list[Measurement], model, gpu=ServingConfig.gpu, tp: int =
         # wall-time profile, or the wall beside a device-time one; their gap is the host's serial
         # share of each pass (input preparation, sampling, bookkeeping) and its episodes of slowness
         other = wall if on_device else gpu
-        _, oparams = solve(other[:n_tr])
+        # (the item cost the main fit chose; from its constants: the two fits lie close)
+        _, oparams = solve(other[:n_tr], params.attn_item_tokens, sol.x)
         opred = CalibratedCostModel(params=oparams, **shape).times(b_all)
         o_fit, o_held = split_errors(opred, other)
         dev_pred = pred if on_device else opred

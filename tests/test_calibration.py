@@ -298,3 +298,18 @@ def test_cli_calibrates_with_the_runtimes_shape_rule_by_default(monkeypatch):
         res = CliRunner().invoke(app, ["calibrate", "--gpu", "--model", "tiny", "--device", "cpu", *args])
         assert res.exit_code == 0, res.output
         assert seen.pop() == {"shape_rule": want}
+
+
+def test_fit_searches_the_work_items_fixed_cost(design):
+    """`attn_item_tokens` is chosen from `items` by the fits' loss (the fit at each value): data
+    priced at 384 choose 384, and the report holds each value's loss."""
+    from dataclasses import replace
+
+    cm = CalibratedCostModel("llama-3.1-8b", "h200", params=replace(TRUE, attn_item_tokens=384.0, attn_tail_bw=1.3))
+    y = cm.times(PlanBatch.of([p.plan() for p in design]))
+    ms = [Measurement(p, True, float(t), {}, i) for i, (p, t) in enumerate(zip(design, y))]
+    got, rep = fit(ms, "llama-3.1-8b", "h200", host_overhead_s=0.0, items=(128, 384, 768))
+    assert got.p.attn_item_tokens == 384.0 and rep["attn_item_tokens"]["chosen"] == 384.0
+    loss = rep["attn_item_tokens"]["loss"]
+    assert set(loss) == {128.0, 384.0, 768.0} and min(loss, key=loss.get) == 384.0
+    assert rep["heldout_error"]["p95_abs_rel"] < 5e-3

@@ -533,3 +533,68 @@ def test_the_shape_rules_dummy_verifiers_take_sms_from_the_split_rule():
     assert r_bucket == bucket.work_ratio(q, kv)
     # the simulator's segments (grid) price the same dummies
     assert rule.times(PlanBatch.from_plan(plan))[0] == pytest.approx(rule.time(plan), rel=1e-12)
+
+
+def test_tail_bandwidth_share_blends_the_makespan_towards_the_mean():
+    """`attn_tail_bw` (k): once fewer items than SMs are left in a short-tile launch, the m still
+    running share the HBM, each at min(k, SMs / m) of its fair share. k = 1 is the makespan bit for
+    bit; one round of items is the fluid schedule's closed form; more rounds: all SMs busy up to
+    the first end, then the same; the ratio falls with k towards 1; the tall tiles keep theirs."""
+    from dataclasses import replace
+
+    from spsim.worklist import split_of_units
+
+    base = CalibratedCostModel("llama-3.1-8b", "h200", params=replace(PARAMS, attn_sms=132))
+    assert CalibratedParams().attn_tail_bw == 1.0
+    mixed = (np.ones(11, np.int64), np.array([30, 200, 400, 700, 900, 1000, 1100, 1200, 1300, 1400, 1449]) + 1)
+    uniform = (np.ones(20, np.int64), np.full(20, 16385))  # more items than SMs
+    for q, kv in (mixed, uniform):
+        r1 = base.work_ratio(q, kv)
+        assert base.with_params(attn_tail_bw=1.0).work_ratio(q, kv) == r1
+        rs = [base.with_params(attn_tail_bw=k).work_ratio(q, kv) for k in (1.0, 1.5, 2.0, 4.0, 1e6)]
+        assert all(a >= b for a, b in zip(rs, rs[1:])) and rs[-1] == pytest.approx(1.0)
+    # one round, by hand: the items (split of the plan), sorted, each phase at max(1/k, m/S)
+    cm = base.with_params(attn_tail_bw=2.0)
+    units = [-(-int(x) // 128) for x in mixed[1]]
+    split, items = split_of_units(units, 8, 128, 132)
+    assert items <= 132
+    c = cm.p.attn_item_tokens
+    lens = sorted(x for u in units for x in ([min(split, u - i * split) for i in range(-(-u // split))] or [0])
+                  for _ in range(8))
+    lens = [x * 128 + c for x in lens]
+    t, prev = 0.0, 0.0
+    for i, x in enumerate(lens):
+        t += (x - prev) * max(0.5, (len(lens) - i) / 132)
+        prev = x
+    assert cm.work_ratio(*mixed) == pytest.approx(t / (sum(lens) / 132))
+    # a prefill chunk's launch (128-row tiles) keeps its makespan
+    q, kv = np.array([512]), np.array([4608])
+    assert cm.work_ratio(q, kv) == base.work_ratio(q, kv)
+    with pytest.raises(ValueError):
+        CalibratedParams(attn_tail_bw=0.5).check()
+
+
+def test_tail_parts_price_a_batch_at_any_tail_share_as_the_plans():
+    """`plan_work_parts` (what a fit keeps of a batch's work ratios apart from `attn_tail_bw`) and
+    `tail_ratio` give each plan's `plan_work_ratio` to the bit, at every k; k = 1 keeps the ratios
+    as before (no parts)."""
+    from dataclasses import replace
+
+    base = CalibratedCostModel("llama-3.1-8b", "h200", params=replace(PARAMS, attn_sms=132, prefill_split=True))
+    rng = np.random.default_rng(5)
+    plans = []
+    for n in (3, 11, 16, 40, 150):
+        ctx = rng.integers(20, 6000, n)
+        plans.append(PassPlan(verify_ids=np.arange(n), verify_context=ctx, verify_query=np.ones(n, np.int64)))
+    plans.append(PassPlan(prefill_ids=np.array([0]), prefill_tokens=np.array([700]), prefill_context=np.array([0]),
+                          prefill_last=np.array([True]), verify_ids=np.arange(1, 9),
+                          verify_context=rng.integers(20, 3000, 8), verify_query=np.full(8, 3)))
+    b = PlanBatch.of(plans)
+    for k in (1.0, 1.2, 2.5):
+        cm = base.with_params(attn_tail_bw=k)
+        want = np.array([cm.plan_work_ratio(p) for p in plans]).T
+        got = np.array(b.work_ratios(cm))
+        assert np.array_equal(got, want), k
+        np.testing.assert_allclose(cm.times(b), [cm.time(p) for p in plans], rtol=1e-12, atol=0)
+    r, tails = base.with_params(attn_tail_bw=1.5).plan_work_parts(plans)
+    assert tails and np.isfinite(r).all() and not base._parts

@@ -149,14 +149,30 @@ class PlanBatch:
 
     def work_ratios(self, model) -> tuple[np.ndarray, np.ndarray]:
         """`plan_work_ratio` of every plan: its launch's, its split prefill chunks' (cached: they
-        depend on no fitted constant)."""
+        depend on no fitted constant but `attn_tail_bw`)."""
         P = model.p
-        key = (model.group, model.model.kv_heads // model.tp, model.page_size, P.attn_sms, P.attn_item_tokens,
+        key = (model.group, model.model.kv_heads // model.tp, model.page_size, P.attn_sms, P.attn_item_tokens, P.attn_tail_bw,
                P.prefill_split, P.padding, P.prefill_graph_tokens, P.rule_max_query)
         if self._ratios is None:
             self._ratios = {}
+        if P.attn_tail_bw > 1 and P.attn_sms:  # the parts but k kept (a fit tries many attn_tail_bw)
+            key = key[:5] + key[6:]
+            parts = self._ratios.get(key)
+            if parts is None:
+                if len(self._ratios) >= 16:
+                    self._ratios.clear()
+                parts = self._ratios[key] = model.plan_work_parts(self.plans)
+            r, tails = parts
+            if tails:
+                r = r.copy()
+                f = model.tail_ratio
+                for j, i, ph, ideal in tails:
+                    r[j, i] = f(ph, ideal)
+            return r[0], r[1]
         r = self._ratios.get(key)
         if r is None:
+            if len(self._ratios) >= 16:  # (a fit tries many attn_tail_bw)
+                self._ratios.clear()
             r = self._ratios[key] = np.array([model.plan_work_ratio(p) for p in self.plans]).reshape(-1, 2).T
         return r[0], r[1]
 

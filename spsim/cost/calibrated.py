@@ -45,7 +45,16 @@ list start late. `work_ratio` rebuilds the runtime's work list (gpu_runtime/atte
 `plan_attention`: units, split size, items) from the pass's query and KV lengths and returns
 makespan / (total work / SMs), each item `attn_item_tokens` longer than its tokens; the pass's
 attention kernel time (the per-request attention above, without the draft and verify terms) is
-multiplied by it. Nothing is fitted: SMs and the item cost are the runtime's and assumed.
+multiplied by it. SMs are the runtime's and assumed; the item cost is chosen by the fit from a few
+values (calibration/fit.py ITEM_TOKENS: the lowest loss's; 128, profiles before it); fitted is the tail's
+bandwidth share (`attn_tail_bw`, k >= 1; 1, profiles before it: the pure makespan): in a short-tile
+launch (16-32 rows: decodes, drafts, short verifications, which stream KV), once fewer items than
+SMs are left, the m still running share the HBM, each at min(k, SMs / m) of its fair share, so the
+last items of a mixed-length batch end sooner than at 1/SMs of the HBM (`_tail_phases`: the
+schedule's SM ends at fair share, cached across models; `_tail_span`). The refits of the committed
+sweeps (benchmarks/results/calibration/tail-form/) put k at 1.15-1.27 (item cost 128-256). A fit
+prices the same plans at many k: `plan_work_parts` keeps each plan's tail phases apart from k, and
+`PlanBatch.work_ratios` prices them at each k (`tail_ratio`, to the bit as `_units_ratio`).
 Computed exactly (no rounding), fast: a plan of at most `attn_sms` items runs one round, so its
 makespan is its longest item and the ratio a closed form; longer plans are scheduled
 (`_makespan`: round robin where the items ascend, as a prefill chunk's query blocks do, item by
@@ -153,6 +162,10 @@ class CalibratedParams(RooflineParams):
     #                               per-block page max and atomic store in the kernel's loop)
     attn_sms: int = 0  # SMs the attention's work items are scheduled on (see work_ratio); 0: no tail term
     attn_item_tokens: float = 128.0  # an item's fixed cost (prologue, partial store), in KV tokens of streaming
+    attn_tail_bw: float = 1.0  # the work-item tail's bandwidth share (see work_ratio): an SM's KV streaming rate
+    #                            at most this many times its fair share (1/attn_sms of the HBM) once fewer
+    #                            items than SMs are left in a short-tile launch; 1: every item at its fair
+    #                            share, the pure makespan (profiles before it)
     # What the measured runtime did (set from the measurements' header records, not fitted):
     prefill_graph_tokens: int = 0  # passes with prefill of at most this many tokens replay a CUDA graph
     #                                (no eager terms); 0: every pass holding a prefill chunk ran eagerly
@@ -186,6 +199,8 @@ class CalibratedParams(RooflineParams):
         if self.attn_tile_eff is not None and (len(self.attn_tile_eff) != len(TILES) - 1
                                                or min(self.attn_tile_eff) <= 0):
             raise ValueError(f"attn_tile_eff has one positive entry per tile height {TILES[1:]}")
+        if not self.attn_tail_bw >= 1:
+            raise ValueError("attn_tail_bw is an SM's streaming rate over its fair share: >= 1")
         if self.attn_p < 1 or self.eager_p < 1:
             raise ValueError("attn_p and eager_p are smoothmax exponents >= 1")
         if len(self.draft_pass_s) != N_METHODS or len(self.draft_req_s) != N_METHODS or \
@@ -251,6 +266,11 @@ class CalibratedCostModel(RooflineCostModel):
         self._wi_qb = np.maximum(1, bmt // self.group)
         self._wi_cap = -(-self.ATTN_MIN_SPLIT // self._wi_bn)
         self._wi_bn_l, self._wi_qb_l = self._wi_bn.tolist(), self._wi_qb.tolist()
+        # launches whose tail streams faster (attn_tail_bw): the short tiles' (16-32 rows: decodes,
+        # drafts, short verifications), where the kernel streams KV; known by their KV block, where
+        # the taller tiles' (compute: a prefill chunk's) differs
+        self._tail_bn = {b for b, t in zip(self._wi_bn_l, TILES) if t <= 32} - \
+            {b for b, t in zip(self._wi_bn_l, TILES) if t > 32}
         # the shape rule's width classes (pages; gpu_runtime/shapes.py ShapeRule.classes): below the
         # longest context a request reaches (the window plus a run of drafts), then that one
         top = -(-(-(-(self.model.max_context + P.rule_max_query) // self.page_size) + 1) // 64) * 64
@@ -473,12 +493,91 @@ class CalibratedCostModel(RooflineCostModel):
         split, items = split_of_units(ul, hkv, bn, S, self.ATTN_WAVES, self.ATTN_MIN_SPLIT)
         c = float(self.p.attn_item_tokens)
         ideal = (float(total * bn) + c * items) / S
+        k = float(self.p.attn_tail_bw)
+        if k > 1.0 and bn in self._tail_bn:  # the tail streams faster than its fair share
+            ph = self._tail_phases(ul, split, bn, hkv, c, S, items)
+            if self._parts:  # (plan_work_parts: the ratio's parts, priced at any k later)
+                return ph, ideal
+            return max(1.0, _tail_span(ph, k, S) / ideal)
         if items > S:  # more than one round
             return max(1.0, self._makespan(np.asarray(ul, np.int64), split, bn, hkv, c, S) / ideal)
         return max(1.0, (float(min(umax, split) * bn) + c) / ideal)
 
+    _parts = False  # _units_ratio returns a tail launch's (phases, ideal) instead of its ratio
+
+    def plan_work_parts(self, plans: list[PassPlan]) -> tuple[np.ndarray, list]:
+        """`plan_work_ratio` of every plan, apart from `attn_tail_bw` (> 1): the ratios that do not
+        depend on it (2 x plans: launch, split prefill chunks'), and the launches whose tail does as
+        (launch, plan, phases, ideal), each priced at a k by `tail_ratio` (as `_units_ratio`, to the
+        bit). A fit prices the same plans at many k: `PlanBatch.work_ratios` keeps these parts."""
+        saved, self._work_cache, self._parts = self._work_cache, {}, True
+        try:
+            rows = [self.plan_work_ratio(p) for p in plans]
+        finally:
+            self._work_cache, self._parts = saved, False
+        r = np.ones((2, len(rows)))
+        tails = []
+        for i, row in enumerate(rows):
+            for j, x in enumerate(row):
+                if isinstance(x, tuple):
+                    tails.append((j, i, x[0], x[1]))
+                else:
+                    r[j, i] = x
+        return r, tails
+
+    def tail_ratio(self, phases: tuple, ideal: float) -> float:
+        """A tail launch's ratio from its `plan_work_parts` (phases, ideal) at this model's k."""
+        return max(1.0, _tail_span(phases, float(self.p.attn_tail_bw), int(self.p.attn_sms)) / ideal)
+
+    TAIL_CACHE_MAX = 1 << 16  # tail phases kept (all models: they depend on no fitted constant)
+    _tail_cache: dict = {}
+
+    @classmethod
+    def _tail_phases(cls, ul: list[int], split: int, bn: int, hkv: int, c: float, S: int, items: int) -> tuple:
+        """The greedy schedule's SM ends at fair-share rates as phases ((length, SMs still busy), ...):
+        every SM busy up to the first end, then as each frees, fewer. Cached across models by the
+        plan (a fit prices the same plans at many `attn_tail_bw`)."""
+        key = (bn, hkv, c, S, split, tuple(ul))
+        cache = cls._tail_cache
+        ph = cache.get(key)
+        if ph is not None:
+            return ph
+        if len(cache) >= cls.TAIL_CACHE_MAX:
+            cache.clear()
+        if items > S:  # more than one round: every SM's end of the schedule (ascending), one phase each
+            ph, prev, busy = [], 0.0, S  # (equal ends: one phase, as many SMs fewer after it)
+            for x in cls._makespan(np.asarray(ul, np.int64), split, bn, hkv, c, S, all_ends=True):
+                if x > prev:
+                    ph.append((x - prev, busy))
+                    prev = x
+                busy -= 1
+            ph = cache[key] = tuple(ph)
+            return ph
+        else:  # one round: each item on an SM of its own (the others idle), its length its end
+            n = {}
+            full = float(split * bn) + c
+            for u in ul:
+                if u <= split:
+                    x = float(u * bn) + c
+                    n[x] = n.get(x, 0) + 1
+                else:
+                    f, r = divmod(u, split)
+                    n[full] = n.get(full, 0) + f
+                    if r:
+                        x = float(r * bn) + c
+                        n[x] = n.get(x, 0) + 1
+            lens = sorted(n)
+            cnt = [n[x] * hkv for x in lens]
+        busy = S if items > S else sum(cnt)
+        ph, prev = [], 0.0
+        for x, m in zip(lens, cnt):
+            ph.append((x - prev, busy))
+            prev, busy = x, busy - m
+        ph = cache[key] = tuple(ph)
+        return ph
+
     @staticmethod
-    def _makespan(units: np.ndarray, split: int, bn: int, hkv: int, c: float, S: int) -> float:
+    def _makespan(units: np.ndarray, split: int, bn: int, hkv: int, c: float, S: int, all_ends: bool = False):
         """The greedy list schedule's makespan on S SMs of the plan's items: `units` (KV blocks of
         each unit, in plan order), each unit per head in turn: its items of `split` blocks, then
         the rest, each item `c` tokens longer. Exactly the heap's schedule (each item to the SM
@@ -487,12 +586,13 @@ class CalibratedCostModel(RooflineCostModel):
         the SM freeing first is always the next one), so each SM's end is its items' sum in turn;
         the rest on a heap where few, else in steps of up to S items: with the SMs' free times
         sorted, the next K items start on the K earliest SMs as long as none of those K frees
-        later than an item of the step already placed ends (then no SM is taken twice in the step)."""
+        later than an item of the step already placed ends (then no SM is taken twice in the step).
+        `all_ends`: every SM's end (a list of S, ascending) instead of the latest (the tail's phases)."""
         ul = units.tolist()
         if ul[-1] <= split and ul == sorted(ul):  # one item a unit, ascending (a prefill chunk's query blocks)
-            return _round_robin(ul, bn, hkv, c, S)
+            return _round_robin(ul, bn, hkv, c, S, all_ends)
         if hkv * sum([-(-x // split) if x > split else 1 for x in ul]) <= CalibratedCostModel.HEAP_ITEMS:
-            return _heap_makespan(ul, split, bn, hkv, c, S)
+            return _heap_makespan(ul, split, bn, hkv, c, S, all_ends)
         u = np.repeat(units, hkv)
         if int(units.max()) <= split:  # one item per unit and head
             p = (u * bn).astype(np.float64) + c
@@ -507,13 +607,13 @@ class CalibratedCostModel(RooflineCostModel):
         if a > S:  # round robin: each SM's items summed in turn
             free = np.concatenate((p[:a], np.zeros(-a % S))).reshape(-1, S).sum(axis=0)
             if a == N:
-                return float(free.max())
+                return sorted(free.tolist()) if all_ends else float(free.max())
             free.sort()
         else:
             free = np.sort(p[:S])  # the first S items start at 0, one per SM
             a = S
         if N - a <= CalibratedCostModel.HEAP_ITEMS:  # the rest item by item
-            return _heap_rest(free.tolist(), p[a:].tolist())
+            return _heap_rest(free.tolist(), p[a:].tolist(), all_ends)
         acc, cat = np.minimum.accumulate, np.concatenate
         rounds = True
         while a < N:
@@ -540,7 +640,7 @@ class CalibratedCostModel(RooflineCostModel):
             free.sort()
             a += K
             rounds = K == S
-        return float(free[-1])
+        return sorted(free.tolist()) if all_ends else float(free[-1])
 
     def work_ratio1(self, q: list[int], kv: list[int], qmax: int | None = None, dummies: int = 0) -> float:
         """`work_ratio` on Python lists (a plan of a few requests: no numpy calls), the same units
@@ -1381,7 +1481,7 @@ class CalibratedCostModel(RooflineCostModel):
                                    replace(self.p, **kw), check_memory=False, info=self.info)
 
 
-def _heap_makespan(units: list[int], split: int, bn: int, hkv: int, c: float, S: int) -> float:
+def _heap_makespan(units: list[int], split: int, bn: int, hkv: int, c: float, S: int, ends: bool = False):
     """`CalibratedCostModel._makespan` item by item: each item to the SM that frees first (a heap
     of the SMs' free times), the schedule's definition."""
     full = float(split * bn) + c
@@ -1395,10 +1495,10 @@ def _heap_makespan(units: list[int], split: int, bn: int, hkv: int, c: float, S:
         p += seq * hkv
     free = p[:S]
     heapq.heapify(free)
-    return _heap_rest(free, p[S:])
+    return _heap_rest(free, p[S:], ends)
 
 
-def _round_robin(units: list[int], bn: int, hkv: int, c: float, S: int) -> float:
+def _round_robin(units: list[int], bn: int, hkv: int, c: float, S: int, ends: bool = False):
     """`CalibratedCostModel._makespan` of ascending items, one a unit and head (units ascending, none
     past the split): the schedule is round robin (item i on SM i mod S), each SM's end its items
     summed in turn, and the latest end is that of the last SM given one item more than the rest or
@@ -1406,22 +1506,40 @@ def _round_robin(units: list[int], bn: int, hkv: int, c: float, S: int) -> float
     those two are summed (a chunk of 8K tokens: ~16 items each, not 2,048)."""
     N = hkv * len(units)
     m = N % S
-    cols = [N - 1] if N <= S else [S - 1] if m == 0 else [m - 1, S - 1]
-    ends = []
+    if ends:  # every SM's (a list of S: those given none end at 0)
+        cols = range(min(N, S))
+    else:
+        cols = [N - 1] if N <= S else [S - 1] if m == 0 else [m - 1, S - 1]
+    out = []
     for s in cols:
         x = float(units[s // hkv] * bn) + c
         for i in range(s + S, N, S):
             x += float(units[i // hkv] * bn) + c
-        ends.append(x)
-    return max(ends)
+        out.append(x)
+    if ends:
+        return sorted(out + [0.0] * (S - len(out)))
+    return max(out)
 
 
-def _heap_rest(free: list[float], p: list[float]) -> float:
-    """The makespan once items `p` are scheduled after SMs free at `free` (a heap, or sorted)."""
+def _heap_rest(free: list[float], p: list[float], ends: bool = False):
+    """The makespan once items `p` are scheduled after SMs free at `free` (a heap, or sorted);
+    `ends`: every SM's end, ascending."""
     put = heapq.heapreplace
     for x in p:
         put(free, free[0] + x)
-    return max(free)
+    return sorted(free) if ends else max(free)
+
+
+def _tail_span(phases: tuple, k: float, S: int) -> float:
+    """The launch's span from its schedule's phases ((length at fair share, SMs busy), ...: see
+    `CalibratedCostModel._tail_phases`) where an SM streams at up to `k` times its fair share:
+    the m SMs still busy share the HBM, each at min(k, S / m) of its share (fluid: the items keep
+    their order of ending). k = 1: the last end (the makespan)."""
+    t, ik = 0.0, 1.0 / k
+    for x, m in phases:
+        f = m / S
+        t += x * (f if f > ik else ik)
+    return t
 
 
 def _row_sum(x: list[float]) -> float:
