@@ -213,6 +213,23 @@ def test_plain_decodes_equal_their_segment(gpu_model, variant):
         assert np.array_equal(cm.times(one), general.times(one))
 
 
+@pytest.mark.parametrize("max_query", [1, 5, 17])
+def test_plain_segment_prices_each_pass_as_time_does(max_query):
+    """A plain decode segment (the simulator's path) prices each pass as `time` (the fit's path)
+    does, under the shape rule for every policy's longest query: `ar` pads its logits rows for one
+    token a request (a segment once priced them for 17: +8 us a pass on the H100 profile)."""
+    from spsim.cost import load_cost_model
+    from spsim.cost.shipped import profile_path
+
+    cm = load_cost_model(str(profile_path("h200", "llama-3.1-8b"))).with_params(padding="rule",
+                                                                                 rule_max_query=max_query)
+    rng = np.random.default_rng(3)
+    for r, n, top in [(1, 3, 50), (5, 4, 1500), (3, 2, 3000), (11, 3, 4000), (40, 2, 9000)]:
+        batch = PlanBatch.plain(rng.integers(0, top, r).tolist(), n)
+        want = np.array([cm.time(p) for p in batch.plans])
+        assert np.allclose(cm.times(batch), want, rtol=1e-12, atol=0), (r, n)
+
+
 # ---- the scalar paths: one pass on Python floats, a plan's work ratio on lists, the schedule ----
 
 @settings(max_examples=300, deadline=None)

@@ -1309,7 +1309,8 @@ class CalibratedCostModel(RooflineCostModel):
         ovh = self._padded_ovh.get(key)
         if ovh is None:
             # (the padded counts on Python ints: `padded` is `padded_vec`'s scalar twin, tests hold them equal)
-            tp, lp = padded(tokens, tokens, n_draft, n_verify, self.p.padding, SCRATCH_PAGES * self.page_size)
+            tp, lp = padded(tokens, tokens, n_draft, n_verify, self.p.padding, SCRATCH_PAGES * self.page_size,
+                            0, self.p.rule_max_query)  # (graphed: no prefill)
             ovh = self._padded_ovh[key] = self.overhead_vec(np.array([tp], np.int64), np.array([lp], np.int64))[0]
         return ovh
 
