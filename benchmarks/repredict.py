@@ -116,7 +116,8 @@ def main() -> None:
         out.append(row)
     doc = {**header("repredict"), "index": str(idx.relative_to(ROOT) if idx.is_relative_to(ROOT) else idx),
            "profile": Path(a.profile).name, "runs": out}
-    print(f"wrote {write(a.out or idx / 'repredict.json', doc)}")
+    path = write(a.out or idx / "repredict.json", doc)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
