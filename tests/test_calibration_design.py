@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from spsim.calibration.design import FIRST_MIXED, default_design
+from spsim.calibration.design import FIRST_MIXED, SHORT_MIXED, default_design
 from spsim.calibration.measure import SWEEP_FRAC, _pages_needed_all
 from spsim.calibration.records import read_measurements
 from spsim.plan import DraftMethod
@@ -46,7 +46,8 @@ def test_measured_points_keep_their_ids():
     assert len(gone) <= 60
     later = {m.point.key for m in recs if m.line > starts[1]}  # the fourth sweep's new points
     assert len(later & keys) >= 0.95 * len(later)
-    assert len([p for p in design if p.key not in third]) <= 118  # what the design added (8 of them the first drafts at mixed lengths)
+    # what the design added: 8 of them the first drafts at mixed lengths, 21 chat traffic's decode batches
+    assert len([p for p in design if p.key not in third]) <= 139
 
 
 def test_new_points_cover_mixed_passes_and_short_chunks():
@@ -89,7 +90,7 @@ def test_the_padded_sweep_measured_the_whole_design():
     from, each once, none failed; today's design differs from it in exactly two ways: no point
     whose drafts had to share KV pages (more KV than the sweep's cache), and the drafting
     batches at the memory edge that replace them (and, added later, fixed-k passes of mixed
-    lengths at the memory edge and first drafts at mixed lengths)."""
+    lengths at the memory edge, first drafts at mixed lengths and chat traffic's decode batches)."""
     design, recs = _design_of(PADDED)
     sessions, _ = read_measurements(PADDED)
     assert len(sessions) == 1 and sessions[0]["padded"] is True
@@ -102,16 +103,20 @@ def test_the_padded_sweep_measured_the_whole_design():
     assert len(dropped) == 59 and all(m.record["shared_pages"] for m in dropped)
     assert not any(by_key[k].record["shared_pages"] for k in set(keys) & set(now))
     assert added and all((p.group == "draft" and p.note in ("memory edge", FIRST_MIXED))
-                         or (p.group == "mixed" and p.note == "memory edge, mixed lengths") for p in added)
+                         or (p.group == "mixed" and p.note == "memory edge, mixed lengths")
+                         or p.note == SHORT_MIXED for p in added)
     s = sessions[0]
     cache = int(s["sweep_cache_pages"])
     for p in added:  # each drafting request on pages of its own, in the sweep's cache
+        if p.note == SHORT_MIXED:
+            continue
         assert 1 < len(p.drafts) and _pages_needed_all(p, s["page_size"]) <= cache
 
 
 def test_the_shipped_sweep_measured_todays_design():
     """The shipped measurements (a sweep and its resumption, both overlapped and padded)
-    hold every point of today's design but the first drafts at mixed lengths added after them, and
+    hold every point of today's design but the first drafts at mixed lengths and chat traffic's
+    decode batches added after them, and
     of the Mooncake fixed-k points file they were taken with, each once but the noisy ones timed
     again (`retime`), none failed and none whose drafts shared pages."""
     from spsim.calibration.trace_points import read_points
@@ -126,6 +131,20 @@ def test_the_shipped_sweep_measured_todays_design():
         later = [p for p in design if p.note == FIRST_MIXED]  # added to the design after this sweep
         assert len(later) == 8 and all(len({c for c, _ in p.drafts}) > 1 and {x for _, x in p.drafts} == {0}
                                        for p in later)
+        later += [p for p in design if p.note == SHORT_MIXED]  # and these after that
         assert sorted(set(keys)) == sorted({p.key for p in design if p not in later} | extra)
         assert Counter(keys) == Counter(list(set(keys)) + again)  # once each, the noisy ones twice
         assert all(m.ok and not m.record["shared_pages"] for m in recs)
+
+
+def test_design_holds_chat_traffics_decode_batches():
+    """Decode batches of many requests at mixed short contexts (a chat trace's): 6-48 requests of
+    64-4K tokens, plain and verifying, some held out; what the live `ar` runs priced worst."""
+    design, _ = _design_of(MEAS)
+    short = [p for p in design if p.note == SHORT_MIXED]
+    ar = [p for p in short if p.group == "ar"]
+    assert len(ar) >= 16 and len(short) - len(ar) >= 3
+    for p in short:
+        ctx = [c for c, _ in p.verifies]
+        assert len(ctx) >= 6 and max(ctx) <= 4096 and min(ctx) >= 64 and max(ctx) >= 4 * min(ctx)
+    assert any(p.heldout for p in ar) and not all(p.heldout for p in ar)
