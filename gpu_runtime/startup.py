@@ -223,11 +223,10 @@ class ShapeSet:
         from .attention import LONG_TILE_WAVES
 
         many = -(-LONG_TILE_WAVES * NUM_SMS // self.kv_heads)  # rows of one item per head each
-        n = self.token_limit + 1
+        room = self.token_budget - n  # (n: the chunk just past the limit, above)
+        verify_q = (1, self.rule.max_draft + 1) if self.drafts else (1,)
         for rows, c in ((1, 2048), (many, 4 * self.rule.page_size), (16, 20480)):
             rows, c = min(rows, self.max_batch - 1), min(c, self.rule.max_context // 2)
-            room = self.token_budget - n
-            verify_q = (1, self.rule.max_draft + 1) if self.drafts else (1,)
             for q in verify_q:
                 if rows * q <= room:
                     yield dict(prefill=[(n, 0)], verifies=[(q, c)] * rows)

@@ -149,31 +149,28 @@ class PlanBatch:
 
     def work_ratios(self, model) -> tuple[np.ndarray, np.ndarray]:
         """`plan_work_ratio` of every plan: its launch's, its split prefill chunks' (cached: they
-        depend on no fitted constant but `attn_tail_bw`)."""
+        depend on no fitted constant but `attn_tail_bw`, whose launches are kept as parts and
+        priced at the model's k: a fit tries many)."""
         P = model.p
-        key = (model.group, model.model.kv_heads // model.tp, model.page_size, P.attn_sms, P.attn_item_tokens, P.attn_tail_bw,
-               P.prefill_split, P.padding, P.prefill_graph_tokens, P.rule_max_query)
+        parts = bool(P.attn_tail_bw > 1 and P.attn_sms)
+        key = (parts, model.group, model.model.kv_heads // model.tp, model.page_size, P.attn_sms,
+               P.attn_item_tokens, P.prefill_split, P.padding, P.prefill_graph_tokens, P.rule_max_query)
         if self._ratios is None:
             self._ratios = {}
-        if P.attn_tail_bw > 1 and P.attn_sms:  # the parts but k kept (a fit tries many attn_tail_bw)
-            key = key[:5] + key[6:]
-            parts = self._ratios.get(key)
-            if parts is None:
-                if len(self._ratios) >= 16:
-                    self._ratios.clear()
-                parts = self._ratios[key] = model.plan_work_parts(self.plans)
-            r, tails = parts
-            if tails:
-                r = r.copy()
-                f = model.tail_ratio
-                for j, i, ph, ideal in tails:
-                    r[j, i] = f(ph, ideal)
-            return r[0], r[1]
-        r = self._ratios.get(key)
-        if r is None:
-            if len(self._ratios) >= 16:  # (a fit tries many attn_tail_bw)
+        got = self._ratios.get(key)
+        if got is None:
+            if len(self._ratios) >= 16:  # (a fit's search tries several attn_item_tokens)
                 self._ratios.clear()
-            r = self._ratios[key] = np.array([model.plan_work_ratio(p) for p in self.plans]).reshape(-1, 2).T
+            got = self._ratios[key] = model.plan_work_parts(self.plans) if parts else \
+                np.array([model.plan_work_ratio(p) for p in self.plans]).reshape(-1, 2).T
+        if not parts:
+            return got[0], got[1]
+        r, tails = got
+        if tails:
+            r = r.copy()
+            f = model.tail_ratio
+            for j, i, ph, ideal in tails:
+                r[j, i] = f(ph, ideal)
         return r[0], r[1]
 
     def split_prefill(self, model) -> np.ndarray:

@@ -45,15 +45,13 @@ list start late. `work_ratio` rebuilds the runtime's work list (gpu_runtime/atte
 `plan_attention`: units, split size, items) from the pass's query and KV lengths and returns
 makespan / (total work / SMs), each item `attn_item_tokens` longer than its tokens; the pass's
 attention kernel time (the per-request attention above, without the draft and verify terms) is
-multiplied by it. SMs are the runtime's and assumed; the item cost is chosen by the fit from a few
-values (calibration/fit.py ITEM_TOKENS: the lowest loss's; 128, profiles before it); fitted is the tail's
-bandwidth share (`attn_tail_bw`, k >= 1; 1, profiles before it: the pure makespan): in a short-tile
+multiplied by it. SMs and the item cost are the runtime's and assumed (a fit may search the item
+cost: calibration/fit.py ITEM_TOKENS); fitted is the tail's bandwidth share (`attn_tail_bw`, k >= 1; 1, profiles before it: the pure makespan): in a short-tile
 launch (16-32 rows: decodes, drafts, short verifications, which stream KV), once fewer items than
 SMs are left, the m still running share the HBM, each at min(k, SMs / m) of its fair share, so the
 last items of a mixed-length batch end sooner than at 1/SMs of the HBM (`_tail_phases`: the
-schedule's SM ends at fair share, cached across models; `_tail_span`). The refits of the committed
-sweeps (benchmarks/results/calibration/tail-form/) put k at 1.15-1.27 (item cost 128-256). A fit
-prices the same plans at many k: `plan_work_parts` keeps each plan's tail phases apart from k, and
+schedule's SM ends at fair share, cached across models; `_tail_span`). Refits of the committed
+sweeps put k at 1.15-1.30 (docs/calibration.md). A fit prices the same plans at many k: `plan_work_parts` keeps each plan's tail phases apart from k, and
 `PlanBatch.work_ratios` prices them at each k (`tail_ratio`, to the bit as `_units_ratio`).
 Computed exactly (no rounding), fast: a plan of at most `attn_sms` items runs one round, so its
 makespan is its longest item and the ratio a closed form; longer plans are scheduled
@@ -553,22 +551,21 @@ class CalibratedCostModel(RooflineCostModel):
                 busy -= 1
             ph = cache[key] = tuple(ph)
             return ph
-        else:  # one round: each item on an SM of its own (the others idle), its length its end
-            n = {}
-            full = float(split * bn) + c
-            for u in ul:
-                if u <= split:
-                    x = float(u * bn) + c
+        n = {}  # one round: each item on an SM of its own (the others idle), its length its end
+        full = float(split * bn) + c
+        for u in ul:
+            if u <= split:
+                x = float(u * bn) + c
+                n[x] = n.get(x, 0) + 1
+            else:
+                f, r = divmod(u, split)
+                n[full] = n.get(full, 0) + f
+                if r:
+                    x = float(r * bn) + c
                     n[x] = n.get(x, 0) + 1
-                else:
-                    f, r = divmod(u, split)
-                    n[full] = n.get(full, 0) + f
-                    if r:
-                        x = float(r * bn) + c
-                        n[x] = n.get(x, 0) + 1
-            lens = sorted(n)
-            cnt = [n[x] * hkv for x in lens]
-        busy = S if items > S else sum(cnt)
+        lens = sorted(n)
+        cnt = [n[x] * hkv for x in lens]
+        busy = sum(cnt)
         ph, prev = [], 0.0
         for x, m in zip(lens, cnt):
             ph.append((x - prev, busy))
