@@ -102,8 +102,10 @@ def main() -> None:
     a = ap.parse_args()
     idx = Path(a.index)
     archive = idx / "validate_runs.tar.gz"
-    if not archive.is_file() or not Path(a.profile).is_file():
-        sys.exit(f"error: {archive if not archive.is_file() else a.profile}: no such file")
+    missing = next((p for p in (archive, Path(a.profile)) if not p.is_file()), None)
+    if missing is not None:
+        print(f"error: {missing}: no such file", file=sys.stderr)
+        sys.exit(2)
     found = runs(archive)
     out = []
     for name, r in sorted(found.items()):
