@@ -203,6 +203,37 @@ def eager_launch_keys(policy: str, specs, kv_pages: int = 51222, **settings) -> 
     return warm, [keys(s) for s in specs]
 
 
+def startup_misses(policy: str, specs, kv_pages: int = 20000, max_batch: int = 8, **settings) -> list:
+    """The made-up passes of `specs` (`RuntimeExecutor.synthetic`'s arguments) that the executor
+    would graph but whose graph key the start-up set of these settings lacks: (spec, tokens) each.
+    Host side only (the 8B shape, one layer, a stand-in model)."""
+    from spsim.build import build
+    from spsim.config import ServingConfig
+    from spsim.gpu_runtime.graphs import GraphedPasses
+    from spsim.gpu_runtime.model_config import get_config
+    from spsim.gpu_runtime.startup import capture, shape_set_for
+    from spsim.policies.kv import PagedKVPool
+    from spsim.policies.request import RequestTable
+
+    lc = dataclasses.replace(get_config("llama-3.1-8b"), layers=1, vocab=16)
+    cfg = ServingConfig(model="llama-3.1-8b", gpu="h200", policy=policy, acceptance="sparsespec-llama8b",
+                        offline=False, kv_pages=kv_pages, cost="roofline", max_batch=max_batch, **settings)
+    serving = build(cfg, prefix_cache=False, block_size=None, capacity=kv_pages, max_context=lc.max_context)
+    table = RequestTable(np.full(1, 16), np.full(1, 1), np.zeros(1))
+    pool = serving.new_batcher(table, None, None, PagedKVPool).pool
+    ex = stand_in_executor(cfg, serving, lc, table, pool, [16], kv_pages, rule=True, coarse=True,
+                           synthetic_prefill=False, store_slots=cfg.max_batch + 1)
+    start = GraphedPasses(ex.model, ex.cache, capture=False)
+    capture(start, ex, shape_set_for(ex.padding.rule, serving.batcher_config, lc, serving.method, kv_pages))
+    probe = GraphedPasses(ex.model, ex.cache, capture=False)
+    out = []
+    for spec in specs:
+        attn, tok, rows, graphable, _ = ex.synthetic(**spec)
+        if graphable and probe.shape_key(attn, tok, rows)[0] not in start.graphs:
+            out.append((spec, int(tok.shape[0])))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="16x32768")
@@ -212,6 +243,8 @@ def main() -> None:
     ap.add_argument("--trace", default=None, help="a trace (file or shipped name) at its own arrival times "
                     "instead of --workload, e.g. azure-conv with --window 45 (spsim validate's window)")
     ap.add_argument("--window", type=float, default=None, help="with --trace: requests arriving in the first S seconds")
+    ap.add_argument("--speed", type=float, default=None, help="with --trace: its arrivals this many times as fast "
+                    "(validate_gpu.py's `speed=`)")
     ap.add_argument("--coarse", action="store_true", help="passes padded to powers of two (--coarse-shapes)")
     ap.add_argument("--rule", action="store_true", help="the shape rule of the settings (gpu_runtime/shapes.py): "
                     "widths by class, powers of two")
@@ -232,6 +265,10 @@ def main() -> None:
 
         tr = read_trace(a.trace)
         tr = window(tr, 0.0, a.window) if a.window else tr
+        if a.speed and len(tr) > 1:
+            from spsim.traces.transforms import rescale_qps
+
+            tr = rescale_qps(tr, a.speed * len(tr) / float(tr.arrival_s[-1]))
     rows = []
     for pol in a.policies.split(","):
         if a.rehearse and tr is not None:

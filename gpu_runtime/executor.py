@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from spsim.buckets import rule_graphed
 from spsim.plan import DraftMethod, Outcome, PassPlan
 
 from . import sampling as S
@@ -267,9 +268,10 @@ class RuntimeExecutor:
         tokens = row + int(plan.verify_query.sum())
         graphable = n_pre == 0 or tokens <= PREFILL_GRAPH_TOKENS
         if self.padding is not None and self.padding.rule is not None:
-            # the shape rule bounds every graphed pass's tokens (its shape set is finite): past
-            # the limit the kernels hide their launches (graphs.py), prefill or not
-            graphable = tokens <= PREFILL_GRAPH_TOKENS
+            # the shape rule bounds every graphed pass's padded tokens (its shape set is finite:
+            # startup.py): past the limit the kernels hide their launches (graphs.py), prefill or not
+            n_req = len(rids) + len(plan.verify_ids)
+            graphable = rule_graphed(tokens, n_req, PREFILL_GRAPH_TOKENS)
         pad = self.padding if graphable else None
         spare: list[int] = []  # dummies' token rows (their logits, if any, are never read)
         ruled = pad is not None and pad.rule is not None

@@ -98,7 +98,7 @@ class ShapeSet:
                         lo, hi = (V - 1 + qm, V * qm) if V else (0, 0)
                         for S in self._sums(lo, hi, R - V):
                             tokens = D + S + (R - D - V)
-                            if tokens > self.token_limit:
+                            if tokens >= self.token_limit:  # a filler token too: buckets.rule_graphed
                                 continue
                             key = (rule_size(tokens + 1), _tile_rows(qm if V else 1, self.group))
                             seen[key] = (V, qm, S)

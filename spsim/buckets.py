@@ -33,6 +33,16 @@ def pow2(n: int, least: int = 1) -> int:
     return 1 << max(int(least) - 1, int(n) - 1).bit_length()
 
 
+def rule_graphed(tokens: int, requests: int, limit: int) -> bool:
+    """Whether the shape rule graphs a pass of `tokens` tokens over `requests` requests: its tokens
+    with the rule's dummy rows (requests padded to a power of two, one token each) and at least
+    one filler token within `limit` (gpu_runtime/graphs.py PREFILL_GRAPH_TOKENS). The bound is on
+    the padded pass, not its real tokens, because the start-up set holds padded shapes
+    (gpu_runtime/startup.py): 2,000 real tokens over 65 requests pad past the limit, into a token
+    class no graph was captured in. (Arrays: spsim/cost/padding.py `rule_graphed_vec`.)"""
+    return int(tokens) + (pow2(requests) - int(requests) if requests else 0) < limit
+
+
 RULE_FINE = 256  # the shape rule's token sizes: powers of two up to this, then `bucket`'s 25 % steps
 
 

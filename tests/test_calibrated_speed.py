@@ -287,7 +287,7 @@ def plan_work_ratio_vectors(cm, plan):
     sparse = np.minimum(plan.draft_budget, plan.draft_context) + plan.draft_pos + 1
     q = np.concatenate([plan.prefill_tokens, np.ones(len(plan.draft_ids), np.int64), plan.verify_query])
     kv = np.concatenate([plan.prefill_context + plan.prefill_tokens, sparse, plan.verify_context + plan.verify_query])
-    ruled = cm.ruled(int(q.sum()))
+    ruled = cm.ruled(int(q.sum()), len(q))
     tall = PlanBatch.of([plan]).split_prefill(cm)
     dummies = (1 << (len(q) - 1).bit_length()) - len(q) if ruled else 0
     if not tall.any():

@@ -136,3 +136,21 @@ def test_rule_padding_is_the_executors(n_pre, n_dr, n_ver, extra):
     t, lg = padded_vec([tokens], [logits], [n_dr], [n_ver], "rule", 256, [n_pre], 17)
     assert (int(t[0]), int(lg[0])) == want
     assert want[0] <= max(8, 2 * (tokens + n_dr + n_ver + n_pre + 1), 1.25 * (tokens + 2 * (n_pre + n_dr + n_ver)) + 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 3), st.integers(0, 300), st.integers(0, 300), st.integers(0, 2600))
+def test_rule_graphs_the_passes_the_executor_graphs(n_pre, n_dr, n_ver, extra):
+    """Under the shape rule the cost model prices as eager exactly the passes the runtime leaves
+    ungraphed: those whose tokens, padded with the rule's dummy rows and a filler token, pass the
+    limit (executor.py `_prepare`); scalar and vector twins agree."""
+    n = n_pre + n_dr + n_ver
+    if n == 0:
+        return
+    tokens = n_dr + n_ver + extra
+    cm = CalibratedCostModel("llama-3.1-8b", "h200", params=replace(CalibratedParams(), padding="rule",
+                                                                     prefill_graph_tokens=2048))
+    runtime_graphs = tokens + pow2(n) - n < 2048  # what the executor's dummies and filler make of it
+    assert bool(cm.ruled(tokens, n)) == runtime_graphs
+    assert bool(cm.eager(n_pre > 0, tokens, n)) == (not runtime_graphs)
+    assert bool(cm.eager(np.array([n_pre > 0]), np.array([tokens]), np.array([n]))[0]) == (not runtime_graphs)

@@ -432,6 +432,18 @@ def test_startup_eager_warm_ups_compile_what_eager_passes_launch():
     assert met <= warm, sorted(met - warm)
 
 
+def test_graphed_passes_near_the_token_limit_are_in_the_startup_set():
+    """A pass of a prefill chunk beside decode rows whose real tokens fit the graph's limit, but not
+    once its requests are padded (dummy rows of one token each), runs eager: graphing it needs a
+    token class past the limit that the start-up set does not capture (a fixed-k run of Azure at 4x
+    on an H100 met one: 2,560 padded tokens, off the set, a kernel compiled mid-run). Every
+    pass the executor graphs has its key in the set; 18 of these 171 did not before."""
+    gs = _graph_shapes()
+    specs = [dict(prefill=[(c, 0)], drafts=[(3000, 1)] * d, verifies=[(5, 3000)] * v)
+             for c in range(2030, 2049) for d in (0, 3, 5) for v in (0, 1, 2)]
+    assert gs.startup_misses("fixed-k:k=4", specs) == []
+
+
 @pytest.mark.parametrize("policy", ["fixed-k:k=4", "entropy", "aspire"])
 def test_startup_set_covers_verify_attn_passes_that_only_draft(policy):
     """verify-attn keeps the verifications' page scores: a pass where every request drafts and

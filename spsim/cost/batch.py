@@ -23,7 +23,7 @@ from spsim.plan import DraftMethod, PassPlan
 
 I64 = np.int64
 FLAT = ("pre_of", "pre_ctx", "pre_q", "dr_of", "dr_ctx", "dr_budget", "dr_method", "dr_pos", "ver_of", "ver_ctx",
-        "ver_q", "tokens", "logits", "has_prefill", "has_draft", "keep_scores", "plans")
+        "ver_q", "tokens", "requests", "logits", "has_prefill", "has_draft", "keep_scores", "plans")
 GRID = ("kind", "query", "context", "draft_pos")
 
 
@@ -77,7 +77,8 @@ class PlanBatch:
             dr_method=np.repeat([p.draft_method for p in plans], n_dr).astype(I64),
             dr_pos=cat([p.draft_pos for p in plans]), ver_of=idx(lambda p: p.verify_ids),
             ver_ctx=cat([p.verify_context for p in plans]), ver_q=cat([p.verify_query for p in plans]),
-            tokens=pre_tok + n_dr + ver_tok, logits=n_pre + n_dr + ver_tok, has_prefill=n_pre > 0,
+            tokens=pre_tok + n_dr + ver_tok, requests=n_pre + n_dr + np.array([len(p.verify_ids) for p in plans], I64),
+            logits=n_pre + n_dr + ver_tok, has_prefill=n_pre > 0,
             has_draft=n_dr > 0, keep_scores=np.array([bool(p.keep_scores) for p in plans], bool), plans=list(plans))
 
     @classmethod
@@ -179,7 +180,7 @@ class PlanBatch:
             return np.zeros(len(self.pre_of), bool)
         from .calibrated import TILES  # the calibrated model's rule (it alone splits prefill)
 
-        ruled = model.ruled(self.tokens)
+        ruled = model.ruled(self.tokens, self.requests)
         tall = (model.tile_class(self.pre_q) == len(TILES) - 1) | ruled[self.pre_of]
         n = self.n
         n_req = np.bincount(self.pre_of, minlength=n) + np.bincount(self.dr_of, minlength=n) + \

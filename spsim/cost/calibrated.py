@@ -113,7 +113,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 
-from spsim.buckets import SCRATCH_PAGES, pad_count, pow2
+from spsim.buckets import SCRATCH_PAGES, pad_count, pow2, rule_graphed
 from spsim.hardware import GPU
 from spsim.models import ModelConfig
 from spsim.plan import DraftMethod, PassPlan
@@ -121,7 +121,7 @@ from spsim.worklist import MIN_SPLIT_TOKENS, WAVES, split_of_units
 
 from .batch import PlanBatch
 from .padding import MODES as PADDING_MODES
-from .padding import pad_count_vec, padded, padded_vec, pow2_vec
+from .padding import pad_count_vec, padded, padded_vec, pow2_vec, rule_graphed_vec
 from .roofline import RooflineCostModel, RooflineParams
 from .xp import NP, Table, fold, ns, pass_sums
 
@@ -672,7 +672,7 @@ class CalibratedCostModel(RooflineCostModel):
         kv = [c + t for c, t in zip(plan.prefill_context.tolist(), pq)] + \
             [(b if b < c else c) + p + 1 for c, p in zip(plan.draft_context.tolist(), plan.draft_pos.tolist())] + \
             [c + t for c, t in zip(plan.verify_context.tolist(), vq)]
-        ruled = self.ruled(sum(q))
+        ruled = self.ruled(sum(q), len(q))
         tall = self.split_prefill(pq, len(q), ruled)
         dummies = (1 << (len(q) - 1).bit_length()) - len(q) if ruled else 0  # the rule's, beside the rest
         if not any(tall):
@@ -700,21 +700,24 @@ class CalibratedCostModel(RooflineCostModel):
         tall = [self.tile_class(x) == top for x in prefill_q]
         return tall if sum(tall) < n_requests else [False] * len(prefill_q)
 
-    def ruled(self, tokens):
-        """Which passes of `tokens` tokens (an int or an array) the shape rule pads (those it graphs:
-        at most `prefill_graph_tokens`; gpu_runtime/executor.py `_prepare`)."""
+    def ruled(self, tokens, requests):
+        """Which passes of `tokens` tokens over `requests` requests (ints, or arrays) the shape rule
+        pads: those it graphs, padded within `prefill_graph_tokens` (buckets.rule_graphed;
+        gpu_runtime/executor.py `_prepare`)."""
         if self.p.padding != "rule":  # (most profiles: no array arithmetic on the hot path)
             return ns(tokens).full(tokens, False)
-        return tokens <= self.p.prefill_graph_tokens
+        if isinstance(tokens, (int, np.integer)):  # (one pass: no numpy call; cost-aware policies ask every plan)
+            return rule_graphed(tokens, requests, self.p.prefill_graph_tokens)
+        return rule_graphed_vec(tokens, requests, self.p.prefill_graph_tokens)
 
     # ---- per-pass terms ----
-    def eager(self, has_prefill, tokens):
-        """Whether a pass runs eagerly (no CUDA graph): it holds a prefill chunk and more tokens
+    def eager(self, has_prefill, tokens, requests):
+        """Whether a pass runs eagerly (no CUDA graph): under the shape rule, every pass it does not
+        graph (`ruled`), prefill or not; otherwise a pass holding a prefill chunk and more tokens
         than the runtime graphs (`prefill_graph_tokens`). Scalars or arrays."""
-        if self.p.padding == "rule":  # the shape rule graphs no pass past the limit, prefill or not
-            if isinstance(tokens, int):  # (one pass: no numpy call; cost-aware policies ask every plan)
-                return tokens > self.p.prefill_graph_tokens
-            return np.asarray(tokens) > self.p.prefill_graph_tokens
+        if self.p.padding == "rule":
+            return not self.ruled(tokens, requests) if isinstance(tokens, (int, np.integer)) \
+                else ~self.ruled(tokens, requests)
         return has_prefill & (tokens > self.p.prefill_graph_tokens)
 
     def _kernel_terms(self, att, kern, kern_tall, ratios, keep):
@@ -774,7 +777,7 @@ class CalibratedCostModel(RooflineCostModel):
         logits = n_dr + n_pre
         qmax = 1
         pq, vq = plan.prefill_tokens.tolist(), plan.verify_query.tolist()  # (few: Python ints)
-        ruled = self.ruled(n_dr + sum(pq) + sum(vq))
+        ruled = self.ruled(n_dr + sum(pq) + sum(vq), n_pre + n_dr + n_ver)
         tall = self.split_prefill(pq, n_pre + n_dr + n_ver, ruled)
         split = any(tall)
         if n_pre:
@@ -819,7 +822,7 @@ class CalibratedCostModel(RooflineCostModel):
             total = self._kernel_terms(total, kern, kern_tall, self.p.attn_sms and self.plan_work_ratio(plan), keep)
         else:
             total += kern_tall
-        eager = bool(self.eager(n_pre > 0, tokens))
+        eager = bool(self.eager(n_pre > 0, tokens, n_pre + n_dr + n_ver))
         if self.p.padding != "none" and not eager:
             tokens, logits = padded(tokens, logits, n_dr, n_ver, self.p.padding, SCRATCH_PAGES * self.page_size, n_pre,
                                     self.p.rule_max_query)
@@ -934,7 +937,9 @@ class CalibratedCostModel(RooflineCostModel):
 
     def pass_overhead(self, num_tokens: int, prefill_tokens: int = 0, *, num_logits: int | None = None) -> float:
         t = super().pass_overhead(num_tokens, prefill_tokens, num_logits=num_logits)
-        return self._eager(t + self.p.eager_pass_s) if self.eager(prefill_tokens > 0, num_tokens) else t
+        # (requests: the policies ask for `num_tokens` drafting rows beside a chunk)
+        eager = self.eager(prefill_tokens > 0, num_tokens + prefill_tokens, num_tokens + (prefill_tokens > 0))
+        return self._eager(t + self.p.eager_pass_s) if eager else t
 
     def spec_overhead(self, method: int) -> tuple[float, float, float, float]:
         """The fitted once-per-pass terms of speculation (`time` adds them to the passes that hold
@@ -1182,7 +1187,7 @@ class CalibratedCostModel(RooflineCostModel):
             ul = [units[j] for j in order] if J == 1 else \
                 [u for j in order for u in units[j * J:(j + 1) * J] if u >= 0]
             nreq = nd + nv
-            if nreq and self.ruled(tq + nd):
+            if nreq and self.ruled(tq + nd, nreq):
                 ul += [1] * ((1 << (nreq - 1).bit_length()) - nreq)
             ratio = self._units_ratio1(ul, self._wi_bn_l[self.tile_class(qmax)])
         ends, ps = self._page_ends[method == DraftMethod.VERIFY_ATTN], self.page_size
@@ -1208,7 +1213,7 @@ class CalibratedCostModel(RooflineCostModel):
         the same terms)."""
         P, m = self.p, method
         nreq, tokens = nd + nv, tq + nd
-        ruled = bool(self.ruled(tokens))
+        ruled = bool(self.ruled(tokens, nreq))
         c, sel = self._select_list[m], 0.0
         if nd and c:  # (graphed: no prefill)
             d = self._pad_drafters(nd) if P.padding in ("bucket", "pow2") else nd
@@ -1252,7 +1257,7 @@ class CalibratedCostModel(RooflineCostModel):
         m = None
         if self.p.attn_sms:  # each request's attention plus its kernel's share of the pass's tail
             r = len(first)
-            extra = (1 << (r - 1).bit_length()) - r if r & (r - 1) and self.ruled(r) else 0
+            extra = (1 << (r - 1).bit_length()) - r if r & (r - 1) and self.ruled(r, r) else 0
             m = self._plain_ratios(first, n, self._wi_bn_l[c], extra) - 1.0
             v = self.p.verify_req_s
         t = None
@@ -1283,7 +1288,7 @@ class CalibratedCostModel(RooflineCostModel):
             kern = att - self.p.verify_req_s
             # one query block a request: its unit's KV blocks are those of its KV (context + 1)
             bn = int(self._wi_bn[c])
-            extra = (1 << (r - 1).bit_length()) - r if r & (r - 1) and self.ruled(r) else 0  # the rule's dummies
+            extra = (1 << (r - 1).bit_length()) - r if r & (r - 1) and self.ruled(r, r) else 0  # the rule's dummies
             if first is not None:
                 ratio = self._plain_ratios(first, n, bn, extra)
             else:
@@ -1333,7 +1338,7 @@ class CalibratedCostModel(RooflineCostModel):
         if self.p.attn_sms:
             bn = self._wi_bn_l[c]
             units = [-(-(x + 1) // bn) for x in context]
-            if r & (r - 1) and self.ruled(r):  # the rule's dummy verifiers: a unit of one block each
+            if r & (r - 1) and self.ruled(r, r):  # the rule's dummy verifiers: a unit of one block each
                 units += [1] * ((1 << (r - 1).bit_length()) - r)
             m = self._units_ratio1(units, bn) - 1.0
             v = self.p.verify_req_s
@@ -1348,7 +1353,7 @@ class CalibratedCostModel(RooflineCostModel):
         np.maximum.at(qmax, batch.ver_of, batch.ver_q)
         tall = batch.split_prefill(self)
         np.maximum.at(qmax, batch.pre_of[~tall], batch.pre_q[~tall])
-        qmax = np.where(self.ruled(batch.tokens) & batch.has_prefill, np.maximum(qmax, self.p.rule_max_query), qmax)
+        qmax = np.where(self.ruled(batch.tokens, batch.requests) & batch.has_prefill, np.maximum(qmax, self.p.rule_max_query), qmax)
         cls = self.tile_class(qmax)
         a = self.prefill_attn(batch.pre_ctx, batch.pre_q, np.where(tall, len(TILES) - 1, cls[batch.pre_of]))
         kern_tall = np.bincount(batch.pre_of[tall], a[tall], n)  # split prefill chunks' attention (their own launch)
@@ -1356,7 +1361,7 @@ class CalibratedCostModel(RooflineCostModel):
                          (batch.dr_of, self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method, batch.dr_pos,
                                                        cls[batch.dr_of])),
                          (batch.ver_of, self.full_attn(batch.ver_ctx, batch.ver_q, cls[batch.ver_of])))
-        ruled = self.ruled(batch.tokens)
+        ruled = self.ruled(batch.tokens, batch.requests)
         keep = batch.keeps(ruled)
         frac = self.p.score_attn_frac
         if self.p.attn_sms or (frac and keep.any()):  # the attention kernel's tail (see work_ratio)
@@ -1367,7 +1372,7 @@ class CalibratedCostModel(RooflineCostModel):
             att = self._kernel_terms(att, kern, kern_tall, self.p.attn_sms and batch.work_ratios(self), keep)
         else:
             att = att + kern_tall
-        eager = self.eager(batch.has_prefill, batch.tokens)
+        eager = self.eager(batch.has_prefill, batch.tokens, batch.requests)
         tok, logi = batch.tokens, batch.logits
         if self.p.padding != "none":
             tp, lp = padded_vec(tok, logi, np.bincount(batch.dr_of, minlength=n), np.bincount(batch.ver_of, minlength=n),

@@ -97,6 +97,12 @@ def rule_size_vec(n, least: int = 8) -> np.ndarray:
     return np.where(p <= RULE_FINE, p, bucket_vec(n, least))
 
 
+def rule_graphed_vec(tokens, requests, limit: int) -> np.ndarray:
+    """`buckets.rule_graphed` of many passes (integer arrays)."""
+    r = np.asarray(requests, np.int64)
+    return np.asarray(tokens, np.int64) + np.where(r > 0, pow2_vec(np.maximum(r, 1)) - r, 0) < limit
+
+
 def pow2_vec(n, least: int = 1) -> np.ndarray:
     """`buckets.pow2` of an integer array (exact: through bit lengths, not floating logs)."""
     n = np.asarray(n, np.int64)
