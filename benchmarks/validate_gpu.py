@@ -240,7 +240,8 @@ def main() -> int:
         mine = {run_key(r) for r in index["runs"]}
         merged = dict(index, runs=[r for r in earlier if run_key(r) not in mine] + index["runs"])
         if a.append:
-            merged["calls"] = earlier_calls + [{"date": index["date"], "command": index["command"]}]
+            merged["calls"] = earlier_calls + [{"date": index["date"], "command": index["command"],
+                                                "speed_vs_profile": index["machine"].get("speed_vs_profile")}]
         index_path.write_text(json.dumps(merged, indent=2, default=str) + "\n")
 
     mon = None  # clocks.ClockMonitor, once the model is on the GPU
@@ -277,6 +278,24 @@ def main() -> int:
             fail(f"error: {index_path}: runs on {earlier_device}, this call runs on {index['machine']['device']}: "
                  "--append merges one GPU's runs (use another --out or --tag)")
         print(f"model {a.model} loaded in {time.monotonic() - t0:.1f} s", flush=True)
+        machine_speed = None
+        if model.device.type == "cuda":  # this machine's speed against the profile's (calibration/machine.py)
+            from spsim.calibration import machine
+
+            try:
+                here = machine.probe(model)
+            except Exception as e:  # noqa: BLE001  (a probe that fails costs the comparison, not the runs)
+                print(f"warning: the machine probe failed ({type(e).__name__}: {str(e)[:200]})", flush=True)
+                here = None
+            if here is not None:
+                ref = machine.reference(json.loads(Path(profile).read_text()), profile) if profile else None
+                machine_speed = machine.speed(here, ref)
+                index["machine"]["anchor_s"] = here["anchor_s"]
+                index["machine"]["speed_vs_profile"] = machine_speed
+                print(f"decode-step anchor {1e3 * here['anchor_s']:.2f} ms here" + (
+                    f", {1e3 * machine_speed['profile_anchor_s']:.2f} ms on the profile's machine "
+                    f"({100 * machine_speed['slower']:+.1f} %)" if machine_speed else
+                    " (the profile has none to compare)"), flush=True)
         from spsim.calibration.clocks import ClockMonitor
 
         # the GPU's SM clock and power over each measured run (at the power cap they follow the work)
@@ -322,6 +341,8 @@ def main() -> int:
                     save_index()
                     continue
                 v.report["trace"] = t["trace"]
+                # measured on a machine this much slower than the profile's (None: not known)
+                v.report["machine_speed"] = row["machine_speed"] = machine_speed
                 v.report["window"] = {"limit": t["limit"], "window_s": t["window"], "speed": t["speed"]}
                 if mon is not None:  # the measured run is the last `runtime` seconds of validate()
                     end = time.monotonic()

@@ -108,6 +108,7 @@ def calibrate_from(measurements: str | Path, out: str | Path | None = None, host
     from spsim.cost import save_profile
 
     from .fit import fit, host_overhead_from_log
+    from .machine import profile_anchor
     from .records import read_measurements
 
     meas = Path(measurements)
@@ -125,6 +126,10 @@ def calibrate_from(measurements: str | Path, out: str | Path | None = None, host
     if len(info["session_machines"]) > 1:
         log(f"warning: {meas} was measured in sessions on different machines or code: "
             + "; ".join(info["session_machines"]))
+    anchor, warning = profile_anchor(meas)
+    info.update(anchor)
+    if warning:
+        log(f"warning: {warning}")
     if host_log:
         info["host_source"] = f"mean host_ms of {Path(host_log).name}"
     gpu, ar = _with_allreduce(gpu_of(s), meas, log)

@@ -222,3 +222,16 @@ def test_overlapped_intervals_tile_the_gpu_timeline(model):
     wall = time.perf_counter() - t0
     assert sum(elapsed) == pytest.approx(wall, rel=0.1)
     assert all(e >= 0.95 * f for e, f in zip(elapsed, fwd))
+
+
+def test_machine_probe_times_the_sweeps_decode_step_anchor(model):
+    """`calibration.machine.probe` times the sweep's decode-step anchor on this GPU in a cache of its
+    own and frees it: what a validation compares with the profile's machine."""
+    from spsim.calibration import machine
+
+    free0 = torch.cuda.mem_get_info(model.device)[0]
+    r = machine.probe(model)
+    assert r["anchor_s"] > 0 and len(r["samples"]) >= 2
+    assert len(r["point"]["verifies"]) == 8 and {q for _, q in r["point"]["verifies"]} == {1}  # 8 decoding requests
+    assert machine.speed(r, {"anchor_s": r["anchor_s"], "point": r["point"]})["slower"] == 0.0
+    assert torch.cuda.mem_get_info(model.device)[0] > free0 - (1 << 30)  # its cache is gone

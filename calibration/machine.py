@@ -1,0 +1,103 @@
+"""This GPU's speed against the machine a profile was measured on: the sweep's drift control
+(`design.anchor_points`: a decode step of 8 requests at 16K) timed here and there.
+
+Lent GPUs of one model differ: two H100 80GB HBM3 machines ran that pass in 12.16 and 12.53 ms at
+the same clocks (3 % apart), and a policy run on the slower one then looks mispredicted by as much.
+A validation therefore times the anchor on its own machine (`probe`) and reports the ratio to the
+profile's (`reference`), so a prediction error can be told from a machine difference.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from .records import read_anchors
+
+LABEL = "anchor:ar"  # the decode-step anchor: weights and KV reads, no drafting
+
+
+def session_anchors(measurements: str | Path) -> list[dict]:
+    """The decode-step anchor per measuring run (session) of a measurements file, in file order:
+    {"session", "anchor_s" (median seconds), "point"} (a session without one: absent)."""
+    by: dict[int, list[dict]] = {}
+    for a in read_anchors(measurements):
+        if a.get("ok") and a.get("label") == LABEL and a.get("seconds"):
+            by.setdefault(int(a["session"]), []).append(a)
+    return [{"session": k, "anchor_s": statistics.median(float(a["seconds"]) for a in v), "point": v[-1]["point"]}
+            for k, v in sorted(by.items())]
+
+
+def profile_anchor(measurements: str | Path) -> tuple[dict, str | None]:
+    """What a profile records of its machine (`anchor`: the last measuring run's decode-step anchor;
+    `session_anchor_slower`: each run's against it, where several timed it) and a warning where
+    they differ by more than 1 % (the fit then mixes machines)."""
+    s = session_anchors(measurements)
+    if not s:
+        return {}, None
+    last = s[-1]
+    info: dict = {"anchor": {"anchor_s": last["anchor_s"], "point": last["point"]}}
+    spread = [round(a["anchor_s"] / last["anchor_s"] - 1, 4) for a in s if a["point"] == last["point"]]
+    if len(spread) < 2:
+        return info, None
+    info["session_anchor_slower"] = spread
+    worst = max(spread, key=abs)
+    if abs(worst) <= 0.01:
+        return info, None
+    return info, (f"{measurements}: its measuring runs timed the sweep's decode-step anchor up to {100 * worst:+.1f} % "
+                  "apart from the last run's (machines of one GPU model differ): the fit mixes them")
+
+
+def reference(profile: dict, profile_path: str | Path | None = None) -> dict | None:
+    """The profile's anchor, `{"anchor_s", "point"}`: its metadata's (the last measuring run's),
+    else the last session's of the measurements file beside it, else None."""
+    meta = profile.get("metadata") or {}
+    if meta.get("anchor"):
+        return meta["anchor"]
+    name = meta.get("measurements")
+    if profile_path is not None and name:
+        path = Path(profile_path).parent / name
+        if path.exists():
+            s = session_anchors(path)
+            return {"anchor_s": s[-1]["anchor_s"], "point": s[-1]["point"]} if s else None
+    return None
+
+
+def probe(model, page_size: int = 16, shape_rule: bool = True) -> dict:
+    """Time the decode-step anchor on this machine (a cache of its own, freed after): {"anchor_s",
+    "samples"}. A GPU only; a few seconds."""
+    import gc
+
+    import torch
+
+    from spsim.gpu_runtime.kv_cache import PagedKVCache
+    from spsim.gpu_runtime.padding import SCRATCH_PAGES
+
+    from .design import anchor_points
+    from .measure import Bench, _pages_needed_all
+
+    cfg = model.cfg
+    free = torch.cuda.mem_get_info(model.device)[0]
+    per_page = 2 * cfg.layers * cfg.kv_heads * cfg.head_dim * page_size * torch.finfo(model.dtype).bits // 8
+    room = int(0.5 * free // per_page) * page_size  # at most half of what is free
+    point = next(a for a in anchor_points(cfg.max_context, room) if a.label == "ar")
+    cache = PagedKVCache(cfg, _pages_needed_all(point, page_size) + SCRATCH_PAGES, page_size, device=model.device,
+                         dtype=model.dtype)
+    try:
+        cache.k.normal_()
+        cache.v.normal_()
+        r = Bench(model, cache, True, pad=True, shape_rule=shape_rule).run(point)
+    finally:
+        del cache
+        gc.collect()
+        torch.cuda.empty_cache()
+    return {"anchor_s": r["seconds"], "samples": r["samples"], "point": point.to_dict()}
+
+
+def speed(here: dict | None, ref: dict | None) -> dict | None:
+    """This machine against the profile's (`probe` and `reference`): seconds of each and `slower` =
+    here / there - 1; None where either is missing or they timed different anchors (another pool)."""
+    if not here or not ref or here.get("point") != ref.get("point"):
+        return None
+    h, r = float(here["anchor_s"]), float(ref["anchor_s"])
+    return {"anchor_s": round(h, 7), "profile_anchor_s": round(r, 7), "slower": round(h / r - 1, 4)}

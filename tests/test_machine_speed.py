@@ -1,0 +1,60 @@
+"""A profile's machine against this one (calibration/machine.py): the decode-step anchor of each
+measuring run, the profile's reference, the ratio a validation reports."""
+
+from __future__ import annotations
+
+import json
+
+from spsim.calibration import machine
+from spsim.calibration.design import anchor_points
+
+POINT = next(a for a in anchor_points(131072, 1 << 20) if a.label == "ar").to_dict()
+
+
+def _write(path, sessions):
+    """A measurements file: per session a header and its anchors' seconds."""
+    lines = []
+    for i, secs in enumerate(sessions):
+        lines.append({"spsim_calibration": 1, "session": {"device_name": "GPU", "n": i}})
+        for s in secs:
+            lines.append({"anchor": "k", "label": machine.LABEL, "after": 0, "t_s": 0.0, "point": POINT,
+                          "ok": True, "seconds": s})
+            lines.append({"anchor": "d", "label": "anchor:draft:static", "after": 0, "t_s": 0.0, "point": POINT,
+                          "ok": True, "seconds": 9.0})  # another control: not the decode step's
+    # ids must be the points' keys (records.py checks them)
+    from spsim.calibration.design import Point
+
+    key = Point.from_dict(POINT).key
+    path.write_text("".join(json.dumps({**r, "anchor": key} if "anchor" in r else r) + "\n" for r in lines))
+
+
+def test_session_anchors_and_the_profiles_reference(tmp_path):
+    m = tmp_path / "p.measurements.jsonl"
+    _write(m, [[0.01216, 0.01218, 0.01214], [0.01253, 0.01252]])
+    s = machine.session_anchors(m)
+    assert [round(x["anchor_s"], 6) for x in s] == [0.01216, 0.012525] and [x["session"] for x in s] == [0, 1]
+    # the profile's machine: the last session's, from the file beside the profile when the metadata has none
+    ref = machine.reference({"metadata": {"measurements": m.name}}, tmp_path / "p.json")
+    assert ref == {"anchor_s": s[-1]["anchor_s"], "point": POINT}
+    assert machine.reference({"metadata": {"anchor": {"anchor_s": 0.02, "point": POINT}}}, None)["anchor_s"] == 0.02
+    assert machine.reference({"metadata": {}}, tmp_path / "p.json") is None
+    sp = machine.speed({"anchor_s": 0.01253, "point": POINT}, {"anchor_s": 0.01216, "point": POINT})
+    assert sp["slower"] == round(0.01253 / 0.01216 - 1, 4) > 0.03
+    # another anchor (a smaller pool halves its contexts): no comparison
+    other = dict(POINT, verifies=[[8192, 1]] * 8)
+    assert machine.speed({"anchor_s": 0.01, "point": other}, {"anchor_s": 0.01, "point": POINT}) is None
+
+
+def test_a_profile_records_its_machine_and_warns_of_mixed_ones(tmp_path):
+    """The last measuring run's anchor is the profile's; runs 2.9 % apart draw a warning, 0.5 % not."""
+    m = tmp_path / "m.jsonl"
+    _write(m, [[0.01216], [0.012525]])
+    info, warn = machine.profile_anchor(m)
+    assert info["anchor"]["anchor_s"] == 0.012525 and info["session_anchor_slower"] == [-0.0291, 0.0]
+    assert warn and "-2.9 %" in warn and str(m) in warn
+    _write(m, [[0.01250], [0.012525]])
+    assert machine.profile_anchor(m)[1] is None
+    _write(m, [[0.01250]])
+    info, warn = machine.profile_anchor(m)
+    assert warn is None and "session_anchor_slower" not in info
+    assert machine.profile_anchor(tmp_path / "absent.jsonl") == ({}, None)
