@@ -28,16 +28,30 @@ def session_anchors(measurements: str | Path) -> list[dict]:
             for k, v in sorted(by.items())]
 
 
+def _points_per_session(measurements: str | Path) -> dict[int, int]:
+    """Design points measured per measuring run (its lines between two session headers)."""
+    out: dict[int, int] = {}
+    session = -1
+    for line in Path(measurements).read_text().split("\n"):
+        if '"spsim_calibration"' in line:
+            session += 1
+        elif line.startswith('{"id"'):
+            out[session] = out.get(session, 0) + 1
+    return out
+
+
 def profile_anchor(measurements: str | Path) -> tuple[dict, str | None]:
-    """What a profile records of its machine (`anchor`: the last measuring run's decode-step anchor;
-    `session_anchor_slower`: each run's against it, where several timed it) and a warning where
-    they differ by more than 1 % (the fit then mixes machines)."""
+    """What a profile records of its machine and a warning where its measuring runs disagree.
+    `anchor`: the decode-step anchor of the run that measured the most points (the machine the fit
+    mostly describes; the last such run on a tie); `session_anchor_slower`: each run's against it,
+    where several timed it. The warning: they differ by more than 1 % (the fit mixes machines)."""
     s = session_anchors(measurements)
     if not s:
         return {}, None
-    last = s[-1]
-    info: dict = {"anchor": {"anchor_s": last["anchor_s"], "point": last["point"]}}
-    spread = [round(a["anchor_s"] / last["anchor_s"] - 1, 4) for a in s if a["point"] == last["point"]]
+    n = _points_per_session(measurements)
+    ref = max(reversed(s), key=lambda a: n.get(a["session"], 0))
+    info: dict = {"anchor": {"anchor_s": ref["anchor_s"], "point": ref["point"]}}
+    spread = [round(a["anchor_s"] / ref["anchor_s"] - 1, 4) for a in s if a["point"] == ref["point"]]
     if len(spread) < 2:
         return info, None
     info["session_anchor_slower"] = spread
@@ -45,12 +59,13 @@ def profile_anchor(measurements: str | Path) -> tuple[dict, str | None]:
     if abs(worst) <= 0.01:
         return info, None
     return info, (f"{measurements}: its measuring runs timed the sweep's decode-step anchor up to {100 * worst:+.1f} % "
-                  "apart from the last run's (machines of one GPU model differ): the fit mixes them")
+                  "apart from the run that measured the most points (machines of one GPU model differ): the fit "
+                  "mixes them")
 
 
 def reference(profile: dict, profile_path: str | Path | None = None) -> dict | None:
-    """The profile's anchor, `{"anchor_s", "point"}`: its metadata's (the last measuring run's),
-    else the last session's of the measurements file beside it, else None."""
+    """The profile's anchor, `{"anchor_s", "point"}`: its metadata's (`profile_anchor`), else that of
+    the measurements file beside it, else None."""
     meta = profile.get("metadata") or {}
     if meta.get("anchor"):
         return meta["anchor"]
@@ -58,8 +73,7 @@ def reference(profile: dict, profile_path: str | Path | None = None) -> dict | N
     if profile_path is not None and name:
         path = Path(profile_path).parent / name
         if path.exists():
-            s = session_anchors(path)
-            return {"anchor_s": s[-1]["anchor_s"], "point": s[-1]["point"]} if s else None
+            return profile_anchor(path)[0].get("anchor")
     return None
 
 

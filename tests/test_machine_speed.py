@@ -11,11 +11,13 @@ from spsim.calibration.design import anchor_points
 POINT = next(a for a in anchor_points(131072, 1 << 20) if a.label == "ar").to_dict()
 
 
-def _write(path, sessions):
-    """A measurements file: per session a header and its anchors' seconds."""
+def _write(path, sessions, points=None):
+    """A measurements file: per session a header, its anchors' seconds and `points[i]` made-up
+    design-point lines (counted only)."""
     lines = []
     for i, secs in enumerate(sessions):
         lines.append({"spsim_calibration": 1, "session": {"device_name": "GPU", "n": i}})
+        lines += [{"id": "x", "point": {}, "ok": False}] * (points[i] if points else 0)
         for s in secs:
             lines.append({"anchor": "k", "label": machine.LABEL, "after": 0, "t_s": 0.0, "point": POINT,
                           "ok": True, "seconds": s})
@@ -33,9 +35,12 @@ def test_session_anchors_and_the_profiles_reference(tmp_path):
     _write(m, [[0.01216, 0.01218, 0.01214], [0.01253, 0.01252]])
     s = machine.session_anchors(m)
     assert [round(x["anchor_s"], 6) for x in s] == [0.01216, 0.012525] and [x["session"] for x in s] == [0, 1]
-    # the profile's machine: the last session's, from the file beside the profile when the metadata has none
+    # the profile's machine (the run of the most points; the last on a tie), from the file beside the
+    # profile when the metadata has none
     ref = machine.reference({"metadata": {"measurements": m.name}}, tmp_path / "p.json")
     assert ref == {"anchor_s": s[-1]["anchor_s"], "point": POINT}
+    _write(m, [[0.01216, 0.01218, 0.01214], [0.01253, 0.01252]], points=[419, 21])
+    assert machine.reference({"metadata": {"measurements": m.name}}, tmp_path / "p.json")["anchor_s"] == 0.01216
     assert machine.reference({"metadata": {"anchor": {"anchor_s": 0.02, "point": POINT}}}, None)["anchor_s"] == 0.02
     assert machine.reference({"metadata": {}}, tmp_path / "p.json") is None
     sp = machine.speed({"anchor_s": 0.01253, "point": POINT}, {"anchor_s": 0.01216, "point": POINT})
@@ -46,12 +51,13 @@ def test_session_anchors_and_the_profiles_reference(tmp_path):
 
 
 def test_a_profile_records_its_machine_and_warns_of_mixed_ones(tmp_path):
-    """The last measuring run's anchor is the profile's; runs 2.9 % apart draw a warning, 0.5 % not."""
+    """The anchor of the run that measured the most points is the profile's; runs 3 % apart draw a
+    warning, 0.2 % not."""
     m = tmp_path / "m.jsonl"
-    _write(m, [[0.01216], [0.012525]])
+    _write(m, [[0.01216], [0.012525]], points=[419, 21])
     info, warn = machine.profile_anchor(m)
-    assert info["anchor"]["anchor_s"] == 0.012525 and info["session_anchor_slower"] == [-0.0291, 0.0]
-    assert warn and "-2.9 %" in warn and str(m) in warn
+    assert info["anchor"]["anchor_s"] == 0.01216 and info["session_anchor_slower"] == [0.0, 0.03]
+    assert warn and "+3.0 %" in warn and str(m) in warn
     _write(m, [[0.01250], [0.012525]])
     assert machine.profile_anchor(m)[1] is None
     _write(m, [[0.01250]])
