@@ -10,6 +10,10 @@ acceptance, seed, KV pages; passes priced padded by the shape rule, as the run p
 compared with its measurement (the mean of its repeats). Also the mean time per decode pass by
 batch size, measured against predicted (the simulator's own passes), where the cost model's shape
 across batch sizes shows. Writes `repredict.json` beside the index.
+
+A run measured on a machine slower than the profile's (`machine_speed.slower` in its validate.json,
+timed by validate_gpu.py; or `--slower RUN=X` for runs from before that) is also predicted with every
+price scaled by 1 + X (`spsim.cost.scaled`): the error left is the model's, not the machine's.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ def decode_by_batch(passes: list[dict], key: str) -> dict[int, list[float]]:
     return g
 
 
-def repredict(v: dict, passes: list[dict], profile: str) -> dict:
+def repredict(v: dict, passes: list[dict], profile: str, slower: float | None = None) -> dict:
     from spsim.build import build_cost_model
     from spsim.config import ServingConfig
     from spsim.cost.recording import RecordingCost
@@ -74,6 +78,11 @@ def repredict(v: dict, passes: list[dict], profile: str) -> dict:
     cost = priced_as_run(build_cost_model(cfg), False, shape_rule=True, max_query=longest_query(cfg))
     sc = SimConfig(**{f.name: getattr(cfg, f.name) for f in fields(ServingConfig)})
     res = simulate(tr, sc, cost=cost)  # as `spsim validate` predicts
+    adjusted = None
+    if slower:  # the same prices on this run's machine (one factor)
+        from spsim.cost.scaled import ScaledCost
+
+        adjusted = simulate(tr, sc, cost=ScaledCost(cost, 1.0 + slower))
     # the passes, recorded in a run of their own: the recorder prices each pass alone, where the
     # simulator prices a segment's passes together (equal within ~0.1 %, but under arrivals a
     # small change moves later batches)
@@ -84,13 +93,15 @@ def repredict(v: dict, passes: list[dict], profile: str) -> dict:
         m = float(v["metrics"][k]["measured"])
         errors[k] = {"measured": m, "recorded": round(100 * v["metrics"][k]["rel_error"], 2),
                      "repredicted": round(100 * (float(res.summary[k]) - m) / m, 2)}
+        if adjusted is not None:
+            errors[k]["machine_adjusted"] = round(100 * (float(adjusted.summary[k]) - m) / m, 2)
     gm, gp = decode_by_batch(passes, "gpu_ms"), decode_by_batch(rec.passes, "predicted_ms")
     by_batch = [{"requests": r, "passes_measured": len(gm[r]), "measured_ms": round(float(np.mean(gm[r])), 3),
                  "passes_predicted": len(gp[r]), "predicted_ms": round(float(np.mean(gp[r])), 3),
                  "error_pct": round(100 * (np.mean(gp[r]) / np.mean(gm[r]) - 1), 1)}
                 for r in sorted(set(gm) & set(gp))]
-    return {"policy": v["policy"], "trace": v["trace"], "window": w, "errors_pct": errors,
-            "decode_by_batch": by_batch}
+    return {"policy": v["policy"], "trace": v["trace"], "window": w, "machine_slower": slower,
+            "errors_pct": errors, "decode_by_batch": by_batch}
 
 
 def main() -> None:
@@ -99,7 +110,18 @@ def main() -> None:
                     help="folder of validate_index.json and validate_runs.tar.gz")
     ap.add_argument("--profile", required=True, help="cost profile JSON to predict with")
     ap.add_argument("--out", default=None, help="result JSON (default: repredict.json in --index)")
+    ap.add_argument("--slower", action="append", default=[], metavar="RUN=X",
+                    help="run RUN's machine ran the profile's anchor 100*X %% slower (e.g. 0.03); "
+                    "repeat per run; default: the run's own `machine_speed`")
     a = ap.parse_args()
+    given: dict[str, float] = {}
+    for x in a.slower:
+        name, _, val = x.partition("=")
+        try:
+            given[name] = float(val)
+        except ValueError:
+            print(f"error: --slower {x!r}: expected RUN=X with X a number", file=sys.stderr)
+            sys.exit(2)
     idx = Path(a.index)
     archive = idx / "validate_runs.tar.gz"
     missing = next((p for p in (archive, Path(a.profile)) if not p.is_file()), None)
@@ -112,10 +134,16 @@ def main() -> None:
         if "validate" not in r or "passes" not in r:
             print(f"{name}: skipped (no validate.json or passes.jsonl)")
             continue
-        row = {"run": name, **repredict(r["validate"], r["passes"], a.profile)}
+        slower = given.pop(name, (r["validate"].get("machine_speed") or {}).get("slower"))
+        row = {"run": name, **repredict(r["validate"], r["passes"], a.profile, slower)}
         e = row["errors_pct"]
-        print(f"{name}: " + ", ".join(f"{k} {e[k]['recorded']:+.1f} -> {e[k]['repredicted']:+.1f} %" for k in METRICS))
+        print(f"{name}: " + ", ".join(f"{k} {e[k]['recorded']:+.1f} -> {e[k]['repredicted']:+.1f} %"
+                                      + (f" ({e[k]['machine_adjusted']:+.1f} % at {100 * slower:+.1f} % machine)"
+                                         if slower else "") for k in METRICS))
         out.append(row)
+    if given:
+        print(f"error: --slower names runs the index does not hold: {', '.join(sorted(given))}", file=sys.stderr)
+        sys.exit(2)
     doc = {**header("repredict"), "index": str(idx.relative_to(ROOT) if idx.is_relative_to(ROOT) else idx),
            "profile": Path(a.profile).name, "runs": out}
     path = write(a.out or idx / "repredict.json", doc)
