@@ -129,6 +129,10 @@ def main() -> None:
         print(f"error: {missing}: no such file", file=sys.stderr)
         sys.exit(2)
     found = runs(archive)
+    unknown = sorted(set(given) - set(found))
+    if unknown:
+        print(f"error: --slower names runs {archive} does not hold: {', '.join(unknown)}", file=sys.stderr)
+        sys.exit(2)
     out = []
     for name, r in sorted(found.items()):
         if "validate" not in r or "passes" not in r:
@@ -141,9 +145,6 @@ def main() -> None:
                                       + (f" ({e[k]['machine_adjusted']:+.1f} % at {100 * slower:+.1f} % machine)"
                                          if slower else "") for k in METRICS))
         out.append(row)
-    if given:
-        print(f"error: --slower names runs the index does not hold: {', '.join(sorted(given))}", file=sys.stderr)
-        sys.exit(2)
     doc = {**header("repredict"), "index": str(idx.relative_to(ROOT) if idx.is_relative_to(ROOT) else idx),
            "profile": Path(a.profile).name, "runs": out}
     path = write(a.out or idx / "repredict.json", doc)

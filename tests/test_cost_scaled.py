@@ -31,3 +31,19 @@ def test_a_doubled_cost_doubles_every_time_and_changes_no_decision(policy):
     assert ScaledCost(base, 2.0).name.endswith("x2")
     with pytest.raises(ValueError):
         ScaledCost(base, 0.0)
+
+
+def test_repredict_refuses_a_bad_machine_factor_in_one_line():
+    """`repredict.py --slower` takes RUN=X for runs of the index: anything else exits 2 with one
+    line naming it, before any simulation."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    script, prof = root / "benchmarks" / "repredict.py", root / "benchmarks/results/validate/profile-h100-llama-3.1-8b-refit.json"
+    for arg, says in (("x=abc", "expected RUN=X"), ("no-such-run=0.03", "no-such-run")):
+        r = subprocess.run([sys.executable, str(script), "--profile", str(prof), "--slower", arg],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "Traceback" not in r.stderr and not r.stdout
