@@ -329,7 +329,8 @@ def main() -> int:
                 t1 = time.monotonic()
                 try:
                     v = validate(tr, cfg, opts, model=model, tokenizer=tok, warm=a.device == "cuda",
-                                 log=lambda m: print(m, flush=True), before_run=fits)
+                                 log=lambda m: print(m, flush=True), before_run=fits,
+                                 machine_factor=1.0 + machine_speed["slower"] if machine_speed else None)
                 except Skip as e:
                     row["status"] = f"skipped: {e}"
                     print(row["status"], flush=True)

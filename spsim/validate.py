@@ -134,12 +134,15 @@ def simulate_like(trace, cfg: ServingConfig, cost):
 
 
 def validate(trace, cfg: ServingConfig, opts, *, model=None, tokenizer=None, cost=None, warm: bool | None = None,
-             log=None, before_run=None) -> Validation:
+             log=None, before_run=None, machine_factor: float | None = None) -> Validation:
     """Run `trace` in both worlds and compare. `model`/`tokenizer`: already loaded (a script serving
     several runs loads once); `cost`: the cost model both worlds price with (default: the one
     `spsim run` would give its policies, from --profile/--cost/--model); `warm`: warm up first
     (default: on GPUs); `before_run(sim_result)`: called between the simulation and the GPU run
-    (a budgeted script checks the predicted duration there and may raise to skip the run)."""
+    (a budgeted script checks the predicted duration there and may raise to skip the run);
+    `machine_factor`: this GPU runs the profile's anchor pass that many times as long as the
+    profile's machine (calibration/machine.py): the report adds each metric's error of the
+    prediction with every price scaled by it (`machine_adjusted`), beside the plain one."""
     from .cost.calibrated import CalibratedCostModel
     from .gpu_runtime.engine import kv_pages_for, load, policy_cost_model, run_trace
 
@@ -179,6 +182,13 @@ def validate(trace, cfg: ServingConfig, opts, *, model=None, tokenizer=None, cos
     from .calibration.measure import kernel_version
 
     report["kernel_version"] = kernel_version()  # which kernels ran (a profile says which it timed)
+    if machine_factor and machine_factor != 1.0:
+        from .cost.scaled import ScaledCost
+
+        adj, _ = simulate_like(trace, cfg, ScaledCost(cost, machine_factor))
+        report["machine_adjusted"] = {"factor": machine_factor, "rel_error": {
+            k: (float(adj.summary[k]) - m["measured"]) / m["measured"] for k, m in report["metrics"].items()
+            if k in adj.summary and m.get("measured")}}
     report["wall_s"] = {k: round(v, 2) for k, v in wall.items()}
     # a profile timed its passes serially or overlapped (CalibratedParams.overlap): the run should match
     measured = isinstance(cost, CalibratedCostModel) and cost.overlapped

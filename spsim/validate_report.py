@@ -331,5 +331,9 @@ def text(r: dict) -> str:
         w = [max(len(x) for x in col) for col in zip(head, *body)]
         lines += ["", title, "  ".join(h.ljust(n) for h, n in zip(head, w))]
         lines += ["  ".join(x.ljust(n) if i == 0 else x.rjust(n) for i, (x, n) in enumerate(zip(row, w))) for row in body]
+    adj = r.get("machine_adjusted")
+    if adj:  # the same prices on this machine (calibration/machine.py), beside the plain errors
+        lines += ["", f"priced for this machine (its anchor pass {100 * (adj['factor'] - 1):+.1f} % against the "
+                  "profile's): " + ", ".join(f"{k} {100 * e:+.1f} %" for k, e in adj["rel_error"].items())]
     lines += [f"warning: {n}" for n in notes(r)]
     return "\n".join(lines)

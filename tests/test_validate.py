@@ -171,9 +171,14 @@ def test_one_run_reports_no_repeats(tiny):
     from spsim.validate_report import text
 
     cfg = ServingConfig(policy="ar", model="tiny", offline=True, kv_pages=120, page_size=16, max_batch=8)
-    v = validate(mixed_trace(n=2, output=(6, 8)), cfg, RuntimeOptions(device="cpu"), model=tiny)
+    v = validate(mixed_trace(n=2, output=(6, 8)), cfg, RuntimeOptions(device="cpu"), model=tiny, machine_factor=2.0)
     assert v.report["runtime"]["repeats"] is None
     assert "measured_runs" not in v.report["metrics"]["mean_tpot_ms"] and "mean of" not in text(v.report)
+    # a machine twice as slow as the profile's: offline, every predicted time doubles (exactly)
+    adj, m = v.report["machine_adjusted"], v.report["metrics"]["mean_tpot_ms"]
+    assert adj["factor"] == 2.0
+    assert adj["rel_error"]["mean_tpot_ms"] == pytest.approx((2 * m["predicted"] - m["measured"]) / m["measured"])
+    assert "priced for this machine (its anchor pass +100.0 %" in text(v.report)
 
 
 def test_a_run_on_the_priced_gpu_gets_no_machine_warning():
