@@ -188,7 +188,7 @@ def validate(trace, cfg: ServingConfig, opts, *, model=None, tokenizer=None, cos
         adj, _ = simulate_like(trace, cfg, ScaledCost(cost, machine_factor))
         report["machine_adjusted"] = {"factor": machine_factor, "rel_error": {
             k: (float(adj.summary[k]) - m["measured"]) / m["measured"] for k, m in report["metrics"].items()
-            if k in adj.summary and m.get("measured")}}
+            if k in adj.summary and m.get("measured") and m.get("target") is not None}}
     report["wall_s"] = {k: round(v, 2) for k, v in wall.items()}
     # a profile timed its passes serially or overlapped (CalibratedParams.overlap): the run should match
     measured = isinstance(cost, CalibratedCostModel) and cost.overlapped
