@@ -108,7 +108,7 @@ def calibrate_from(measurements: str | Path, out: str | Path | None = None, host
     from spsim.cost import save_profile
 
     from .fit import fit, host_overhead_from_log
-    from .machine import profile_anchor
+    from .machine import profile_anchor, scale_sessions
     from .records import read_measurements
 
     meas = Path(measurements)
@@ -128,7 +128,12 @@ def calibrate_from(measurements: str | Path, out: str | Path | None = None, host
             + "; ".join(info["session_machines"]))
     anchor, warning = profile_anchor(meas)
     info.update(anchor)
-    if warning:
+    recs, scales = scale_sessions(meas, recs)
+    if scales:  # runs on another machine than the profile's: their times brought to its machine
+        info["session_scale"] = {str(k): f for k, f in scales.items()}
+        log(f"note: {warning}; their times are scaled to the profile's machine before the fit: "
+            + ", ".join(f"run {k + 1} x{f:.4f}" for k, f in scales.items()))
+    elif warning:
         log(f"warning: {warning}")
     if host_log:
         info["host_source"] = f"mean host_ms of {Path(host_log).name}"

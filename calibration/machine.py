@@ -59,8 +59,42 @@ def profile_anchor(measurements: str | Path) -> tuple[dict, str | None]:
     if abs(worst) <= 0.01:
         return info, None
     return info, (f"{measurements}: its measuring runs timed the sweep's decode-step anchor up to {100 * worst:+.1f} % "
-                  "apart from the run that measured the most points (machines of one GPU model differ): the fit "
-                  "mixes them")
+                  "apart from the run that measured the most points (machines of one GPU model differ)")
+
+
+def session_scales(measurements: str | Path) -> dict[int, float]:
+    """Per measuring run (session index), the factor that brings its times to the profile's machine
+    (`profile_anchor`): reference anchor / its own. Runs without the reference's anchor: absent."""
+    s = session_anchors(measurements)
+    ref = profile_anchor(measurements)[0].get("anchor")
+    if not ref:
+        return {}
+    return {a["session"]: ref["anchor_s"] / a["anchor_s"] for a in s if a["point"] == ref["point"]}
+
+
+def scale_sessions(measurements: str | Path, recs: list) -> tuple[list, dict[int, float]]:
+    """`recs` (records.Measurement) with the times of runs on other machines than the profile's
+    brought to its machine (`session_scales`; first order: one factor a run), and the factors
+    applied (those more than 0.1 % from 1)."""
+    import dataclasses
+
+    scales = {k: f for k, f in session_scales(measurements).items() if abs(f - 1.0) > 0.001}
+    if not scales:
+        return recs, {}
+    heads = [i for i, line in enumerate(Path(measurements).read_text().split("\n"), 1)
+             if '"spsim_calibration"' in line]
+    out = []
+    for m in recs:
+        f = scales.get(sum(1 for h in heads if h < m.line) - 1)
+        if f is None or not m.ok:
+            out.append(m)
+            continue
+        rec = dict(m.record)
+        for k in ("samples", "gpu_s"):
+            if isinstance(rec.get(k), list):
+                rec[k] = [x * f if isinstance(x, (int, float)) else x for x in rec[k]]
+        out.append(dataclasses.replace(m, seconds=m.seconds * f, record=rec))
+    return out, {k: round(f, 5) for k, f in scales.items()}
 
 
 def reference(profile: dict, profile_path: str | Path | None = None) -> dict | None:

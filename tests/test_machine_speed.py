@@ -64,3 +64,27 @@ def test_a_profile_records_its_machine_and_warns_of_mixed_ones(tmp_path):
     info, warn = machine.profile_anchor(m)
     assert warn is None and "session_anchor_slower" not in info
     assert machine.profile_anchor(tmp_path / "absent.jsonl") == ({}, None)
+
+
+def test_a_fit_takes_each_run_on_the_profiles_machine(tmp_path):
+    """Runs on another machine have their points' times scaled by the anchor ratio (both the wall
+    samples and the device times); the profile's own run and failed points are left alone."""
+    from spsim.calibration.design import Point
+    from spsim.calibration.records import read_measurements
+
+    m = tmp_path / "m.jsonl"
+    _write(m, [[0.010], [0.012]], points=[0, 0])
+    p = Point("ar", verifies=((64, 1),) * 2)
+    lines = m.read_text().splitlines()
+    rec = {"id": p.key, "point": p.to_dict(), "ok": True, "seconds": 0.006, "samples": [0.006], "gpu_s": [0.0059]}
+    # three points in run 0, one in run 1: run 0 measured the most, it is the profile's machine
+    head1 = next(i for i, x in enumerate(lines) if '"n": 1' in x)
+    lines[head1:head1] = [json.dumps(rec)] * 3
+    lines.append(json.dumps(rec))
+    m.write_text("\n".join(lines) + "\n")
+    _, recs = read_measurements(m)
+    scaled, f = machine.scale_sessions(m, recs)
+    assert f == {1: round(0.010 / 0.012, 5)}
+    assert [r.seconds for r in scaled[:3]] == [0.006] * 3
+    assert abs(scaled[3].seconds - 0.006 * 0.010 / 0.012) < 1e-12
+    assert abs(scaled[3].record["gpu_s"][0] - 0.0059 * 0.010 / 0.012) < 1e-12 and recs[3].seconds == 0.006
