@@ -33,17 +33,27 @@ def test_a_doubled_cost_doubles_every_time_and_changes_no_decision(policy):
         ScaledCost(base, 0.0)
 
 
-def test_repredict_refuses_a_bad_machine_factor_in_one_line():
+def test_repredict_refuses_a_bad_machine_factor_in_one_line(tmp_path):
     """`repredict.py --slower` takes RUN=X for runs of the index: anything else exits 2 with one
     line naming it, before any simulation."""
+    import io
     import subprocess
     import sys
+    import tarfile
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
-    script, prof = root / "benchmarks" / "repredict.py", root / "benchmarks/results/validate/profile-h100-llama-3.1-8b-refit.json"
+    from spsim.cost.shipped import profile_path
+
+    with tarfile.open(tmp_path / "validate_runs.tar.gz", "w:gz") as tar:  # an index of one run
+        for name in ("validate.json", "passes.jsonl"):
+            data = b"{}"
+            info = tarfile.TarInfo(f"validate_runs/some-run/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "repredict.py"
+    prof = profile_path("h200", "llama-3.1-8b")
     for arg, says in (("x=abc", "expected RUN=X"), ("no-such-run=0.03", "no-such-run")):
-        r = subprocess.run([sys.executable, str(script), "--profile", str(prof), "--slower", arg],
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run([sys.executable, str(script), "--index", str(tmp_path), "--profile", str(prof),
+                            "--slower", arg], capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert "Traceback" not in r.stderr and not r.stdout
