@@ -4,7 +4,9 @@
 Lent GPUs of one model differ: two H100 80GB HBM3 machines ran that pass in 12.16 and 12.53 ms at
 the same clocks (3 % apart), and a policy run on the slower one then looks mispredicted by as much.
 A validation therefore times the anchor on its own machine (`probe`) and reports the ratio to the
-profile's (`reference`), so a prediction error can be told from a machine difference.
+profile's (`reference`), so a prediction error can be told from a machine difference; a
+calibration whose measuring runs ran on several machines brings each run's times to the profile's
+machine by that ratio before the fit (`scale_sessions`).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def profile_anchor(measurements: str | Path) -> tuple[dict, str | None]:
     """What a profile records of its machine and a warning where its measuring runs disagree.
     `anchor`: the decode-step anchor of the run that measured the most points (the machine the fit
     mostly describes; the last such run on a tie); `session_anchor_slower`: each run's against it,
-    where several timed it. The warning: they differ by more than 1 % (the fit mixes machines)."""
+    where several timed it. The warning: they differ by more than 1 %."""
     s = session_anchors(measurements)
     if not s:
         return {}, None
