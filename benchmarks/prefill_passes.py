@@ -2,9 +2,13 @@
 the kernels' own times (torch.profiler), so a pass's host-bound share shows; each point with the
 prefill chunks in an attention launch of their own (the runtime's default) and in the pass's one
 launch, and optionally replayed from a CUDA graph (`--graphed`: the pass captured the way decode
-passes are, an experiment: the runtime runs prefill passes eagerly).
+passes are, an experiment: the runtime runs prefill passes eagerly). `--rule`: also as the shape
+rule runs them (padded, graphed), once with the decode rows in the tallest tile a verification of
+a 16-token run needs (what the rule does beside a chunk: a drafting policy's prefill passes) and
+once in their own tile (`ar`'s): on the H100 sweep a 381-token chunk took 12.3 ms alone and
+18.8-20.5 ms beside 3-9 one-token rows at 0.3-1.4K.
 
-    python3 benchmarks/prefill_passes.py [--model llama-3.1-8b] [--out FILE.json] [--graphed]
+    python3 benchmarks/prefill_passes.py [--model llama-3.1-8b] [--out FILE.json] [--graphed] [--rule]
 
 Llama-3.1-8B shape, random weights, KV of random values; timed as calibration times a point
 (`calibration.measure.Bench`). Runs on the GPU machine (no simpy needed).
@@ -39,6 +43,9 @@ def points():
         "pre 0+128 + ar 16x16K": Point("prefill", V, prefill=((0, 128),), verifies=dec(16, 16384)),
         "pre 16K+512 + ar 16x16K": Point("prefill", V, prefill=((16384, 512),), verifies=dec(16, 16384)),
         "pre 0+2048 + ar 16x16K": Point("prefill", V, prefill=((0, 2048),), verifies=dec(16, 16384)),
+        "pre 0+381": Point("prefill", V, prefill=((0, 381),)),
+        "pre 0+381 + ar 9x1300": Point("prefill", V, prefill=((0, 381),), verifies=dec(9, 1300)),
+        "pre 0+128 + ar 16x4K": Point("prefill", V, prefill=((0, 128),), verifies=dec(16, 4096)),
         "pre 0+256 + 16 drafts 16K": Point("prefill", V, prefill=((0, 256),),
                                            drafts=tuple((16384, 1) for _ in range(16))),
         "pre 0+512 + 12 drafts + 3 verify5 16K": Point("prefill", 2, prefill=((0, 512),),
@@ -99,12 +106,14 @@ def main() -> None:
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--out", default=None)
     ap.add_argument("--graphed", action="store_true", help="also replay the prefill passes from CUDA graphs")
-    ap.add_argument("--only", default=None, help="points whose name contains this")
+    ap.add_argument("--rule", action="store_true", help="also under the shape rule: the decode rows beside a "
+                    "chunk in the tallest tile (max draft 16) and in their own (max draft 0)")
+    ap.add_argument("--only", default=None, help="points whose name contains this (comma-separated: any of these)")
     a = ap.parse_args()
     dev = torch.device("cuda")
     cfg = get_config(a.model)
     model = Transformer.random(cfg, seed=0, device=dev, dtype=torch.bfloat16)
-    pts = {k: p for k, p in points().items() if a.only is None or a.only in k}
+    pts = {k: p for k, p in points().items() if a.only is None or any(x in k for x in a.only.split(","))}
     need = 0
     for p in pts.values():
         need = max(need, sum(-(-(c + n + 1) // 16) for c, n in p.prefill + p.verifies) + 16 * 1100)
@@ -112,20 +121,23 @@ def main() -> None:
     cache.k.normal_()
     cache.v.normal_()
     eligible0 = G.GraphedPasses.__dict__["eligible"]  # the staticmethod itself (restored as is)
-    variants = [("split", True, False), ("one launch", False, False)]
+    variants = [("split", True, False, None), ("one launch", False, False, None)]
     if a.graphed:
-        variants.append(("split, graphed", True, True))
+        variants.append(("split, graphed", True, True, None))
+    if a.rule:  # (max draft: the rule's tallest verification; 0: the rows' own tile, as `ar` runs)
+        variants += [("rule, tall tile", True, False, 16), ("rule, own tile", True, False, 0)]
     rows = []
     for name, p in pts.items():
-        for vname, split, graphed in variants:
+        for vname, split, graphed, rule_draft in variants:
             if not p.prefill and vname != "split":
                 continue
             PA.SPLIT_PREFILL = split
             G.GraphedPasses.eligible = staticmethod(lambda attn: True) if graphed else eligible0
             try:
-                b = Bench(model, cache, graphs=True)
+                kw = {} if rule_draft is None else dict(pad=True, shape_rule=True, max_draft=rule_draft)
+                b = Bench(model, cache, graphs=True, **kw)
                 r = b.run(p)
-                top = kernel_time(Bench(model, cache, graphs=True), p) if not graphed else []
+                top = kernel_time(Bench(model, cache, graphs=True, **kw), p) if not graphed else []
             except Exception as e:  # noqa: BLE001  (a failed variant is reported, the rest still run)
                 rows.append({"point": name, "variant": vname, "error": f"{type(e).__name__}: {e}"[:300]})
                 print(f"{name:42s} {vname:15s} FAILED {e}", flush=True)
