@@ -167,18 +167,17 @@ def stand_in_executor(cfg, serving, lc, table, pool, prompts, kv_pages: int, *, 
                            store_slots=store_slots)  # as the engine sizes it
 
 
-def eager_launch_keys(policy: str, specs, kv_pages: int = 51222, **settings) -> tuple[set, list[set]]:
-    """The attention launches' kernel variants (launch, BLOCK_M, BLOCK_N, warps, stages, fused
-    merge, page scores) of the start-up's eager warm-ups (`ShapeSet.eager_passes`) and of each of
-    `specs` (`RuntimeExecutor.synthetic`'s arguments): what compiles where, on the host only."""
+def made_up_executor(policy: str, kv_pages: int, layers: int, **settings):
+    """(executor, serving, model config) for made-up passes (`RuntimeExecutor.synthetic`) under the
+    shape rule: the 8B shape with `layers` layers, a stand-in model, one request's table; `settings`:
+    more ServingConfig fields."""
     from spsim.build import build
     from spsim.config import ServingConfig
     from spsim.gpu_runtime.model_config import get_config
-    from spsim.gpu_runtime.startup import shape_set_for
     from spsim.policies.kv import PagedKVPool
     from spsim.policies.request import RequestTable
 
-    lc = dataclasses.replace(get_config("llama-3.1-8b"), layers=2, vocab=16)  # a drafting pass's two layers' lists
+    lc = dataclasses.replace(get_config("llama-3.1-8b"), layers=layers, vocab=16)
     cfg = ServingConfig(model="llama-3.1-8b", gpu="h200", policy=policy, acceptance="sparsespec-llama8b",
                         offline=False, kv_pages=kv_pages, cost="roofline", **settings)
     serving = build(cfg, prefix_cache=False, block_size=None, capacity=kv_pages, max_context=lc.max_context)
@@ -186,6 +185,16 @@ def eager_launch_keys(policy: str, specs, kv_pages: int = 51222, **settings) -> 
     pool = serving.new_batcher(table, None, None, PagedKVPool).pool
     ex = stand_in_executor(cfg, serving, lc, table, pool, [16], kv_pages, rule=True, coarse=True,
                            synthetic_prefill=False, store_slots=cfg.max_batch + 1)
+    return ex, serving, lc
+
+
+def eager_launch_keys(policy: str, specs, kv_pages: int = 51222, **settings) -> tuple[set, list[set]]:
+    """The attention launches' kernel variants (launch, BLOCK_M, BLOCK_N, warps, stages, fused
+    merge, page scores) of the start-up's eager warm-ups (`ShapeSet.eager_passes`) and of each of
+    `specs` (`RuntimeExecutor.synthetic`'s arguments): what compiles where, on the host only."""
+    from spsim.gpu_runtime.startup import shape_set_for
+
+    ex, serving, lc = made_up_executor(policy, kv_pages, 2, **settings)  # a drafting pass's two layers' lists
 
     def keys(spec) -> set:
         attn = ex.synthetic(**spec)[0]
@@ -207,22 +216,10 @@ def startup_misses(policy: str, specs, kv_pages: int = 20000, max_batch: int = 8
     """The made-up passes of `specs` (`RuntimeExecutor.synthetic`'s arguments) that the executor
     would graph but whose graph key the start-up set of these settings lacks: (spec, tokens) each.
     Host side only (the 8B shape, one layer, a stand-in model)."""
-    from spsim.build import build
-    from spsim.config import ServingConfig
     from spsim.gpu_runtime.graphs import GraphedPasses
-    from spsim.gpu_runtime.model_config import get_config
     from spsim.gpu_runtime.startup import capture, shape_set_for
-    from spsim.policies.kv import PagedKVPool
-    from spsim.policies.request import RequestTable
 
-    lc = dataclasses.replace(get_config("llama-3.1-8b"), layers=1, vocab=16)
-    cfg = ServingConfig(model="llama-3.1-8b", gpu="h200", policy=policy, acceptance="sparsespec-llama8b",
-                        offline=False, kv_pages=kv_pages, cost="roofline", max_batch=max_batch, **settings)
-    serving = build(cfg, prefix_cache=False, block_size=None, capacity=kv_pages, max_context=lc.max_context)
-    table = RequestTable(np.full(1, 16), np.full(1, 1), np.zeros(1))
-    pool = serving.new_batcher(table, None, None, PagedKVPool).pool
-    ex = stand_in_executor(cfg, serving, lc, table, pool, [16], kv_pages, rule=True, coarse=True,
-                           synthetic_prefill=False, store_slots=cfg.max_batch + 1)
+    ex, serving, lc = made_up_executor(policy, kv_pages, 1, max_batch=max_batch, **settings)
     start = GraphedPasses(ex.model, ex.cache, capture=False)
     capture(start, ex, shape_set_for(ex.padding.rule, serving.batcher_config, lc, serving.method, kv_pages))
     probe = GraphedPasses(ex.model, ex.cache, capture=False)

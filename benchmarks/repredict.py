@@ -23,7 +23,6 @@ import io
 import json
 import sys
 import tarfile
-from dataclasses import fields
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,33 +60,23 @@ def decode_by_batch(passes: list[dict], key: str) -> dict[int, list[float]]:
 
 
 def repredict(v: dict, passes: list[dict], profile: str, slower: float | None = None) -> dict:
-    from spsim.build import build_cost_model
-    from spsim.config import ServingConfig
-    from spsim.cost.recording import RecordingCost
-    from spsim.simulator.engine import SimConfig, simulate
-    from spsim.traces import read_trace
-    from spsim.traces.transforms import rescale_qps
-    from spsim.validate import check, longest_query, priced_as_run, select
+    from revalidate import as_run  # (benchmarks/: the run's window, settings and padding)
 
-    w = v["window"]
-    tr = select(read_trace(v["trace"]), w["limit"], w["window_s"])
-    if w.get("speed") and len(tr) > 1:
-        tr = rescale_qps(tr, w["speed"] * len(tr) / float(tr.arrival_s[-1]))
-    cfg = check(ServingConfig(policy=v["policy"], acceptance=v["acceptance"], model=v["model"], profile=profile,
-                              seed=v["seed"], kv_pages=v["kv_pages"], offline=False))
-    cost = priced_as_run(build_cost_model(cfg), False, shape_rule=True, max_query=longest_query(cfg))
-    sc = SimConfig(**{f.name: getattr(cfg, f.name) for f in fields(ServingConfig)})
-    res = simulate(tr, sc, cost=cost)  # as `spsim validate` predicts
+    from spsim.cost.recording import RecordingCost
+    from spsim.validate import simulate_like
+
+    tr, cfg, cost = as_run(v, profile)
+    res, _ = simulate_like(tr, cfg, cost)  # as `spsim validate` predicts
     adjusted = None
     if slower:  # the same prices on this run's machine (one factor)
         from spsim.cost.scaled import ScaledCost
 
-        adjusted = simulate(tr, sc, cost=ScaledCost(cost, 1.0 + slower))
+        adjusted, _ = simulate_like(tr, cfg, ScaledCost(cost, 1.0 + slower))
     # the passes, recorded in a run of their own: the recorder prices each pass alone, where the
     # simulator prices a segment's passes together (equal within ~0.1 %, but under arrivals a
     # small change moves later batches)
     rec = RecordingCost(cost)
-    simulate(tr, sc, cost=rec)
+    simulate_like(tr, cfg, rec)
     errors = {}
     for k in METRICS:
         m = float(v["metrics"][k]["measured"])
@@ -100,7 +89,7 @@ def repredict(v: dict, passes: list[dict], profile: str, slower: float | None = 
                  "passes_predicted": len(gp[r]), "predicted_ms": round(float(np.mean(gp[r])), 3),
                  "error_pct": round(100 * (np.mean(gp[r]) / np.mean(gm[r]) - 1), 1)}
                 for r in sorted(set(gm) & set(gp))]
-    return {"policy": v["policy"], "trace": v["trace"], "window": w, "machine_slower": slower,
+    return {"policy": v["policy"], "trace": v["trace"], "window": v["window"], "machine_slower": slower,
             "errors_pct": errors, "decode_by_batch": by_batch}
 
 

@@ -52,12 +52,13 @@ def _trace_of(r: dict):
     return tr
 
 
-def repredict(r: dict, profile: str) -> dict:
-    """The simulator's metrics for the run `r` (a validate JSON) under `profile`."""
+def as_run(r: dict, profile: str):
+    """(trace window, config, cost model) that predict the run `r` (a validate JSON) as it ran,
+    under `profile`: its window, policy, load, seed, acceptance and KV pages, its passes priced
+    padded as it padded them."""
     from spsim.config import ServingConfig
     from spsim.cost.profile import load_cost_model
-    from spsim.validate import longest_query, priced_as_run, simulate_like
-    from spsim.validate_report import metrics
+    from spsim.validate import longest_query, priced_as_run
 
     tr = _trace_of(r)
     if len(tr) != r["requests"] or str(tr.ids[0]) != r["first_id"] or str(tr.ids[-1]) != r["last_id"]:
@@ -67,6 +68,15 @@ def repredict(r: dict, profile: str) -> dict:
     pad = (r.get("runtime") or {}).get("padding") or {}
     cost = priced_as_run(load_cost_model(profile), bool(pad.get("coarse")), shape_rule=bool(pad.get("shape_rule")),
                          max_query=longest_query(cfg))
+    return tr, cfg, cost
+
+
+def repredict(r: dict, profile: str) -> dict:
+    """The simulator's metrics for the run `r` (a validate JSON) under `profile`."""
+    from spsim.validate import simulate_like
+    from spsim.validate_report import metrics
+
+    tr, cfg, cost = as_run(r, profile)
     sim, _ = simulate_like(tr, cfg, cost)
     measured = {k: v["measured"] for k, v in r["metrics"].items()}
     return metrics(measured, sim.summary)

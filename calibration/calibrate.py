@@ -109,6 +109,7 @@ def calibrate_from(measurements: str | Path, out: str | Path | None = None, host
 
     from .fit import fit, host_overhead_from_log
     from .machine import profile_anchor, scale_sessions
+    from .machine import runs as machine_runs
     from .records import read_measurements
 
     meas = Path(measurements)
@@ -126,9 +127,10 @@ def calibrate_from(measurements: str | Path, out: str | Path | None = None, host
     if len(info["session_machines"]) > 1:
         log(f"warning: {meas} was measured in sessions on different machines or code: "
             + "; ".join(info["session_machines"]))
-    anchor, warning = profile_anchor(meas)
+    rs = machine_runs(meas)
+    anchor, warning = profile_anchor(meas, rs)
     info.update(anchor)
-    recs, scales = scale_sessions(meas, recs)
+    recs, scales = scale_sessions(meas, recs, rs)
     if scales:  # runs on another machine than the profile's: their times brought to its machine
         info["session_scale"] = {str(k): f for k, f in scales.items()}
         log(f"note: {warning}; their times are scaled to the profile's machine before the fit: "

@@ -30,30 +30,41 @@ def session_anchors(measurements: str | Path) -> list[dict]:
             for k, v in sorted(by.items())]
 
 
-def _points_per_session(measurements: str | Path) -> dict[int, int]:
-    """Design points measured per measuring run (its lines between two session headers)."""
-    out: dict[int, int] = {}
-    session = -1
-    for line in Path(measurements).read_text().split("\n"):
+def runs(measurements: str | Path) -> list[dict]:
+    """Each measuring run of a measurements file, in file order: its header's line, its design
+    points' count and, where it timed one, its decode-step anchor (`session_anchors`). One read of
+    the file for what `profile_anchor` and `scale_sessions` both need (a missing file: none)."""
+    if not Path(measurements).exists():
+        return []
+    out: list[dict] = []
+    for i, line in enumerate(Path(measurements).read_text().split("\n"), 1):
         if '"spsim_calibration"' in line:
-            session += 1
-        elif line.startswith('{"id"'):
-            out[session] = out.get(session, 0) + 1
+            out.append({"session": len(out), "line": i, "points": 0})
+        elif line.startswith('{"id"') and out:
+            out[-1]["points"] += 1
+    for a in session_anchors(measurements):
+        out[a["session"]].update(anchor_s=a["anchor_s"], point=a["point"])
     return out
 
 
-def profile_anchor(measurements: str | Path) -> tuple[dict, str | None]:
+def _reference_run(rs: list[dict]) -> dict | None:
+    """The run that measured the most points among those that timed the anchor (the machine the fit
+    mostly describes; the last such run on a tie)."""
+    timed = [r for r in rs if "anchor_s" in r]
+    return max(reversed(timed), key=lambda r: r["points"]) if timed else None
+
+
+def profile_anchor(measurements: str | Path, rs: list[dict] | None = None) -> tuple[dict, str | None]:
     """What a profile records of its machine and a warning where its measuring runs disagree.
-    `anchor`: the decode-step anchor of the run that measured the most points (the machine the fit
-    mostly describes; the last such run on a tie); `session_anchor_slower`: each run's against it,
-    where several timed it. The warning: they differ by more than 1 %."""
-    s = session_anchors(measurements)
-    if not s:
+    `anchor`: the decode-step anchor of the run that measured the most points; `session_anchor_slower`:
+    each run's against it, where several timed it. The warning: they differ by more than 1 %.
+    `rs`: the file's `runs`, when already read."""
+    rs = runs(measurements) if rs is None else rs
+    ref = _reference_run(rs)
+    if ref is None:
         return {}, None
-    n = _points_per_session(measurements)
-    ref = max(reversed(s), key=lambda a: n.get(a["session"], 0))
     info: dict = {"anchor": {"anchor_s": ref["anchor_s"], "point": ref["point"]}}
-    spread = [round(a["anchor_s"] / ref["anchor_s"] - 1, 4) for a in s if a["point"] == ref["point"]]
+    spread = [round(r["anchor_s"] / ref["anchor_s"] - 1, 4) for r in rs if r.get("point") == ref["point"]]
     if len(spread) < 2:
         return info, None
     info["session_anchor_slower"] = spread
@@ -64,30 +75,24 @@ def profile_anchor(measurements: str | Path) -> tuple[dict, str | None]:
                   "apart from the run that measured the most points (machines of one GPU model differ)")
 
 
-def session_scales(measurements: str | Path) -> dict[int, float]:
-    """Per measuring run (session index), the factor that brings its times to the profile's machine
-    (`profile_anchor`): reference anchor / its own. Runs without the reference's anchor: absent."""
-    s = session_anchors(measurements)
-    ref = profile_anchor(measurements)[0].get("anchor")
-    if not ref:
-        return {}
-    return {a["session"]: ref["anchor_s"] / a["anchor_s"] for a in s if a["point"] == ref["point"]}
-
-
-def scale_sessions(measurements: str | Path, recs: list) -> tuple[list, dict[int, float]]:
+def scale_sessions(measurements: str | Path, recs: list, rs: list[dict] | None = None) -> tuple[list, dict[int, float]]:
     """`recs` (records.Measurement) with the times of runs on other machines than the profile's
-    brought to its machine (`session_scales`; first order: one factor a run), and the factors
-    applied (those more than 0.1 % from 1)."""
+    brought to its machine by reference anchor / their own (first order: one factor a run), and the
+    factors applied (those more than 0.1 % from 1; runs without the reference's anchor: none).
+    `rs`: the file's `runs`, when already read."""
     import dataclasses
+    from bisect import bisect_left
 
-    scales = {k: f for k, f in session_scales(measurements).items() if abs(f - 1.0) > 0.001}
+    rs = runs(measurements) if rs is None else rs
+    ref = _reference_run(rs)
+    scales = {} if ref is None else {r["session"]: ref["anchor_s"] / r["anchor_s"] for r in rs
+                                      if r.get("point") == ref["point"] and abs(ref["anchor_s"] / r["anchor_s"] - 1) > 0.001}
     if not scales:
         return recs, {}
-    heads = [i for i, line in enumerate(Path(measurements).read_text().split("\n"), 1)
-             if '"spsim_calibration"' in line]
+    heads = [r["line"] for r in rs]
     out = []
     for m in recs:
-        f = scales.get(sum(1 for h in heads if h < m.line) - 1)
+        f = scales.get(bisect_left(heads, m.line) - 1)  # the run whose header precedes the record
         if f is None or not m.ok:
             out.append(m)
             continue
@@ -128,8 +133,7 @@ def probe(model, page_size: int = 16, shape_rule: bool = True) -> dict:
 
     cfg = model.cfg
     free = torch.cuda.mem_get_info(model.device)[0]
-    per_page = 2 * cfg.layers * cfg.kv_heads * cfg.head_dim * page_size * torch.finfo(model.dtype).bits // 8
-    room = int(0.5 * free // per_page) * page_size  # at most half of what is free
+    room = int(0.5 * free // PagedKVCache.bytes_per_page(cfg, page_size, model.dtype)) * page_size  # half what is free
     point = next(a for a in anchor_points(cfg.max_context, room) if a.label == "ar")
     cache = PagedKVCache(cfg, _pages_needed_all(point, page_size) + SCRATCH_PAGES, page_size, device=model.device,
                          dtype=model.dtype)

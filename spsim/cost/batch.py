@@ -182,7 +182,4 @@ class PlanBatch:
 
         ruled = model.ruled(self.tokens, self.requests)
         tall = (model.tile_class(self.pre_q) == len(TILES) - 1) | ruled[self.pre_of]
-        n = self.n
-        n_req = np.bincount(self.pre_of, minlength=n) + np.bincount(self.dr_of, minlength=n) + \
-            np.bincount(self.ver_of, minlength=n)
-        return tall & ((np.bincount(self.pre_of[tall], minlength=n) < n_req) | ruled)[self.pre_of]
+        return tall & ((np.bincount(self.pre_of[tall], minlength=self.n) < self.requests) | ruled)[self.pre_of]

@@ -1353,7 +1353,8 @@ class CalibratedCostModel(RooflineCostModel):
         np.maximum.at(qmax, batch.ver_of, batch.ver_q)
         tall = batch.split_prefill(self)
         np.maximum.at(qmax, batch.pre_of[~tall], batch.pre_q[~tall])
-        qmax = np.where(self.ruled(batch.tokens, batch.requests) & batch.has_prefill, np.maximum(qmax, self.p.rule_max_query), qmax)
+        ruled = self.ruled(batch.tokens, batch.requests)
+        qmax = np.where(ruled & batch.has_prefill, np.maximum(qmax, self.p.rule_max_query), qmax)
         cls = self.tile_class(qmax)
         a = self.prefill_attn(batch.pre_ctx, batch.pre_q, np.where(tall, len(TILES) - 1, cls[batch.pre_of]))
         kern_tall = np.bincount(batch.pre_of[tall], a[tall], n)  # split prefill chunks' attention (their own launch)
@@ -1361,7 +1362,6 @@ class CalibratedCostModel(RooflineCostModel):
                          (batch.dr_of, self.draft_attn(batch.dr_ctx, batch.dr_budget, batch.dr_method, batch.dr_pos,
                                                        cls[batch.dr_of])),
                          (batch.ver_of, self.full_attn(batch.ver_ctx, batch.ver_q, cls[batch.ver_of])))
-        ruled = self.ruled(batch.tokens, batch.requests)
         keep = batch.keeps(ruled)
         frac = self.p.score_attn_frac
         if self.p.attn_sms or (frac and keep.any()):  # the attention kernel's tail (see work_ratio)
