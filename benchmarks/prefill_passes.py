@@ -45,6 +45,8 @@ def points():
         "pre 0+2048 + ar 16x16K": Point("prefill", V, prefill=((0, 2048),), verifies=dec(16, 16384)),
         "pre 0+381": Point("prefill", V, prefill=((0, 381),)),
         "pre 0+381 + ar 9x1300": Point("prefill", V, prefill=((0, 381),), verifies=dec(9, 1300)),
+        "pre 0+440": Point("prefill", V, prefill=((0, 440),)),  # the rule's 448-token class (381 + 9 rows pad to it)
+        "pre 0+500": Point("prefill", V, prefill=((0, 500),)),  # its 512-token class
         "pre 0+128 + ar 16x4K": Point("prefill", V, prefill=((0, 128),), verifies=dec(16, 4096)),
         "pre 0+256 + 16 drafts 16K": Point("prefill", V, prefill=((0, 256),),
                                            drafts=tuple((16384, 1) for _ in range(16))),
