@@ -7,9 +7,17 @@ each: a 372-394-token chunk beside 3-9 one-token rows, measured slower than a 51
 alone), and prefill passes at 256-384 tokens 5-8 % low: a cost that depends on the class, not
 on the tokens (the GEMMs' kernel choice per row count is one candidate: `gemv.py --tokens`).
 
-    python3 benchmarks/token_classes.py [--sweep h100-llama-3.1-8b --sweep h200-llama-3.1-8b] [--out FILE]
+Also the validation runs' own prefill passes (`--runs`, the archive of per-pass files
+`validate_gpu.py --pack` writes): each run's median GPU time per padded token class, so the
+classes can be compared under live traffic (the 4x Azure runs on the H100: 448-token passes slower
+than 512-token ones under every policy).
+
+    python3 benchmarks/token_classes.py [--sweep h100-llama-3.1-8b --sweep h200-llama-3.1-8b]
+        [--runs benchmarks/results/validate/validate_runs.tar.gz] [--out FILE]
 
 CPU only: reads benchmarks/results/calibration/<sweep>.measurements.jsonl and <sweep>.fit.json.
+Token classes are computed with the rule of the checkout (`spsim.cost.padding.padded`): run it on
+the commit the data were measured on to see the classes they ran (448 and 896 before 2026-12-09).
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tarfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -54,18 +63,50 @@ def classes(sweep: str) -> list[dict]:
     return out
 
 
+def live(archive: Path) -> dict:
+    """Each run's prefill passes (graphed ones: padded tokens within the graph limit) by padded token
+    class: count, median GPU ms, real tokens and rows beside the chunk."""
+    out = {}
+    with tarfile.open(archive) as tar:
+        for m in sorted(tar.getmembers(), key=lambda m: m.name):
+            if not m.name.endswith("/passes.jsonl"):
+                continue
+            groups = defaultdict(list)
+            for line in tar.extractfile(m):
+                r = json.loads(line)
+                if not r.get("prefill_tokens"):
+                    continue
+                rows = r["drafts"] + r["verifies"]
+                tokens = r["prefill_tokens"] + r["drafts"] + r["verify_tokens"]
+                t, _ = padded(tokens, 0, r["drafts"], r["verifies"], "rule", 1 << 30, n_prefill=1)
+                if t > 2048:  # eager: not a graph's class
+                    continue
+                groups[t].append((r["gpu_ms"], tokens, rows))
+            out[m.name.split("/")[-2]] = [
+                {"padded_tokens": t, "passes": len(v), "median_gpu_ms": round(statistics.median(x for x, _, _ in v), 2),
+                 "tokens": [min(x for _, x, _ in v), max(x for _, x, _ in v)],
+                 "median_rows_beside": statistics.median(x for _, _, x in v)} for t, v in sorted(groups.items())]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sweep", action="append", help="a sweep's name under results/calibration (repeatable)")
+    ap.add_argument("--runs", default=str(Path(__file__).parent / "results" / "validate" / "validate_runs.tar.gz"),
+                    help="a validation archive of per-pass files ('' for none)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "token_classes.json"))
     a = ap.parse_args()
     sweeps = a.sweep or ["h100-llama-3.1-8b", "h200-llama-3.1-8b"]
     res = {**header("token_classes"), "sweeps": {s: classes(s) for s in sweeps}}
+    if a.runs:
+        res["runs"] = live(Path(a.runs))
     for s, rows in res["sweeps"].items():
         print(s)
         for r in rows:
             print(f"  {'prefill' if r['prefill'] else 'decode ':8s} {r['padded_tokens']:6d} tokens  {r['points']:3d} points  "
                   f"mean {100 * r['mean_error']:+6.1f} %  ({100 * r['min_error']:+.1f} .. {100 * r['max_error']:+.1f})")
+    for run, rows in res.get("runs", {}).items():
+        print(run, " ".join(f"{r['padded_tokens']}:{r['median_gpu_ms']}({r['passes']})" for r in rows))
     Path(a.out).write_text(json.dumps(res, indent=1) + "\n")
 
 

@@ -44,11 +44,22 @@ def rule_graphed(tokens: int, requests: int, limit: int) -> bool:
 
 
 RULE_FINE = 256  # the shape rule's token sizes: powers of two up to this, then `bucket`'s 25 % steps
+# `bucket` sizes the rule skips (to the next power of two): passes of these token counts ran as slow
+# as, or slower than, those of the next power of two. On the H100 under Azure traffic at 4x, the
+# median 448-token prefill pass took 17.7-21.2 ms against 15.4-19.0 ms at 512 (four policies), and
+# both cards' sweeps priced the 448 class 24-26 % low (a 372-394-token chunk beside 3-9 rows:
+# 19-20.5 ms against 17.7 ms for a 512-token chunk padded to 640); 896-token passes took what
+# 1,024-token ones did (benchmarks/token_classes.py; which kernel it is: gemv.py --tokens).
+RULE_SKIP = (448, 896)
 
 
 def rule_size(n: int, least: int = 8) -> int:
     """Token and logits-row counts under the shape rule (gpu_runtime/shapes.py): a power of two up to
     RULE_FINE (cheap: small passes are bound by weight reads), then `bucket` (at most 25 %
-    padding where a pass's tokens start to cost compute: prefill chunks of 1-2K tokens)."""
+    padding where a pass's tokens start to cost compute: prefill chunks of 1-2K tokens) but for
+    RULE_SKIP's sizes, which take the next power of two."""
     p = pow2(n, least)
-    return p if p <= RULE_FINE else bucket(n, least)
+    if p <= RULE_FINE:
+        return p
+    b = bucket(n, least)
+    return p if b in RULE_SKIP else b

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spsim.buckets import RULE_FINE, bucket, pad_count, pow2, rule_size
+from spsim.buckets import RULE_FINE, RULE_SKIP, bucket, pad_count, pow2, rule_size
 
 MODES = ("none", "bucket", "pow2", "rule")
 LEAST = 8  # padded token and logits counts are at least this (PassPadding._size(..., 8))
@@ -94,7 +94,8 @@ def rule_size_vec(n, least: int = 8) -> np.ndarray:
     if t is not None:
         return t
     p = pow2_vec(n, least)
-    return np.where(p <= RULE_FINE, p, bucket_vec(n, least))
+    b = bucket_vec(n, least)
+    return np.where((p <= RULE_FINE) | np.isin(b, RULE_SKIP), p, b)
 
 
 def rule_graphed_vec(tokens, requests, limit: int) -> np.ndarray:
