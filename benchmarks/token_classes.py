@@ -16,8 +16,9 @@ than 512-token ones under every policy).
         [--runs benchmarks/results/validate/validate_runs.tar.gz] [--out FILE]
 
 CPU only: reads benchmarks/results/calibration/<sweep>.measurements.jsonl and <sweep>.fit.json.
-Token classes are computed with the rule of the checkout (`spsim.cost.padding.padded`): run it on
-the commit the data were measured on to see the classes they ran (448 and 896 before 2026-12-09).
+A pass's class is the shape rule's padded token count (`spsim.buckets`) with `--skip` the sizes the
+rule skipped when the data were measured: none for the data committed today (measured before
+`RULE_SKIP`); pass `--skip 448,896` for data measured since.
 """
 
 from __future__ import annotations
@@ -31,12 +32,23 @@ from pathlib import Path
 
 from harness import header
 
-from spsim.cost.padding import padded
+from spsim.buckets import RULE_FINE, bucket, pow2
 
 CAL = Path(__file__).parent / "results" / "calibration"
 
 
-def classes(sweep: str) -> list[dict]:
+def padded_tokens(tokens: int, rows: int, skip: tuple) -> int:
+    """The rule's padded token count of a pass of `tokens` tokens over `rows` requests (the
+    runtime's `rule_size` with `skip` for RULE_SKIP; spsim/cost/padding.py `padded`)."""
+    n = tokens + (pow2(rows) - rows if rows else 0) + 1  # dummy rows, a filler token
+    p = pow2(n, 8)
+    if p <= RULE_FINE:
+        return p
+    b = bucket(n, 8)
+    return p if b in skip else b
+
+
+def classes(sweep: str, skip: tuple = ()) -> list[dict]:
     """One row per (prefill or not, padded tokens) of the sweep's graphed, padded points."""
     rows = [json.loads(line) for line in (CAL / f"{sweep}.measurements.jsonl").open()]
     fit = json.loads((CAL / f"{sweep}.fit.json").read_text())
@@ -52,7 +64,7 @@ def classes(sweep: str) -> list[dict]:
         pre = [q for _, q in pt["prefill"]]
         ver = [q for _, q in pt["verifies"]]
         tokens = sum(pre) + len(pt["drafts"]) + sum(ver)
-        t, _ = padded(tokens, 0, len(pt["drafts"]), len(ver), "rule", 1 << 30, n_prefill=len(pre))
+        t = padded_tokens(tokens, len(pre) + len(pt["drafts"]) + len(ver), skip)
         groups[(bool(pre), t)].append((p / r["seconds"] - 1, r["seconds"]))
     out = []
     for (pre, t), v in sorted(groups.items()):
@@ -63,7 +75,7 @@ def classes(sweep: str) -> list[dict]:
     return out
 
 
-def live(archive: Path) -> dict:
+def live(archive: Path, skip: tuple = ()) -> dict:
     """Each run's prefill passes (graphed ones: padded tokens within the graph limit) by padded token
     class: count, median GPU ms, real tokens and rows beside the chunk."""
     out = {}
@@ -78,7 +90,7 @@ def live(archive: Path) -> dict:
                     continue
                 rows = r["drafts"] + r["verifies"]
                 tokens = r["prefill_tokens"] + r["drafts"] + r["verify_tokens"]
-                t, _ = padded(tokens, 0, r["drafts"], r["verifies"], "rule", 1 << 30, n_prefill=1)
+                t = padded_tokens(tokens, 1 + rows, skip)
                 if t > 2048:  # eager: not a graph's class
                     continue
                 groups[t].append((r["gpu_ms"], tokens, rows))
@@ -94,12 +106,14 @@ def main() -> None:
     ap.add_argument("--sweep", action="append", help="a sweep's name under results/calibration (repeatable)")
     ap.add_argument("--runs", default=str(Path(__file__).parent / "results" / "validate" / "validate_runs.tar.gz"),
                     help="a validation archive of per-pass files ('' for none)")
+    ap.add_argument("--skip", default="", help="token sizes the rule skipped when the data were measured (448,896)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "token_classes.json"))
     a = ap.parse_args()
     sweeps = a.sweep or ["h100-llama-3.1-8b", "h200-llama-3.1-8b"]
-    res = {**header("token_classes"), "sweeps": {s: classes(s) for s in sweeps}}
+    skip = tuple(int(x) for x in a.skip.split(",") if x)
+    res = {**header("token_classes"), "skip": list(skip), "sweeps": {s: classes(s, skip) for s in sweeps}}
     if a.runs:
-        res["runs"] = live(Path(a.runs))
+        res["runs"] = live(Path(a.runs), skip)
     for s, rows in res["sweeps"].items():
         print(s)
         for r in rows:
