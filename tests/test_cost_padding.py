@@ -13,7 +13,7 @@ from spsim.cost import CalibratedCostModel, CalibratedParams
 from spsim.cost.batch import PlanBatch
 from spsim.cost.padding import (TABLE_N, bucket_vec, pad_count_vec, padded, padded_vec, pow2_vec,
                                 rule_size_vec)
-from spsim.buckets import bucket, pad_count, pow2, rule_size
+from spsim.buckets import RULE_SKIP, bucket, pad_count, pow2, rule_size
 from spsim.gpu_runtime.padding import PassPadding
 from spsim.plan import PassPlan
 
@@ -39,6 +39,17 @@ def test_looked_up_rules_are_the_runtimes():
         assert np.array_equal(rule_size_vec(n[1:], least), [rule_size(int(x), least) for x in n[1:]])
         m = np.arange(TABLE_N - 3, TABLE_N + 300)
         assert np.array_equal(rule_size_vec(m, least), [rule_size(int(x), least) for x in m])
+
+
+def test_the_rule_pads_past_its_skipped_token_classes():
+    # 448 and 896 tokens ran as slow as the next power of two: no pass is padded to them, in the
+    # runtime's rule or the cost model's (the arithmetic path too: an array reaching past the tables)
+    n = np.arange(1, 6000)
+    assert not {rule_size(int(x)) for x in n} & set(RULE_SKIP)
+    for s in RULE_SKIP:
+        assert rule_size(s) == rule_size(s - 40) == pow2(s)
+        assert rule_size_vec(np.array([s - 40, TABLE_N + 1])).tolist()[0] == pow2(s)
+    assert rule_size(385) == 512 and rule_size(384) == 384 and rule_size(513) == 640
 
 
 def _runtime(tokens: int, logits: int, n_dr: int, n_ver: int, coarse: bool) -> tuple[int, int]:
