@@ -117,6 +117,12 @@ def main() -> None:
     if missing is not None:
         print(f"error: {missing}: no such file", file=sys.stderr)
         sys.exit(2)
+    index = json.loads((idx / "validate_index.json").read_text()) if (idx / "validate_index.json").is_file() else {}
+    from spsim.calibration.measure import kernel_version
+    ran, here = index.get("kernel_version"), kernel_version()
+    if ran and ran != here:  # the simulator pads passes by this checkout's shape rule, not theirs
+        print(f"warning: {idx}: the runs ran kernels {ran}, this checkout's are {here}; where the shape "
+              "rule changed between them (buckets.py), re-predict at the runs' commit", file=sys.stderr)
     found = runs(archive)
     unknown = sorted(set(given) - set(found))
     if unknown:
@@ -135,7 +141,7 @@ def main() -> None:
                                          if slower else "") for k in METRICS))
         out.append(row)
     doc = {**header("repredict"), "index": str(idx.relative_to(ROOT) if idx.is_relative_to(ROOT) else idx),
-           "profile": Path(a.profile).name, "runs": out}
+           "profile": Path(a.profile).name, "runs_kernel_version": ran, "kernel_version": here, "runs": out}
     path = write(a.out or idx / "repredict.json", doc)
     print(f"wrote {path}")
 
