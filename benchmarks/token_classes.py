@@ -32,20 +32,15 @@ from pathlib import Path
 
 from harness import header
 
-from spsim.buckets import RULE_FINE, bucket, pow2
+from spsim.buckets import pow2, rule_size
 
 CAL = Path(__file__).parent / "results" / "calibration"
 
 
 def padded_tokens(tokens: int, rows: int, skip: tuple) -> int:
-    """The rule's padded token count of a pass of `tokens` tokens over `rows` requests (the
-    runtime's `rule_size` with `skip` for RULE_SKIP; spsim/cost/padding.py `padded`)."""
-    n = tokens + (pow2(rows) - rows if rows else 0) + 1  # dummy rows, a filler token
-    p = pow2(n, 8)
-    if p <= RULE_FINE:
-        return p
-    b = bucket(n, 8)
-    return p if b in skip else b
+    """The rule's padded token count of a pass of `tokens` tokens over `rows` requests, with `skip`
+    the sizes the rule skipped then (spsim/cost/padding.py `padded`)."""
+    return rule_size(tokens + (pow2(rows) - rows if rows else 0) + 1, 8, skip)  # dummy rows, a filler token
 
 
 def classes(sweep: str, skip: tuple = ()) -> list[dict]:

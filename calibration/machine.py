@@ -11,7 +11,9 @@ machine by that ratio before the fit (`scale_sessions`).
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
+from bisect import bisect_left
 from pathlib import Path
 
 from .records import read_anchors
@@ -32,8 +34,8 @@ def session_anchors(measurements: str | Path) -> list[dict]:
 
 def runs(measurements: str | Path) -> list[dict]:
     """Each measuring run of a measurements file, in file order: its header's line, its design
-    points' count and, where it timed one, its decode-step anchor (`session_anchors`). One read of
-    the file for what `profile_anchor` and `scale_sessions` both need (a missing file: none)."""
+    points' count and, where it timed one, its decode-step anchor (`session_anchors`). One call for
+    what `profile_anchor` and `scale_sessions` both need (a missing file: none)."""
     if not Path(measurements).exists():
         return []
     out: list[dict] = []
@@ -80,9 +82,6 @@ def scale_sessions(measurements: str | Path, recs: list, rs: list[dict] | None =
     brought to its machine by reference anchor / their own (first order: one factor a run), and the
     factors applied (those more than 0.1 % from 1; runs without the reference's anchor: none).
     `rs`: the file's `runs`, when already read."""
-    import dataclasses
-    from bisect import bisect_left
-
     rs = runs(measurements) if rs is None else rs
     ref = _reference_run(rs)
     scales = {} if ref is None else {r["session"]: ref["anchor_s"] / r["anchor_s"] for r in rs

@@ -53,13 +53,13 @@ RULE_FINE = 256  # the shape rule's token sizes: powers of two up to this, then 
 RULE_SKIP = (448, 896)
 
 
-def rule_size(n: int, least: int = 8) -> int:
+def rule_size(n: int, least: int = 8, skip: tuple = RULE_SKIP) -> int:
     """Token and logits-row counts under the shape rule (gpu_runtime/shapes.py): a power of two up to
     RULE_FINE (cheap: small passes are bound by weight reads), then `bucket` (at most 25 %
     padding where a pass's tokens start to cost compute: prefill chunks of 1-2K tokens) but for
-    RULE_SKIP's sizes, which take the next power of two."""
+    `skip`'s sizes, which take the next power of two (another `skip`: the rule of older runs)."""
     p = pow2(n, least)
     if p <= RULE_FINE:
         return p
     b = bucket(n, least)
-    return p if b in RULE_SKIP else b
+    return p if b in skip else b
