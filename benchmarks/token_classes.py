@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tarfile
 from collections import defaultdict
 from pathlib import Path
@@ -105,7 +106,16 @@ def main() -> None:
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "token_classes.json"))
     a = ap.parse_args()
     sweeps = a.sweep or ["h100-llama-3.1-8b", "h200-llama-3.1-8b"]
-    skip = tuple(int(x) for x in a.skip.split(",") if x)
+    try:
+        skip = tuple(int(x) for x in a.skip.split(",") if x)
+    except ValueError:
+        print(f"error: --skip {a.skip!r}: expected token counts separated by commas (448,896)", file=sys.stderr)
+        sys.exit(2)
+    files = [CAL / f"{s}.{ext}" for s in sweeps for ext in ("measurements.jsonl", "fit.json")]
+    missing = next((p for p in files + ([Path(a.runs)] if a.runs else []) if not p.is_file()), None)
+    if missing is not None:
+        print(f"error: {missing}: no such file", file=sys.stderr)
+        sys.exit(2)
     res = {**header("token_classes"), "skip": list(skip), "sweeps": {s: classes(s, skip) for s in sweeps}}
     if a.runs:
         res["runs"] = live(Path(a.runs), skip)
