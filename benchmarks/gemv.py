@@ -16,20 +16,29 @@ copies of the weight totalling at least that much, so that they read HBM, not th
 results predate it). The copy bandwidth is measured in the same run (a 2 GiB device-to-device copy).
 `--table FILE` writes the best `spsim` tile per shape, which `SPSIM_GEMV_TABLE` feeds to the runtime.
 
-    PYTHONPATH=$PWD python3 benchmarks/gemv.py --out benchmarks/results/gemv_h200.json
-    PYTHONPATH=$PWD python3 benchmarks/gemv.py --tokens 1 --variants linear,spsim --copies-mb 256 \
+    python3 benchmarks/gemv.py --out benchmarks/results/gemv_h200.json
+    python3 benchmarks/gemv.py --tokens 1 --variants linear,spsim --copies-mb 256 \
         --out gemv.json --table gemv_table.json
+    python3 benchmarks/gemv.py --tokens 128,192,256,320,384,448,512,576,640,704,768,832,896,960,1024 \
+        --variants linear --copies-mb 256 --out benchmarks/results/gemv_tokens_h100.json
+
+The last: the same layers at a prefill pass's row counts (the shape rule's token classes and
+those between), which is where the rule's skipped classes come from (`spsim/buckets.py` RULE_SKIP).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
-import torch
-import triton
-import triton.language as tl
-from harness import header
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout without an install
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from harness import header  # noqa: E402
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
           "lm_head": (128256, 4096)}

@@ -9,16 +9,18 @@ on the tokens (the GEMMs' kernel choice per row count is one candidate: `gemv.py
 
 Also the validation runs' own prefill passes (`--runs`, the archive of per-pass files
 `validate_gpu.py --pack` writes): each run's median GPU time per padded token class, so the
-classes can be compared under live traffic (the 4x Azure runs on the H100: 448-token passes slower
-than 512-token ones under every policy).
+classes can be compared under live traffic (the 4x Azure runs on the H100 before `RULE_SKIP`:
+448-token passes slower than 512-token ones under every policy; since, those chunks take the
+512-token class and run faster).
 
     python3 benchmarks/token_classes.py [--sweep h100-llama-3.1-8b --sweep h200-llama-3.1-8b]
         [--runs benchmarks/results/validate/validate_runs.tar.gz] [--out FILE]
 
 CPU only: reads benchmarks/results/calibration/<sweep>.measurements.jsonl and <sweep>.fit.json.
 A pass's class is the shape rule's padded token count (`spsim.buckets`) with `--skip` the sizes the
-rule skipped when the data were measured: none for the data committed today (measured before
-`RULE_SKIP`); pass `--skip 448,896` for data measured since.
+rule skipped when the sweeps were measured (none for the sweeps committed today: measured before
+`RULE_SKIP`) and `--runs-skip` when the runs were (default today's `RULE_SKIP`: the committed
+archive ran on today's rule).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from pathlib import Path
 
 from harness import header
 
-from spsim.buckets import pow2, rule_size
+from spsim.buckets import RULE_SKIP, pow2, rule_size
 
 CAL = Path(__file__).parent / "results" / "calibration"
 
@@ -97,20 +99,26 @@ def live(archive: Path, skip: tuple = ()) -> dict:
     return out
 
 
+def _sizes(flag: str, text: str) -> tuple:
+    try:
+        return tuple(int(x) for x in text.split(",") if x)
+    except ValueError:
+        print(f"error: {flag} {text!r}: expected token counts separated by commas (448,896)", file=sys.stderr)
+        sys.exit(2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sweep", action="append", help="a sweep's name under results/calibration (repeatable)")
     ap.add_argument("--runs", default=str(Path(__file__).parent / "results" / "validate" / "validate_runs.tar.gz"),
                     help="a validation archive of per-pass files ('' for none)")
-    ap.add_argument("--skip", default="", help="token sizes the rule skipped when the data were measured (448,896)")
+    ap.add_argument("--skip", default="", help="token sizes the rule skipped when the sweeps were measured (448,896)")
+    ap.add_argument("--runs-skip", default=",".join(map(str, RULE_SKIP)),
+                    help="... when the runs were measured (default today's rule: %(default)s)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "token_classes.json"))
     a = ap.parse_args()
     sweeps = a.sweep or ["h100-llama-3.1-8b", "h200-llama-3.1-8b"]
-    try:
-        skip = tuple(int(x) for x in a.skip.split(",") if x)
-    except ValueError:
-        print(f"error: --skip {a.skip!r}: expected token counts separated by commas (448,896)", file=sys.stderr)
-        sys.exit(2)
+    skip, runs_skip = _sizes("--skip", a.skip), _sizes("--runs-skip", a.runs_skip)
     files = [CAL / f"{s}.{ext}" for s in sweeps for ext in ("measurements.jsonl", "fit.json")]
     missing = next((p for p in files + ([Path(a.runs)] if a.runs else []) if not p.is_file()), None)
     if missing is not None:
@@ -118,7 +126,8 @@ def main() -> None:
         sys.exit(2)
     res = {**header("token_classes"), "skip": list(skip), "sweeps": {s: classes(s, skip) for s in sweeps}}
     if a.runs:
-        res["runs"] = live(Path(a.runs), skip)
+        res["runs_skip"] = list(runs_skip)
+        res["runs"] = live(Path(a.runs), runs_skip)
     for s, rows in res["sweeps"].items():
         print(s)
         for r in rows:
