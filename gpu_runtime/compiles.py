@@ -11,10 +11,16 @@ from __future__ import annotations
 
 
 class CompileCounter:
-    """Per-kernel counts of first launches since `reset`. Chains any hook already installed."""
+    """Per-kernel counts of first launches since `reset`, and the first `KEEP` specialisations
+    (Triton's repr: the kernel, its warps and each argument's type, divisibility and constexpr
+    value), so a run that compiled says what the start-up left out. Chains any hook already
+    installed."""
+
+    KEEP = 16
 
     def __init__(self):
         self.by_kernel: dict[str, int] = {}
+        self.specialisations: list[str] = []
         self.installed = False
         self._prev = None
 
@@ -34,17 +40,20 @@ class CompileCounter:
         fn = kwargs.get("fn")
         name = getattr(fn, "name", None) or "kernel"
         self.by_kernel[name] = self.by_kernel.get(name, 0) + 1
+        if len(self.specialisations) < self.KEEP and kwargs.get("repr"):
+            self.specialisations.append(str(kwargs["repr"]))
         return self._prev(*args, **kwargs) if self._prev is not None else None
 
     def reset(self) -> None:
-        self.by_kernel = {}
+        self.by_kernel, self.specialisations = {}, []
 
     @property
     def count(self) -> int:
         return sum(self.by_kernel.values())
 
     def stats(self) -> dict:
-        return {"count": self.count, "by_kernel": dict(sorted(self.by_kernel.items()))}
+        return {"count": self.count, "by_kernel": dict(sorted(self.by_kernel.items())),
+                "specialisations": list(self.specialisations)}
 
 
 COMPILES = CompileCounter()  # one per process: Triton's hook is process-wide
