@@ -27,12 +27,12 @@ HEAD = ("policy", "load", "start-up graphs / s / GiB", "captures / eager / compi
 def load_label(run: dict) -> str:
     """The matrix's name for a run's load: short- or long-context arrivals (at Nx the trace's rate),
     offline, or a closed loop."""
-    mode = run.get("mode")
-    if isinstance(mode, dict) and mode.get("offline"):
+    mode = run.get("mode") if isinstance(run.get("mode"), dict) else {}  # ("trace arrivals": a string)
+    if mode.get("offline"):
         return "offline"
-    if isinstance(mode, dict) and mode.get("concurrency"):
+    if mode.get("concurrency"):
         return f"closed loop of {mode['concurrency']}"
-    if isinstance(mode, dict) and mode.get("qps"):
+    if mode.get("qps"):
         return f"{mode['qps']:g} req/s"
     speed = run.get("speed") or 1.0
     ctx = "long" if run.get("trace") == "mooncake" else "short"
@@ -49,8 +49,7 @@ def row(run: dict, doc: dict | None) -> list[str]:
     """One table row: the index's entry and, where present, the run's own JSON."""
     cells = [run["policy"], load_label(run)]
     if run.get("status") != "done" or doc is None:
-        status = str(run.get("status", "missing")) if doc is None and run.get("status") != "done" else \
-            "its JSON is missing" if doc is None else str(run.get("status"))
+        status = "its JSON is missing" if run.get("status") == "done" else str(run.get("status", "missing"))
         return cells + [status] + [""] * (len(HEAD) - 3)
     cg = doc.get("runtime", {}).get("cuda_graphs", {})
     st = cg.get("startup") or {}
