@@ -39,6 +39,19 @@ def load_label(run: dict) -> str:
     return f"{ctx} {speed:g}x"
 
 
+POLICY_ORDER = ("ar", "sync:k=4", "fixed-k:k=4", "entropy", "aspire")  # validate_gpu.py's defaults
+
+
+def order(run: dict) -> tuple:
+    """Rows by load (short-context arrivals by rate, long-context, offline, closed loop), then by
+    the matrix's policy order, whatever order the calls ran them in."""
+    label = load_label(run)
+    kind = 0 if label.startswith("short") else 1 if label.startswith("long") else \
+        2 if label == "offline" else 3 if label.startswith("closed") else 4
+    pol = run.get("policy", "")
+    return (kind, run.get("speed") or 1.0, POLICY_ORDER.index(pol) if pol in POLICY_ORDER else len(POLICY_ORDER), pol)
+
+
 def _pct(metric: dict) -> str:
     s = f"{metric['rel_error'] * 100:+.1f} %"
     miss = metric.get("within") is False and not metric.get("in_measured_range")
@@ -69,7 +82,7 @@ def table(folder: Path) -> str:
              f"profile `{Path(str(index.get('profile'))).name}`, repeat {index.get('repeat', 1)}, "
              f"{len(index.get('runs', []))} runs", "",
              "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
-    for run in index.get("runs", []):
+    for run in sorted(index.get("runs", []), key=order):
         f = folder / str(run.get("file", ""))
         doc = json.loads(f.read_text()) if run.get("file") and f.is_file() else None
         lines.append("| " + " | ".join(row(run, doc)) + " |")

@@ -391,15 +391,15 @@ class PassAttention(PagedAttention):
         return caps
 
     def id_capacities(self) -> list[int]:
-        """Page-id room for each of `graph_lists()`: the rule's (fixed by the request count, the
-        width class and the slab), else a power of two over this pass's own lists."""
+        """Page-id room for each of `graph_lists()`: the rule's (fixed by the request count and the
+        slab), else a power of two over this pass's own lists."""
         if self.width_class is None or self.off_rule:
             return [1 << max(10, (int(L.indices.shape[0]) - 1).bit_length()) for L in self.graph_lists()]
         n = len(self.q_len)
         slab = self._rows * self._K if self._n_sel else 0
-        caps = [self.rule.ids_capacity(n, self.width_class, slab)]
+        caps = [self.rule.ids_capacity(n, slab)]
         if self.lists0 is not None:
-            caps.append(self.rule.ids_capacity(n, self.width_class))
+            caps.append(self.rule.ids_capacity(n))
         return caps
 
     def pad_page_ids(self, caps: list[int], buffer=None) -> None:

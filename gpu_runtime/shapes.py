@@ -68,10 +68,14 @@ class ShapeRule:
         """Page ids a drafting row reads: the budget's pages plus the pages its run's drafts reach."""
         return _round_up(self.budget_pages + 2 + -(-self.max_draft // self.page_size), 8)
 
-    def ids_capacity(self, requests: int, width: int, slab_ids: int = 0) -> int:
+    def ids_capacity(self, requests: int, slab_ids: int = 0) -> int:
         """Page ids a pass's lists hold at most: each request's pages (shared by its KV heads),
-        plus the drafting slab. A power of two, so few sizes recur."""
-        return pow2(max(1, requests * width + slab_ids), 1024)
+        plus the drafting slab. A power of two, so few sizes recur. Sized for every request in
+        the widest class whatever the pass's class: the capacity then keys no graph by class (a pass
+        reads only the ids its lists count, and one buffer per size is shared), so a long request
+        among many short ones, which the pool admits where as many long ones it would not, replays
+        the graph of its composition (an offline Mooncake run on an H100 met 355 such passes)."""
+        return pow2(max(1, requests * self.classes[-1] + slab_ids), 1024)
 
 
 def rule_for(batcher_config, draft_budget: int, longest_run: int | None = None) -> ShapeRule:

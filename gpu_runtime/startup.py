@@ -74,6 +74,27 @@ class ShapeSet:
             lo = c * ps + 1
         return out
 
+    def rest(self, rows: int, top: int) -> int:
+        """The context each of `rows - 1` requests has where one has `top` and the pool is full
+        (at most `top`, at least one token)."""
+        ps = self.rule.page_size
+        pages = (self.pool_pages - -(-(top + self.rule.max_draft + 1) // ps)) // max(1, rows - 1) - 1
+        return int(max(1, min(top, pages * ps - self.rule.max_draft - 1)))
+
+    def lone_tops(self, rows: int, ladder: list[int]) -> list[int]:
+        """The longest context of each class past `ladder` (whose contexts the pool cannot hold for
+        `rows` requests at once) that one request reaches beside `rows - 1` short ones: the pool
+        bounds the contexts' sum, not the longest (an offline run of 50 Mooncake requests on an
+        H100 decoded 33 rows, one of 88K tokens, in 355 passes outside a set without it)."""
+        r, ps, out = self.rule, self.rule.page_size, []
+        room = (self.pool_pages - 2 * (rows - 1)) * ps  # each short request: at most two pages
+        lo = max(ladder, default=0) + 1
+        for c in r.classes:
+            hi = min(c * ps - r.max_draft - 2 * ps, r.max_context, room)
+            if hi >= lo and r.width(-(-(hi + r.max_draft + 1) // ps)) == c and c * ps >= lo:
+                out.append(hi)
+        return out
+
     def compositions(self):
         """(R, drafting state, verifies as query lengths, prefill chunks) of every distinct
         (tokens, tile) combination: the part of a key that does not follow contexts.
@@ -245,12 +266,16 @@ class ShapeSet:
             for c in ladder:
                 w = self.rule.width(-(-(c + self.rule.max_draft + 1) // self.rule.page_size))
                 top_of[w] = max(top_of.get(w, 0), c)
-            tops = set(top_of.values())
+            lone = self.lone_tops(R, ladder)
+            tops = set(top_of.values()) | set(lone)
             variants = [(c, 0) for c in ladder] + [(c, 1) for c in sorted(tops)]
             if state:  # every 1-token verification a long drafting run instead (tokens alike):
                 variants += [(c, 2) for c in sorted(tops)]  # sparse lists short, layer 0's full ones long
+            # past the ladder, the others as long as the pool holds too: the most work items, which
+            # take the other tile (attention.py LONG_TILE) where one long request beside short ones does not
+            variants += [(c, 3) for c in lone if R > 1]
             for ctx, mixed in variants:
-                short = 16 if mixed else ctx
+                short = self.rest(R, ctx) if mixed == 3 else 16 if mixed else ctx
                 drafts = [(ctx, 0 if state == 2 else 1)] if state else []
                 ver = list(verifies)
                 if mixed == 2:

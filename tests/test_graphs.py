@@ -416,6 +416,25 @@ def test_startup_set_covers_a_burst_of_short_prompts(policy):
     assert r["passes_outside_startup"] == 0, r["_missed"]
 
 
+@pytest.mark.parametrize("policy", ["ar", "fixed-k:k=4"])
+def test_startup_set_covers_one_long_request_among_many(policy):
+    """The pool bounds the sum of the running requests' contexts, not the longest: eight rows, one
+    of them 40K tokens (the widest class), fit a pool that could not hold eight rows of that class.
+    Such passes replay start-up graphs (an offline run of 50 Mooncake requests on an H100 ran 355
+    passes of 33 rows, one of 88K tokens, eagerly before the set held them: `ShapeSet.lone_tops`,
+    and page-id capacities that key no class)."""
+    from spsim.traces.trace import Trace
+
+    gs = _graph_shapes()
+    n = 8
+    tr = Trace(np.array([f"g{i}" for i in range(n)], object), np.zeros(n),
+               np.r_[40000, np.full(n - 1, 600)], np.full(n, 48))
+    r = gs.count_shapes("x", policy, 48, 6000, trace=tr, startup=True, max_batch=8, offline=True)
+    widest = max(len(k[3]) and k[3][0] for k in r["_keys"])
+    assert r["graphable_passes"] > 40 and widest >= 8 * 8192, widest  # rows beside the long one decode
+    assert r["passes_outside_startup"] == 0, r["_missed"]
+
+
 def test_startup_eager_warm_ups_compile_what_eager_passes_launch():
     """A pass past the graph's token limit plans its decode rows by their own contexts: many rows
     (or long ones) take the long tile, and a lone row of a few thousand tokens splits more ways
