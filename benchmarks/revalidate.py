@@ -5,8 +5,11 @@ simulation, cheap and deterministic given the trace window, policy, load, seed, 
 pages, which the JSON records. So a change to the cost model or the fit can be checked against
 every real run we have, in seconds, without a GPU:
 
-    python3 benchmarks/revalidate.py benchmarks/results/validate_mooncake_*.json \
+    python3 benchmarks/revalidate.py benchmarks/results/validate/validate_*_*.json \
         --profile calibration/profiles/h200-llama-3.1-8b.json
+
+(the older H200 runs are packed: `tar xzf benchmarks/results/validate_h200_older.tar.gz -C DIR`, then
+`DIR/validate_*.json`)
 
 prints, per run, the errors the JSON holds (as measured then) and the errors the given profile
 gives now, on the issue's headline metrics. Runs whose policy decides with the cost model (aspire,
