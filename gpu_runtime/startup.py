@@ -74,12 +74,15 @@ class ShapeSet:
             lo = c * ps + 1
         return out
 
+    def pages(self, ctx: int) -> int:
+        """Pages of a request of `ctx` tokens with a run of drafts."""
+        return -(-(ctx + self.rule.max_draft + 1) // self.rule.page_size)
+
     def rest(self, rows: int, top: int) -> int:
         """The context each of `rows - 1` requests has where one has `top` and the pool is full
         (at most `top`, at least one token)."""
-        ps = self.rule.page_size
-        pages = (self.pool_pages - -(-(top + self.rule.max_draft + 1) // ps)) // max(1, rows - 1) - 1
-        return int(max(1, min(top, pages * ps - self.rule.max_draft - 1)))
+        pages = (self.pool_pages - self.pages(top)) // max(1, rows - 1) - 1
+        return int(max(1, min(top, pages * self.rule.page_size - self.rule.max_draft - 1)))
 
     def lone_tops(self, rows: int, ladder: list[int]) -> list[int]:
         """The longest context of each class past `ladder` (whose contexts the pool cannot hold for
@@ -91,7 +94,7 @@ class ShapeSet:
         lo = max(ladder, default=0) + 1
         for c in r.classes:
             hi = min(c * ps - r.max_draft - 2 * ps, r.max_context, room)
-            if hi >= lo and r.width(-(-(hi + r.max_draft + 1) // ps)) == c and c * ps >= lo:
+            if hi >= lo and r.width(self.pages(hi)) == c:
                 out.append(hi)
         return out
 
@@ -264,7 +267,7 @@ class ShapeSet:
             ladder = self.contexts(R)
             top_of: dict = {}  # width class -> the longest context of the ladder in it
             for c in ladder:
-                w = self.rule.width(-(-(c + self.rule.max_draft + 1) // self.rule.page_size))
+                w = self.rule.width(self.pages(c))
                 top_of[w] = max(top_of.get(w, 0), c)
             lone = self.lone_tops(R, ladder)
             tops = set(top_of.values()) | set(lone)
